@@ -1,0 +1,200 @@
+"""`paddle-mlops`: run the pipeline locally, compile it for Argo, browse and serve the results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from paddle_mlops.config import ConfigError, load_config
+from paddle_mlops.config.loader import default_config_path
+from paddle_mlops.local.dag import DagError
+
+EXIT_USAGE = 2
+DEFAULT_WORKDIR = Path(".paddle-mlops")
+
+
+def _config_args(p: argparse.ArgumentParser, default_env: str | None) -> None:
+    p.add_argument("--config", type=Path, default=None, help="pipeline YAML (default: configs/pipeline.yaml)")
+    p.add_argument(
+        "--env",
+        default=default_env,
+        help=f"environment overlay from configs/env/ (local, dev, prod; default: {default_env or 'none'})",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="A.B=VALUE",
+        help="override one setting, e.g. --set training.epochs=1 (repeatable)",
+    )
+
+
+def _workdir_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workdir", type=Path, default=DEFAULT_WORKDIR, help="local state: runs, MLflow DB, store (default .paddle-mlops/)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paddle-mlops",
+        description=(
+            "Take a PaddlePaddle (ERNIE) model from git push to a served, monitored inference service. "
+            "`run` executes the train-deploy DAG on this machine; `compile` writes the same DAG as Argo YAML."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run the whole train-deploy DAG locally (embedded MLflow, object store and model server)",
+        description=(
+            "Run the train-deploy DAG as local processes: build-image (skipped locally), prepare-data, train "
+            "(paddle.distributed.launch with training.nproc CPU processes), evaluate (gate), upload, register, "
+            "rollout (a model server on 127.0.0.1). Writes a summary to WORKDIR/last-run.json."
+        ),
+    )
+    _config_args(run, "local")
+    _workdir_arg(run)
+    group = run.add_mutually_exclusive_group()
+    group.add_argument("--only", metavar="STEP", help="run only this step, reusing earlier outputs of the last run")
+    group.add_argument("--from", dest="start_from", metavar="STEP", help="rerun from this step on, reusing earlier ones")
+    run.add_argument("--git-sha", default=None, help="commit recorded on the run (default: git rev-parse HEAD)")
+
+    comp = sub.add_parser(
+        "compile",
+        help="write the Argo manifests to argo/ (or check them with --check)",
+        description="Generate argo/*.yaml from pipelines/. With --check, regenerate in memory and exit 1 on drift.",
+    )
+    comp.add_argument("--check", action="store_true", help="do not write; exit 1 with a diff if argo/ is stale")
+    comp.add_argument("--out", type=Path, default=Path("argo"), help="output directory (default argo/)")
+    _config_args(comp, None)
+
+    cfg = sub.add_parser(
+        "config",
+        help="print the merged, validated configuration",
+        description="Merge base -> env overlay -> --set overrides, validate, and print the result as JSON.",
+    )
+    _config_args(cfg, None)
+
+    ui = sub.add_parser(
+        "ui",
+        help="open the MLflow UI on the local store (127.0.0.1)",
+        description="Start `mlflow ui` on WORKDIR/mlflow.db, bound to 127.0.0.1.",
+    )
+    _workdir_arg(ui)
+    ui.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+
+    serve = sub.add_parser(
+        "serve",
+        help="manage the local model server (status, stop)",
+        description="Show or stop the model server that the local rollout started.",
+    )
+    serve.add_argument("action", choices=["status", "stop"], help="status: print URL and version; stop: stop it")
+    _workdir_arg(serve)
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from paddle_mlops.local.executor import LocalExecutor, RunOptions
+    from pipelines import train_deploy
+
+    config_path = args.config or default_config_path()
+    cfg = load_config(config_path, args.env, args.overrides)
+    doc = train_deploy.build(cfg).to_dict()
+    opts = RunOptions(
+        config_path=config_path,
+        env=args.env,
+        overrides=list(args.overrides),
+        workdir=args.workdir,
+        only=args.only,
+        start_from=args.start_from,
+        git_sha=args.git_sha,
+    )
+    code, _ = LocalExecutor(cfg, doc, opts, console).run()
+    return code
+
+
+def _cmd_compile(args: argparse.Namespace, console: Console) -> int:
+    from paddle_mlops import compile as compiler
+
+    cfg = (
+        load_config(args.config, args.env, args.overrides)
+        if (args.config or args.env or args.overrides)
+        else compiler.default_compile_config()
+    )
+    if args.check:
+        problems = compiler.check(args.out, cfg)
+        if problems:
+            console.out("\n".join(problems), highlight=False)
+            console.print(f"[red]{args.out}/ is stale.[/] Run `paddle-mlops compile` and commit the result.")
+            return 1
+        console.print(f"{args.out}/ is up to date.")
+        return 0
+    for path in compiler.write(args.out, cfg):
+        console.print(f"wrote {path}")
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace, console: Console) -> int:
+    cfg = load_config(args.config, args.env, args.overrides)
+    console.out(json.dumps(cfg.model_dump(mode="json", by_alias=True), indent=2, ensure_ascii=False), highlight=False)
+    return 0
+
+
+def _cmd_ui(args: argparse.Namespace, console: Console) -> int:
+    db = args.workdir.resolve() / "mlflow.db"
+    if not db.is_file():
+        console.print(f"[red]No MLflow store at {db}.[/] Run `paddle-mlops run` first (or pass --workdir).")
+        return EXIT_USAGE
+    uri = f"sqlite:///{db}"
+    console.print(f"MLflow UI on http://127.0.0.1:{args.port} (store {uri}); Ctrl-C stops it.")
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1"]
+    cmd += ["--port", str(args.port)]
+    try:
+        return subprocess.call(cmd, env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+    except KeyboardInterrupt:
+        return 0
+
+
+def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
+    from steps.rollout import stop_local_server
+
+    home = args.workdir.resolve()
+    current = home / "serving" / "current.json"
+    if args.action == "status":
+        if not current.is_file():
+            console.print("No local model server is recorded.")
+            return 1
+        console.out(current.read_text(encoding="utf-8"), highlight=False)
+        return 0
+    stopped = stop_local_server(home)
+    console.print("Stopped the local model server." if stopped else "No local model server was running.")
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "compile": _cmd_compile, "config": _cmd_config, "ui": _cmd_ui, "serve": _cmd_serve}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False)
+    try:
+        return COMMANDS[args.command](args, console)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DagError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Local executor: the Argo DAG as local processes."""

@@ -1,0 +1,347 @@
+"""`paddle-mlops run`: the train-deploy DAG as local processes, on embedded defaults.
+
+Each task runs its container's command (`python -m steps.<name> …`) with parameters and outputs
+passed the way Argo passes them; the PaddleJob resource becomes a local
+`paddle.distributed.launch` with `training.nproc` processes. The first failure stops the run and
+shows that step's log tail; the exit handler runs either way, as `onExit` does on Argo.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from paddle_mlops.config import PipelineConfig
+from paddle_mlops.local.dag import (
+    CONTAINER_OUTPUTS,
+    DagError,
+    Scope,
+    Task,
+    Workflow,
+    container_command,
+    evaluate_when,
+    load_workflow,
+    resource_command,
+    task_inputs,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+TAIL_LINES = 40
+
+
+@dataclass
+class TaskResult:
+    name: str
+    status: str  # Succeeded | Failed | Skipped | Reused
+    seconds: float = 0.0
+    exit_code: int | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    log: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class RunOptions:
+    config_path: Path
+    env: str | None
+    overrides: list[str]
+    workdir: Path
+    only: str | None = None
+    start_from: str | None = None
+    git_sha: str | None = None
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
+        return out.stdout.strip() or "local"
+    except (OSError, subprocess.SubprocessError):
+        return "local"
+
+
+class LocalExecutor:
+    def __init__(self, cfg: PipelineConfig, workflow_doc: dict[str, Any], opts: RunOptions, console: Console):
+        self.cfg = cfg
+        self.opts = opts
+        self.console = console
+        self.workflow: Workflow = load_workflow(workflow_doc)
+        self.workdir = opts.workdir.resolve()
+        self.previous = self._load_previous()
+        reuse = opts.only or opts.start_from
+        if reuse:
+            names = [t.name for t in self.workflow.tasks]
+            if reuse not in names:
+                raise DagError(f"no step named {reuse!r}; the steps are: {', '.join(names)}")
+            if not self.previous:
+                raise DagError(f"--only/--from need an earlier run in {self.workdir} (no last-run.json there)")
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        run_name = self.previous["run_name"] if reuse and self.previous else f"{self.workflow.name}-{stamp}"
+        self.run_dir = self.workdir / "runs" / run_name
+        self.scope = Scope(workflow_name=run_name, parameters=self._parameters())
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def _load_previous(self) -> dict[str, Any] | None:
+        path = self.workdir / "last-run.json"
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            return None
+
+    def _parameters(self) -> dict[str, str]:
+        params = dict(self.workflow.parameters)
+        params.update(
+            {
+                "git-sha": self.opts.git_sha or _git_sha(),
+                "config": str(self.opts.config_path.resolve()),
+                "env": self.opts.env or "",
+                "overrides": json.dumps(self.opts.overrides),
+                "workspace": str(self.workdir / "runs"),
+            }
+        )
+        return params
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "PADDLE_MLOPS_HOME": str(self.workdir),
+                "PADDLE_MLOPS_RUN": self.scope.workflow_name,
+                "GIT_SHA": self.scope.parameters["git-sha"],
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p),
+            }
+        )
+        env.setdefault("MLFLOW_TRACKING_URI", self.tracking_uri())
+        return env
+
+    def tracking_uri(self) -> str:
+        return os.environ.get("MLFLOW_TRACKING_URI") or self.cfg.mlflow.tracking_uri or (
+            f"sqlite:///{self.workdir / 'mlflow.db'}"
+        )
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def _outputs_dir(self, task: Task) -> Path:
+        return self.run_dir / task.name / "outputs"
+
+    def _localise(self, arg: str, task: Task) -> str:
+        if arg.startswith(CONTAINER_OUTPUTS):
+            return str(self._outputs_dir(task) / arg[len(CONTAINER_OUTPUTS) :])
+        return arg
+
+    def command_for(self, task: Task) -> list[str]:
+        inputs = task_inputs(task, self.scope)
+        raw = container_command(task) if task.kind == "container" else resource_command(task)
+        cmd = [self._localise(self.scope.render(part, inputs), task) for part in raw]
+        if cmd and cmd[0] in ("python", "python3"):
+            cmd[0] = sys.executable
+        if task.kind == "resource":
+            cmd = self._local_launch(cmd, task)
+        return cmd
+
+    def _local_launch(self, cmd: list[str], task: Task) -> list[str]:
+        """The PaddleJob worker command, re-targeted at this machine's processes."""
+        out = list(cmd)
+        for i, part in enumerate(out):
+            if part == "--nproc_per_node" and i + 1 < len(out):
+                out[i + 1] = str(self.cfg.training.nproc)
+            elif part == "--log_dir" and i + 1 < len(out):
+                out[i + 1] = str(self.run_dir / task.name / "paddle-log")
+            elif part.endswith(".py") and not Path(part).is_absolute():
+                out[i] = str(PROJECT_ROOT / part)
+        return out
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _run_process(self, task: Task, cmd: list[str]) -> TaskResult:
+        log_path = self.run_dir / task.name / "step.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._outputs_dir(task).mkdir(parents=True, exist_ok=True)
+        deadline = task.template.get("activeDeadlineSeconds")
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        started = time.monotonic()
+        self.console.print(f"[bold cyan]▶ {task.name}[/]  [dim]{' '.join(cmd)}[/]", highlight=False)
+        with open(log_path, "w", encoding="utf-8") as log, subprocess.Popen(
+            cmd,
+            cwd=PROJECT_ROOT,
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                log.write(line + "\n")
+                tail.append(line)
+                self.console.out(f"[{task.name}] {line}", highlight=False)
+                if deadline and time.monotonic() - started > float(deadline):
+                    proc.kill()
+                    tail.append(f"killed: step ran past its deadline of {deadline}s")
+                    break
+            code = proc.wait()
+        seconds = time.monotonic() - started
+        result = TaskResult(task.name, "Succeeded" if code == 0 else "Failed", seconds, code, log=str(log_path))
+        if code == 0:
+            result.outputs = self._read_outputs(task)
+        else:
+            result.reason = "\n".join([*tail, *self._worker_log_tails(task)])
+        return result
+
+    def _worker_log_tails(self, task: Task) -> list[str]:
+        """paddle.distributed.launch keeps other ranks' output in workerlog.N files."""
+        lines: list[str] = []
+        for worker_log in sorted((self.run_dir / task.name / "paddle-log").glob("workerlog.*")):
+            content = worker_log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+            lines += [f"--- {worker_log.name} ---", *content]
+        return lines
+
+    def _read_outputs(self, task: Task) -> dict[str, str]:
+        outputs = {}
+        for name, path in task.output_paths.items():
+            local = Path(self._localise(path, task))
+            if local.is_file():
+                outputs[name] = local.read_text(encoding="utf-8").strip()
+        return outputs
+
+    def _reused(self, task: Task) -> TaskResult:
+        prev = next((s for s in (self.previous or {}).get("steps", []) if s["name"] == task.name), None)
+        if not prev or prev.get("status") not in ("Succeeded", "Reused"):
+            raise DagError(f"--only/--from: step {task.name!r} did not succeed in the previous run; run it first")
+        return TaskResult(task.name, "Reused", 0.0, outputs=dict(prev.get("outputs") or {}))
+
+    def _should_run(self, task: Task, index: int) -> bool:
+        if self.opts.only:
+            return task.name == self.opts.only
+        if self.opts.start_from:
+            start = next(i for i, t in enumerate(self.workflow.tasks) if t.name == self.opts.start_from)
+            return index >= start
+        return True
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        results: list[TaskResult] = []
+        failed: TaskResult | None = None
+        started = time.monotonic()
+        for index, task in enumerate(self.workflow.tasks):
+            if not self._should_run(task, index):
+                if self.opts.only and index > [t.name for t in self.workflow.tasks].index(self.opts.only):
+                    results.append(TaskResult(task.name, "Not run"))
+                    continue
+                result = self._reused(task)
+            elif task.when and not evaluate_when(self.scope.render(task.when)):
+                result = TaskResult(task.name, "Skipped", reason=f"when: {self.scope.render(task.when)}")
+                self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
+            else:
+                result = self._run_process(task, self.command_for(task))
+            results.append(result)
+            self.scope.task_outputs[task.name] = result.outputs
+            if result.status == "Failed":
+                failed = result
+                break
+        self.scope.status = "Failed" if failed else "Succeeded"
+        exit_result = None
+        if self.workflow.exit_task:
+            exit_result = self._run_process(self.workflow.exit_task, self.command_for(self.workflow.exit_task))
+        summary = self._summary(results, exit_result, failed, time.monotonic() - started)
+        (self.workdir / "last-run.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+        self._print_summary(summary, failed)
+        return (1 if failed else 0), summary
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def _summary(
+        self, results: list[TaskResult], exit_result: TaskResult | None, failed: TaskResult | None, seconds: float
+    ) -> dict[str, Any]:
+        outputs = {r.name: r.outputs for r in results}
+
+        def out(task: str, name: str) -> str | None:
+            return outputs.get(task, {}).get(name)
+
+        metrics: dict[str, Any] = {}
+        raw_metrics = out("evaluate", "metrics")
+        if raw_metrics:
+            try:
+                metrics = json.loads(raw_metrics)
+            except json.JSONDecodeError:
+                metrics = {}
+        gate = out("evaluate", "gate-passed")
+        return {
+            "status": "failed" if failed else "succeeded",
+            "run_name": self.scope.workflow_name,
+            "workdir": str(self.workdir),
+            "workspace": str(self.run_dir),
+            "seconds": round(seconds, 1),
+            "parameters": self.scope.parameters,
+            "steps": [
+                {
+                    "name": r.name,
+                    "status": r.status,
+                    "seconds": round(r.seconds, 1),
+                    "exit_code": r.exit_code,
+                    "outputs": r.outputs,
+                    "log": r.log,
+                }
+                for r in results
+            ],
+            "exit_handler": None if exit_result is None else {"status": exit_result.status, "log": exit_result.log},
+            "failed_step": None if not failed else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
+            "metrics": {k: metrics.get(k) for k in ("accuracy", "macro_f1")} | {"all": metrics},
+            "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
+            "model_uri": out("upload", "model-uri"),
+            "model_version": out("register", "model-version"),
+            "mlflow_run_id": out("evaluate", "mlflow-run-id"),
+            "mlflow_tracking_uri": self.tracking_uri(),
+            "serving_url": out("rollout", "serving-url"),
+            "rollout": out("rollout", "outcome"),
+        }
+
+    def _print_summary(self, summary: dict[str, Any], failed: TaskResult | None) -> None:
+        table = Table(title=f"paddle-mlops run {summary['run_name']}: {summary['status'].upper()}")
+        table.add_column("step")
+        table.add_column("status")
+        table.add_column("seconds", justify="right")
+        colours = {"Succeeded": "green", "Failed": "red", "Skipped": "yellow", "Reused": "blue"}
+        for step in summary["steps"]:
+            colour = colours.get(step["status"], "white")
+            table.add_row(step["name"], f"[{colour}]{step['status']}[/]", f"{step['seconds']:.1f}")
+        self.console.print(table)
+        if failed:
+            self.console.print(
+                f"[bold red]Step '{failed.name}' failed with exit code {failed.exit_code}.[/] Last lines of its log "
+                f"({failed.log}):"
+            )
+            self.console.out(failed.reason or "(no output)", highlight=False)
+            self.console.print("Nothing was registered or served from this run.")
+        m = summary["metrics"]
+        gate = summary["gate"]["passed"]
+        lines = [
+            ("metrics", f"accuracy={m.get('accuracy')} macro_f1={m.get('macro_f1')}"),
+            ("gate", {True: "PASSED", False: "FAILED (upload/register/rollout skipped)", None: "not evaluated"}[gate]),
+            ("model URI", summary["model_uri"]),
+            ("model version", summary["model_version"]),
+            ("MLflow run", f"{summary['mlflow_run_id']}  ({summary['mlflow_tracking_uri']})"),
+            ("serving URL", summary["serving_url"]),
+            ("summary", str(self.workdir / "last-run.json")),
+        ]
+        for key, value in lines:
+            self.console.print(f"  [bold]{key:>13}[/]: {value if value is not None else '-'}", highlight=False)

@@ -1,0 +1,111 @@
+"""Configuration: merge order, strictness, and readable errors with exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paddle_mlops.cli import main
+from paddle_mlops.config import ConfigError, load_config, load_regions, load_teams
+from paddle_mlops.config.models import check_pinned_image
+
+
+def test_base_env_and_set_merge_in_order(project_root: Path) -> None:
+    base = load_config(project_root / "configs/pipeline.yaml")
+    local = load_config(project_root / "configs/pipeline.yaml", "local")
+    over = load_config(project_root / "configs/pipeline.yaml", "local", ["training.epochs=7", "gate.threshold=0.5"])
+    assert base.storage.uri.startswith("s3://") and local.storage.uri == "local"
+    assert base.serving.target == "kserve" and local.serving.target == "local"
+    assert over.training.epochs == 7 and over.gate.threshold == 0.5
+    assert over.storage.uri == "local"  # the overlay survives the overrides
+
+
+def test_every_environment_overlay_validates(project_root: Path) -> None:
+    for env in ("local", "dev", "prod"):
+        load_config(project_root / "configs/pipeline.yaml", env)
+
+
+def test_models_are_frozen(project_root: Path) -> None:
+    cfg = load_config(project_root / "configs/pipeline.yaml")
+    with pytest.raises(Exception):
+        cfg.training.epochs = 3  # type: ignore[misc]
+
+
+def test_teams_and_regions_load(project_root: Path) -> None:
+    teams = load_teams(project_root / "configs")
+    regions = load_regions(project_root / "configs")
+    assert teams["nlp"].quota.gpu == 8 and teams["nlp"].priority.name == "team-nlp-training"
+    assert regions["cn-east"].node_selector() == {"region": "cn-east", "gpu-type": "v100", "cost-tier": "spot"}
+
+
+@pytest.mark.parametrize(
+    "ref,ok",
+    [
+        ("repo/img:1.2.3", True),
+        ("repo/img@sha256:" + "a" * 64, True),
+        ("repo/img:latest", False),
+        ("repo/img", False),
+        ("localhost:5000/img", False),
+    ],
+)
+def test_images_must_be_pinned(ref: str, ok: bool) -> None:
+    if ok:
+        assert check_pinned_image(ref) == ref
+    else:
+        with pytest.raises(ValueError):
+            check_pinned_image(ref)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    cfg = tmp_path / "pipeline.yaml"
+    cfg.write_text(text, encoding="utf-8")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        ("training:\n  epochz: 3\n", ["unknown key 'training.epochz'", "Allowed keys here: epochs"]),
+        ("training:\n  epochs: many\n", ["'training.epochs'", "valid integer", "'many'"]),
+        ("gate:\n  metric: recall\n", ["'gate.metric'", "'accuracy' or 'macro_f1'"]),
+        ("images:\n  train: repo/train:latest\n", ["'images.train'", ":latest"]),
+        ("training: [1, 2\n", ["is not valid YAML", "line"]),
+    ],
+)
+def test_bad_config_names_file_and_field(tmp_path: Path, content: str, expected: list[str]) -> None:
+    path = _write(tmp_path, content)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert str(path) in message
+    for fragment in expected:
+        assert fragment in message
+
+
+@pytest.mark.parametrize(
+    "content,argv_extra,fragments",
+    [
+        ("training:\n  epochz: 3\n", [], ["unknown key 'training.epochz'"]),
+        ("serving:\n  port: eighty\n", [], ["'serving.port'", "valid integer"]),
+        (None, [], ["does not exist"]),
+        ("{}\n", ["--set", "model.hidden_size=abc"], ["'model.hidden_size'", "--set model.hidden_size=abc"]),
+        ("{}\n", ["--env", "staging"], ["Environment 'staging'", "Known environments"]),
+    ],
+)
+def test_cli_bad_config_exit_2_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, argv_extra: list[str], fragments: list[str]
+) -> None:
+    path = tmp_path / "missing.yaml" if content is None else _write(tmp_path, content)
+    code = main(["config", "--config", str(path), *argv_extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Traceback" not in err
+    assert str(path) in err or "Environment" in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_bad_set_syntax(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "--config", str(_write(tmp_path, "{}\n")), "--set", "training.epochs"]) == 2
+    assert "a.b.c=value" in capsys.readouterr().err

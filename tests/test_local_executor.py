@@ -1,0 +1,135 @@
+"""The local executor on a synthetic workflow: order, parameter passing, `when`, failure, exit handler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from paddle_mlops.config import load_config
+from paddle_mlops.local.dag import DagError, Scope, evaluate_when, load_workflow
+from paddle_mlops.local.executor import LocalExecutor, RunOptions
+
+WRITE = "import sys, pathlib; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); p.write_text(sys.argv[2])"
+
+
+def _container(name: str, args: list[str], inputs: list[str] = (), outputs: dict[str, str] | None = None) -> dict:
+    tpl: dict[str, Any] = {
+        "name": name,
+        "container": {"image": "x:1", "command": ["python", "-c"], "args": args},
+        "inputs": {"parameters": [{"name": i} for i in inputs]},
+    }
+    if outputs:
+        tpl["outputs"] = {"parameters": [{"name": k, "valueFrom": {"path": v}} for k, v in outputs.items()]}
+    return tpl
+
+
+def _doc(gate_value: str = "true", fail_second: bool = False) -> dict:
+    second = "import sys; print('boom line'); sys.exit(3)" if fail_second else WRITE
+    return {
+        "metadata": {"name": "demo"},
+        "spec": {
+            "entrypoint": "main",
+            "onExit": "exit-handler",
+            "arguments": {"parameters": [{"name": "greeting", "value": "hello"}, {"name": "workspace", "value": "x"}]},
+            "templates": [
+                {
+                    "name": "main",
+                    "dag": {
+                        "tasks": [
+                            # deliberately listed out of order: the executor must sort by dependencies
+                            {
+                                "name": "publish",
+                                "template": "publish",
+                                "depends": "check",
+                                "when": "{{tasks.check.outputs.parameters.ok}} == true",
+                                "arguments": {"parameters": [{"name": "msg", "value": "{{tasks.first.outputs.parameters.msg}}"}]},
+                            },
+                            {"name": "first", "template": "first", "arguments": {"parameters": [{"name": "g", "value": "{{workflow.parameters.greeting}}"}]}},
+                            {"name": "check", "template": "check", "depends": "first"},
+                        ]
+                    },
+                },
+                _container("first", [WRITE, "/tmp/outputs/msg", "{{inputs.parameters.g}}-{{workflow.name}}"], ["g"], {"msg": "/tmp/outputs/msg"}),
+                _container("check", [second, "/tmp/outputs/ok", gate_value], [], {"ok": "/tmp/outputs/ok"}),
+                _container("publish", [WRITE, "/tmp/outputs/out", "{{inputs.parameters.msg}}"], ["msg"], {"out": "/tmp/outputs/out"}),
+                _container("exit-handler", [WRITE, "/tmp/outputs/status", "{{workflow.status}}"], [], {"status": "/tmp/outputs/status"}),
+            ],
+        },
+    }
+
+
+def _executor(tmp_path: Path, doc: dict, project_root: Path, **kw: Any) -> LocalExecutor:
+    cfg = load_config(project_root / "configs/pipeline.yaml", "local")
+    opts = RunOptions(config_path=project_root / "configs/pipeline.yaml", env="local", overrides=[], workdir=tmp_path, git_sha="abc", **kw)
+    return LocalExecutor(cfg, doc, opts, Console(file=open(tmp_path / "console.txt", "w"), width=200))
+
+
+def test_dag_is_ordered_by_dependencies() -> None:
+    wf = load_workflow(_doc())
+    assert [t.name for t in wf.tasks] == ["first", "check", "publish"]
+    assert wf.exit_task is not None and wf.exit_task.name == "exit-handler"
+
+
+def test_cycle_and_unknown_dependency_are_errors() -> None:
+    doc = _doc()
+    doc["spec"]["templates"][0]["dag"]["tasks"][1]["depends"] = "publish"
+    with pytest.raises(DagError, match="cycle"):
+        load_workflow(doc)
+    doc["spec"]["templates"][0]["dag"]["tasks"][1]["depends"] = "nope"
+    with pytest.raises(DagError, match="unknown task 'nope'"):
+        load_workflow(doc)
+
+
+def test_scope_renders_argo_expressions() -> None:
+    scope = Scope("wf-1", {"a": "1"}, {"t": {"o": "v"}})
+    assert scope.render("{{workflow.name}}/{{workflow.parameters.a}}/{{tasks.t.outputs.parameters.o}}") == "wf-1/1/v"
+    assert scope.render("{{inputs.parameters.x}}", {"x": "y"}) == "y"
+    with pytest.raises(DagError, match="not supported"):
+        scope.render("{{steps.foo.outputs.result}}")
+    assert evaluate_when("true == true") and not evaluate_when("false == true") and evaluate_when("'a' != 'b'")
+
+
+def test_run_passes_outputs_and_runs_exit_handler(tmp_path: Path, project_root: Path) -> None:
+    code, summary = _executor(tmp_path, _doc(), project_root).run()
+    assert code == 0 and summary["status"] == "succeeded"
+    steps = {s["name"]: s for s in summary["steps"]}
+    assert [s["name"] for s in summary["steps"]] == ["first", "check", "publish"]
+    run = summary["run_name"]
+    assert steps["first"]["outputs"]["msg"] == f"hello-{run}"
+    assert steps["publish"]["outputs"]["out"] == f"hello-{run}"  # a task output became the next task's input
+    assert summary["exit_handler"]["status"] == "Succeeded"
+    status_file = tmp_path / "runs" / run / "exit-handler" / "outputs" / "status"
+    assert status_file.read_text() == "Succeeded"
+    saved = json.loads((tmp_path / "last-run.json").read_text())
+    assert saved["status"] == "succeeded" and all({"name", "status", "seconds"} <= s.keys() for s in saved["steps"])
+
+
+def test_when_false_skips(tmp_path: Path, project_root: Path) -> None:
+    code, summary = _executor(tmp_path, _doc(gate_value="false"), project_root).run()
+    assert code == 0
+    assert summary["steps"][-1] == summary["steps"][-1] | {"name": "publish", "status": "Skipped"}
+
+
+def test_failure_stops_with_log_tail_and_failed_exit_status(tmp_path: Path, project_root: Path) -> None:
+    code, summary = _executor(tmp_path, _doc(fail_second=True), project_root).run()
+    assert code == 1 and summary["status"] == "failed"
+    assert [s["name"] for s in summary["steps"]] == ["first", "check"]  # publish never started
+    assert summary["failed_step"]["name"] == "check" and summary["failed_step"]["exit_code"] == 3
+    assert "boom line" in summary["failed_step"]["log_tail"]
+    status_file = tmp_path / "runs" / summary["run_name"] / "exit-handler" / "outputs" / "status"
+    assert status_file.read_text() == "Failed"
+    console = (tmp_path / "console.txt").read_text()
+    assert "[check] boom line" in console and "exit code 3" in console
+
+
+def test_only_reuses_previous_outputs(tmp_path: Path, project_root: Path) -> None:
+    _executor(tmp_path, _doc(), project_root).run()
+    code, summary = _executor(tmp_path, _doc(), project_root, only="publish").run()
+    assert code == 0
+    assert [s["status"] for s in summary["steps"]] == ["Reused", "Reused", "Succeeded"]
+    with pytest.raises(DagError, match="no step named"):
+        _executor(tmp_path, _doc(), project_root, only="nope")
