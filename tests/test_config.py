@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from paddle_mlops.cli import main
 from paddle_mlops.config import ConfigError, load_config, load_regions, load_teams
@@ -28,7 +29,7 @@ def test_every_environment_overlay_validates(project_root: Path) -> None:
 
 def test_models_are_frozen(project_root: Path) -> None:
     cfg = load_config(project_root / "configs/pipeline.yaml")
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         cfg.training.epochs = 3  # type: ignore[misc]
 
 
