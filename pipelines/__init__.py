@@ -1,0 +1,1 @@
+"""Hera pipeline definitions: WorkflowTemplates, the CronWorkflow and shared Kubernetes pieces."""

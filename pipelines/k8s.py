@@ -1,0 +1,143 @@
+"""Kubernetes pieces every generated pod shares, each with the reason it exists.
+
+Hera models for the Argo templates; `as_k8s()` turns the same models into plain dicts for the
+PaddleJob manifest, so the workflow pods and the training pods cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hera.workflows import EmptyDirVolume, Resources, RetryStrategy
+from hera.workflows import models as m
+
+from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
+from paddle_mlops.config.models import RegionConfig, TeamConfig
+
+# The images put the project here; contracts.md runs every step from the project root.
+PROJECT_DIR = "/app"
+# Non-root uid/gid baked into the images (images/*/Dockerfile); restricted PSS forbids uid 0.
+RUN_AS_USER = 1000
+RUN_AS_GROUP = 1000
+
+# Tools steps (data, evaluate, upload, register, rollout) are light; bounded so one bad run
+# cannot starve the namespace quota.
+TOOLS_RESOURCES = Resources(cpu_request="500m", cpu_limit="2", memory_request="1Gi", memory_limit="4Gi")
+BUILD_RESOURCES = Resources(cpu_request="1", cpu_limit="4", memory_request="2Gi", memory_limit="8Gi")
+EXIT_RESOURCES = Resources(cpu_request="100m", cpu_limit="500m", memory_request="256Mi", memory_limit="512Mi")
+
+
+def as_k8s(model: Any) -> Any:
+    """A Hera/Kubernetes model (or list of them) as the camelCase dict the API server expects."""
+    if isinstance(model, list):
+        return [as_k8s(item) for item in model]
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def pod_security_context() -> m.PodSecurityContext:
+    """Pod Security Standard 'restricted': non-root, fixed ids, default seccomp filter."""
+    return m.PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=RUN_AS_USER,
+        run_as_group=RUN_AS_GROUP,
+        # fsGroup makes emptyDir and secret volumes readable by the non-root user.
+        fs_group=RUN_AS_GROUP,
+        seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def container_security_context(read_only_root: bool = True) -> m.SecurityContext:
+    """No privilege escalation, no capabilities, immutable image filesystem (writes go to /tmp)."""
+    return m.SecurityContext(
+        allow_privilege_escalation=False,
+        capabilities=m.Capabilities(drop=["ALL"]),
+        read_only_root_filesystem=read_only_root,
+        run_as_non_root=True,
+        run_as_user=RUN_AS_USER,
+        seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def tmp_volume() -> EmptyDirVolume:
+    """readOnlyRootFilesystem needs one writable place: /tmp (HOME, caches, /tmp/outputs)."""
+    return EmptyDirVolume(name="tmp", mount_path="/tmp")
+
+
+def shm_volume(size: str) -> EmptyDirVolume:
+    """NCCL and the DataLoader share tensors through /dev/shm, whose container default is 64Mi."""
+    return EmptyDirVolume(name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=size)
+
+
+def region_config(cfg: PipelineConfig) -> RegionConfig:
+    """`configs/regions/<cluster.region>.yaml`; an unknown region is a config error."""
+    regions = load_regions()
+    if cfg.cluster.region not in regions:
+        raise ConfigError(
+            f"cluster.region '{cfg.cluster.region}' has no file configs/regions/{cfg.cluster.region}.yaml. "
+            f"Known regions: {', '.join(sorted(regions)) or 'none'}."
+        )
+    return regions[cfg.cluster.region]
+
+
+def team_config(cfg: PipelineConfig) -> TeamConfig:
+    """`configs/teams/<cluster.team>.yaml`: priority class and quota of the submitting team."""
+    teams = load_teams()
+    if cfg.cluster.team not in teams:
+        raise ConfigError(
+            f"cluster.team '{cfg.cluster.team}' has no file configs/teams/{cfg.cluster.team}.yaml. "
+            f"Known teams: {', '.join(sorted(teams)) or 'none'}."
+        )
+    return teams[cfg.cluster.team]
+
+
+def gpu_tolerations(region: RegionConfig) -> list[m.Toleration]:
+    """GPU nodes are tainted so that only pods asking for them land there."""
+    return [
+        m.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in region.tolerations
+    ]
+
+
+def gpu_node_selector(region: RegionConfig) -> dict[str, str]:
+    """Pin training to the region's GPU type and cost tier (node labels set by the cluster admins)."""
+    return region.node_selector()
+
+
+def runtime_env(cfg: PipelineConfig) -> list[m.EnvVar]:
+    """Credentials only by Secret reference; endpoints are not secrets and come from config."""
+    secret = cfg.storage.credentials_secret
+    env = [
+        m.EnvVar(
+            name=key,
+            value_from=m.EnvVarSource(secret_key_ref=m.SecretKeySelector(name=secret, key=key)),
+        )
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    ]
+    env.append(m.EnvVar(name="AWS_DEFAULT_REGION", value=cfg.storage.region))
+    if cfg.storage.endpoint_url:
+        env.append(m.EnvVar(name="S3_ENDPOINT_URL", value=cfg.storage.endpoint_url))
+    if cfg.mlflow.tracking_uri:
+        env.append(m.EnvVar(name="MLFLOW_TRACKING_URI", value=cfg.mlflow.tracking_uri))
+    # The root filesystem is read-only; libraries that cache under $HOME must write to /tmp.
+    env.append(m.EnvVar(name="HOME", value="/tmp"))
+    env.append(m.EnvVar(name="PYTHONPATH", value=PROJECT_DIR))
+    env.append(m.EnvVar(name="GIT_SHA", value="{{workflow.parameters.git-sha}}"))
+    return env
+
+
+def retry_strategy(cfg: PipelineConfig) -> RetryStrategy:
+    """Retry transient failures with capped backoff, never a user error (steps exit 2 for those)."""
+    return RetryStrategy(
+        limit=cfg.cluster.retry_limit,
+        retry_policy="Always",
+        expression="asInt(lastRetry.exitCode) != 2",
+        backoff=m.Backoff(duration="30s", factor=2, max_duration="30m"),
+    )
+
+
+def resource_retry_strategy(cfg: PipelineConfig) -> RetryStrategy:
+    """A resource template has no exit code: retry only Argo/API errors, the operator retries pods."""
+    return RetryStrategy(
+        limit=cfg.cluster.retry_limit,
+        retry_policy="OnError",
+        backoff=m.Backoff(duration="1m", factor=2, max_duration="30m"),
+    )

@@ -1,0 +1,212 @@
+"""The PaddleJob that the `train` resource template creates, for either training operator.
+
+`training.paddlejob.operator` picks Kubeflow's `kubeflow.org/v1` (training-operator) or the Paddle
+operator's `batch.paddlepaddle.org/v1`; both get the same pod: pinned image, restricted security,
+GPU placement, /dev/shm and credentials by Secret reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hera.workflows import models as m
+
+from paddle_mlops.config import PipelineConfig
+from pipelines import k8s
+
+IMAGE_DIGEST = "{{inputs.parameters.image-digest}}"
+WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
+# Kubeflow's Paddle controller finds the job's container and rendezvous port by these names.
+KUBEFLOW_CONTAINER = "paddle"
+KUBEFLOW_PORT = 37777
+
+
+@dataclass(frozen=True)
+class PaddleJobSpec:
+    """The manifest plus the conditions Argo evaluates on it (Kubernetes label-selector syntax over
+    gjson paths, so each key must be a valid label key: no array queries)."""
+
+    manifest: dict[str, Any]
+    success_condition: str
+    failure_condition: str
+
+
+def train_image(cfg: PipelineConfig) -> str:
+    """The train repository pinned by the digest the build step produced (never a moving tag)."""
+    repo = cfg.images.train.split("@", 1)[0]
+    last = repo.rsplit("/", 1)
+    if ":" in last[-1]:
+        repo = repo.rsplit(":", 1)[0]
+    return f"{repo}@{IMAGE_DIGEST}"
+
+
+def worker_command(cfg: PipelineConfig) -> list[str]:
+    """contracts.md "Training launch"; rendezvous comes from the operator's PADDLE_* env."""
+    job = cfg.training.paddlejob
+    command = [
+        "python", "-m", "paddle.distributed.launch",
+        "--nproc_per_node", str(job.gpus_per_worker or 1),
+        "--log_dir", "/tmp/paddle-log",
+    ]
+    if job.ps_replicas > 0:
+        # Server/trainer endpoints and counts are injected by the operator
+        # (PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM); only the mode is ours to say.
+        command += ["--run_mode", "ps"]
+    return command + [
+        "steps/train.py",
+        "--config", "{{workflow.parameters.config}}",
+        "--env", "{{workflow.parameters.env}}",
+        "--overrides", "{{workflow.parameters.overrides}}",
+        "--git-sha", "{{workflow.parameters.git-sha}}",
+        "--workspace", WORKSPACE,
+    ]  # fmt: skip
+
+
+def _nccl_env() -> list[m.EnvVar]:
+    # WARN keeps logs readable but still reports transport fallbacks; eth0 is the pod network
+    # interface, and IB stays off because pod networking carries no InfiniBand by default.
+    return [
+        m.EnvVar(name="NCCL_DEBUG", value="WARN"),
+        m.EnvVar(name="NCCL_SOCKET_IFNAME", value="eth0"),
+        m.EnvVar(name="NCCL_IB_DISABLE", value="1"),
+        m.EnvVar(name="GLOG_v", value="0"),
+    ]
+
+
+def _resources(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
+    job = cfg.training.paddlejob
+    amounts: dict[str, Any] = {"cpu": job.cpu, "memory": job.memory}
+    if gpus > 0:
+        amounts["nvidia.com/gpu"] = gpus
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One replica's pod: the same security and placement for workers and parameter servers."""
+    job = cfg.training.paddlejob
+    region = k8s.region_config(cfg)
+    team = k8s.team_config(cfg)
+    shm = k8s.shm_volume(job.shm_size)
+    tmp = k8s.tmp_volume()
+    container: dict[str, Any] = {
+        "name": container_name,
+        "image": train_image(cfg),
+        "imagePullPolicy": "IfNotPresent",
+        "workingDir": k8s.PROJECT_DIR,
+        "command": worker_command(cfg),
+        "env": k8s.as_k8s(k8s.runtime_env(cfg) + _nccl_env()),
+        "resources": _resources(cfg, gpus),
+        "securityContext": k8s.as_k8s(k8s.container_security_context()),
+        "volumeMounts": [
+            {"name": tmp.name, "mountPath": tmp.mount_path},
+            {"name": shm.name, "mountPath": shm.mount_path},
+        ],
+    }
+    if ports:
+        container["ports"] = ports
+    spec: dict[str, Any] = {
+        "priorityClassName": team.priority.name,
+        "securityContext": k8s.as_k8s(k8s.pod_security_context()),
+        # Training pods reach only object storage and MLflow; they need no Kubernetes API token.
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "volumes": [
+            {"name": tmp.name, "emptyDir": {}},
+            {"name": shm.name, "emptyDir": {"medium": "Memory", "sizeLimit": job.shm_size}},
+        ],
+    }
+    if gpus > 0:
+        spec["tolerations"] = k8s.as_k8s(k8s.gpu_tolerations(region))
+        spec["nodeSelector"] = k8s.gpu_node_selector(region)
+    return {"metadata": {"labels": {"app.kubernetes.io/part-of": "paddle-mlops"}}, "spec": spec}
+
+
+def _metadata() -> dict[str, Any]:
+    # generateName: an Argo retry of the train step creates a fresh job instead of colliding.
+    return {
+        "generateName": "{{workflow.name}}-train-",
+        "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/workflow": "{{workflow.name}}"},
+    }
+
+
+def kubeflow_job(cfg: PipelineConfig) -> PaddleJobSpec:
+    """training-operator PaddleJob: Worker replicas; a Master replica selects PS mode there."""
+    job = cfg.training.paddlejob
+    team = k8s.team_config(cfg)
+    ports = [{"name": "master", "containerPort": KUBEFLOW_PORT, "protocol": "TCP"}]
+    replicas: dict[str, Any] = {
+        "Worker": {
+            "replicas": job.workers,
+            "restartPolicy": "OnFailure",
+            "template": pod_template(cfg, KUBEFLOW_CONTAINER, job.gpus_per_worker, ports),
+        }
+    }
+    if job.ps_replicas > 0:
+        replicas["Master"] = {
+            "replicas": job.ps_replicas,
+            "restartPolicy": "OnFailure",
+            "template": pod_template(cfg, KUBEFLOW_CONTAINER, 0, ports),
+        }
+    manifest = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PaddleJob",
+        "metadata": _metadata(),
+        "spec": {
+            "paddleReplicaSpecs": replicas,
+            "runPolicy": {
+                "backoffLimit": job.backoff_limit,
+                "activeDeadlineSeconds": job.active_deadline_seconds,
+                "cleanPodPolicy": job.clean_pod_policy,
+                "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
+                "schedulingPolicy": {
+                    "priorityClass": team.priority.name,
+                    "queue": job.queue,
+                    # Gang scheduling: all replicas or none, so a half-placed job holds no GPUs.
+                    "minAvailable": job.workers + job.ps_replicas,
+                    "scheduleTimeoutSeconds": job.schedule_timeout_seconds,
+                },
+            },
+        },
+    }
+    # The controller counts succeeded/failed pods per replica type; a job succeeds when every
+    # worker has, and fails once any pod reaches Failed after the restart policy gave up.
+    success = f"status.replicaStatuses.Worker.succeeded > {job.workers - 1}"
+    failure = "status.replicaStatuses.Worker.failed > 0"
+    if job.ps_replicas > 0:
+        failure += ",status.replicaStatuses.Master.failed > 0"
+    return PaddleJobSpec(manifest, success, failure)
+
+
+# Kubeflow's policy names (the config's) mapped onto the Paddle operator's: keep failed pods for
+# debugging unless everything is to be cleaned.
+_PADDLE_CLEAN_POD_POLICY = {"None": "Never", "Running": "OnCompletion", "All": "Always"}
+
+
+def paddle_operator_job(cfg: PipelineConfig) -> PaddleJobSpec:
+    """Paddle operator PaddleJob: `worker` (and `ps` in parameter-server mode)."""
+    job = cfg.training.paddlejob
+    team = k8s.team_config(cfg)
+    spec: dict[str, Any] = {
+        "cleanPodPolicy": _PADDLE_CLEAN_POD_POLICY[job.clean_pod_policy],
+        # Gloo gives the CPU-side barrier PS mode and the launcher's rendezvous need.
+        "withGloo": 1,
+        "intranet": "PodIP",
+        "schedulingPolicy": {
+            "priorityClass": team.priority.name,
+            "queue": job.queue,
+            "minAvailable": job.workers + job.ps_replicas,
+        },
+        "worker": {"replicas": job.workers, "template": pod_template(cfg, "train", job.gpus_per_worker, [])},
+    }
+    if job.ps_replicas > 0:
+        spec["ps"] = {"replicas": job.ps_replicas, "template": pod_template(cfg, "train", 0, [])}
+    manifest = {"apiVersion": "batch.paddlepaddle.org/v1", "kind": "PaddleJob", "metadata": _metadata(), "spec": spec}
+    return PaddleJobSpec(manifest, "status.phase in (Completed, Succeed)", "status.phase in (Failed, Aborted)")
+
+
+def build_paddlejob(cfg: PipelineConfig) -> PaddleJobSpec:
+    """The PaddleJob for `training.paddlejob.operator`."""
+    if cfg.training.paddlejob.operator == "kubeflow":
+        return kubeflow_job(cfg)
+    return paddle_operator_job(cfg)

@@ -1,0 +1,48 @@
+"""WorkflowTemplate `rollout`: promote an already registered model version on its own.
+
+For re-deploying a known-good version (or another region) without rebuilding or retraining; the
+step is the same `rollout` container the train-deploy DAG ends with.
+"""
+
+from __future__ import annotations
+
+from hera.workflows import DAG, Parameter, WorkflowTemplate
+
+from paddle_mlops.config import PipelineConfig
+from pipelines import templates
+
+NAME = "rollout"
+
+
+def parameters(cfg: PipelineConfig) -> list[Parameter]:
+    return [
+        Parameter(name="model-version", description="MLflow registered model version to serve"),
+        Parameter(name="model-uri", description="published model prefix (upload step's model-uri)"),
+        Parameter(name="region", value=cfg.cluster.region),
+        Parameter(name="git-sha", value="unknown", description="recorded with the rollout only"),
+        Parameter(name="config", value="configs/pipeline.yaml"),
+        Parameter(name="env", value="prod", enum=["local", "dev", "prod"]),
+        Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
+        Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
+    ]
+
+
+def build(cfg: PipelineConfig) -> WorkflowTemplate:
+    """The `rollout` WorkflowTemplate for this configuration (no side effects)."""
+    with WorkflowTemplate(
+        name=NAME,
+        entrypoint="main",
+        arguments=parameters(cfg),
+        on_exit="exit-handler",
+        **templates.workflow_settings(cfg),
+    ) as wt:
+        rollout = templates.rollout(cfg)
+        templates.exit_handler(cfg)
+        with DAG(name="main"):
+            rollout(
+                name="rollout",
+                arguments={
+                    name: f"{{{{workflow.parameters.{name}}}}}" for name in ("model-uri", "model-version", "region")
+                },
+            )
+    return wt

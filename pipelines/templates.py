@@ -1,0 +1,253 @@
+"""Argo templates the workflows share: step containers, the build, the train resource, the exit handler.
+
+Every step container runs `python -m steps.<module>` with the common arguments (contracts.md);
+values from other tasks arrive as `inputs.parameters`, outputs leave as files under /tmp/outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from hera.workflows import Container, EmptyDirVolume, Parameter, Resource, Resources, SecretVolume, UserContainer
+from hera.workflows import models as m
+
+from paddle_mlops.config import PipelineConfig
+from pipelines import k8s
+from pipelines.paddlejob import build_paddlejob
+
+OUTPUTS = "/tmp/outputs"
+WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
+COMMON_ARGS = [
+    "--config", "{{workflow.parameters.config}}",
+    "--env", "{{workflow.parameters.env}}",
+    "--overrides", "{{workflow.parameters.overrides}}",
+    "--git-sha", "{{workflow.parameters.git-sha}}",
+]  # fmt: skip
+
+# Where buildkitd (sidecar) and the build step (main container) meet: a socket in a shared emptyDir.
+BUILDKIT_SOCKET_DIR = "/run/user/1000/buildkit"
+BUILD_EXEMPT_REASON = (
+    "rootless BuildKit needs seccomp and AppArmor Unconfined (user namespaces, mounts) in its buildkitd "
+    "sidecar only; the step container itself is restricted. The namespace's pod-security admission must "
+    "allow this one pod (label the build namespace, see argo/README)."
+)
+
+
+def output(name: str) -> Parameter:
+    return Parameter(name=name, value_from=m.ValueFrom(path=f"{OUTPUTS}/{name}"))
+
+
+def step_container(
+    cfg: PipelineConfig,
+    name: str,
+    module: str,
+    args: Sequence[str] = (),
+    inputs: Sequence[str] = (),
+    outputs: Sequence[str] = (),
+    resources: Resources = k8s.TOOLS_RESOURCES,
+    **extra: Any,
+) -> Container:
+    """A restricted container running one step module from the tools image."""
+    return Container(
+        name=name,
+        image=extra.pop("image", cfg.images.tools),
+        image_pull_policy="IfNotPresent",
+        command=["python", "-m", f"steps.{module}"],
+        args=[*COMMON_ARGS, *args],
+        working_dir=k8s.PROJECT_DIR,
+        env=k8s.runtime_env(cfg) + extra.pop("env", []),
+        inputs=[Parameter(name=i) for i in inputs] or None,
+        outputs=[output(o) for o in outputs] or None,
+        resources=resources,
+        security_context=k8s.container_security_context(),
+        volumes=[k8s.tmp_volume(), *extra.pop("volumes", [])],
+        retry_strategy=k8s.retry_strategy(cfg),
+        active_deadline_seconds=extra.pop("active_deadline_seconds", cfg.cluster.step_deadline_seconds),
+        **extra,
+    )
+
+
+def build_image(cfg: PipelineConfig) -> Container:
+    """`steps.build_image` drives a rootless buildkitd sidecar and writes the pushed image's digest."""
+    buildkitd = UserContainer(
+        name="buildkitd",
+        image=cfg.images.buildkit,
+        image_pull_policy="IfNotPresent",
+        command=["rootlesskit", "buildkitd"],
+        args=["--oci-worker-no-process-sandbox", f"--addr=unix://{BUILDKIT_SOCKET_DIR}/buildkitd.sock"],
+        resources=k8s.BUILD_RESOURCES,
+        security_context=m.SecurityContext(
+            allow_privilege_escalation=False,
+            capabilities=m.Capabilities(drop=["ALL"]),
+            run_as_non_root=True,
+            run_as_user=k8s.RUN_AS_USER,
+            # The exemption (see the template annotation): user namespaces need these unconfined.
+            seccomp_profile=m.SeccompProfile(type="Unconfined"),
+            app_armor_profile=m.AppArmorProfile(type="Unconfined"),
+        ),
+        volume_mounts=[
+            m.VolumeMount(name="buildkit-socket", mount_path=BUILDKIT_SOCKET_DIR),
+            m.VolumeMount(name="buildkit-state", mount_path="/home/user/.local/share/buildkit"),
+        ],
+    )
+    return step_container(
+        cfg,
+        "build-image",
+        "build_image",
+        args=[
+            # --git-sha is among the common arguments.
+            "--git-repo", "{{workflow.parameters.git-repo}}",
+            "--image", f"{cfg.images.registry}/train",
+            "--digest-out", f"{OUTPUTS}/image-digest",
+        ],  # fmt: skip
+        outputs=["image-digest"],
+        resources=k8s.TOOLS_RESOURCES,
+        env=[
+            m.EnvVar(name="BUILDKIT_HOST", value=f"unix://{BUILDKIT_SOCKET_DIR}/buildkitd.sock"),
+            # buildctl reads registry push credentials from $DOCKER_CONFIG/config.json.
+            m.EnvVar(name="DOCKER_CONFIG", value="/etc/registry-push"),
+        ],
+        volumes=[
+            EmptyDirVolume(name="buildkit-socket", mount_path=BUILDKIT_SOCKET_DIR),
+            EmptyDirVolume(name="buildkit-state", mount_path="/tmp/buildkit-state"),
+            SecretVolume(
+                name="registry-push",
+                secret_name="registry-push-credentials",
+                mount_path="/etc/registry-push",
+                items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")],
+                read_only=True,
+            ),
+        ],
+        sidecars=[buildkitd],
+        annotations={"paddle-mlops/pod-security-exempt": BUILD_EXEMPT_REASON},
+    )
+
+
+def prepare_data(cfg: PipelineConfig) -> Container:
+    return step_container(cfg, "prepare-data", "prepare_data", args=["--output", f"{WORKSPACE}/data"])
+
+
+def train(cfg: PipelineConfig) -> Resource:
+    """Create the PaddleJob and wait for its success or failure condition.
+
+    The template deadline covers the gang-scheduling wait plus the job's own deadline, so a job
+    stuck Pending fails the step instead of holding the workflow until the workflow deadline.
+    """
+    job = build_paddlejob(cfg)
+    deadline = cfg.training.paddlejob.schedule_timeout_seconds + cfg.training.paddlejob.active_deadline_seconds
+    return Resource(
+        name="train",
+        action="create",
+        set_owner_reference=True,
+        manifest=yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True),
+        success_condition=job.success_condition,
+        failure_condition=job.failure_condition,
+        inputs=[Parameter(name="image-digest")],
+        timeout=f"{deadline}s",
+        active_deadline_seconds=deadline,
+        retry_strategy=k8s.resource_retry_strategy(cfg),
+    )
+
+
+def evaluate(cfg: PipelineConfig) -> Container:
+    return step_container(
+        cfg,
+        "evaluate",
+        "evaluate",
+        args=[
+            "--workspace", WORKSPACE,
+            "--metrics-out", f"{OUTPUTS}/metrics",
+            "--gate-out", f"{OUTPUTS}/gate-passed",
+            "--run-id-out", f"{OUTPUTS}/mlflow-run-id",
+        ],  # fmt: skip
+        outputs=["gate-passed", "mlflow-run-id", "metrics"],
+    )
+
+
+def upload(cfg: PipelineConfig) -> Container:
+    return step_container(
+        cfg,
+        "upload",
+        "upload",
+        args=[
+            "--workspace", WORKSPACE,
+            "--model-uri-out", f"{OUTPUTS}/model-uri",
+            "--digest-out", f"{OUTPUTS}/manifest-digest",
+            "--run-id", "{{inputs.parameters.mlflow-run-id}}",
+        ],  # fmt: skip
+        inputs=["mlflow-run-id"],
+        outputs=["model-uri", "manifest-digest"],
+    )
+
+
+def register(cfg: PipelineConfig) -> Container:
+    return step_container(
+        cfg,
+        "register",
+        "register",
+        args=[
+            "--model-uri", "{{inputs.parameters.model-uri}}",
+            "--manifest-digest", "{{inputs.parameters.manifest-digest}}",
+            "--run-id", "{{inputs.parameters.mlflow-run-id}}",
+            "--workspace", WORKSPACE,
+            "--version-out", f"{OUTPUTS}/model-version",
+        ],  # fmt: skip
+        inputs=["model-uri", "manifest-digest", "mlflow-run-id"],
+        outputs=["model-version"],
+    )
+
+
+def rollout(cfg: PipelineConfig) -> Container:
+    """Canary, check, promote or roll back one registered model version."""
+    return step_container(
+        cfg,
+        "rollout",
+        "rollout",
+        args=[
+            "--model-uri", "{{inputs.parameters.model-uri}}",
+            "--model-version", "{{inputs.parameters.model-version}}",
+            "--region", "{{inputs.parameters.region}}",
+            "--url-out", f"{OUTPUTS}/serving-url",
+            "--outcome-out", f"{OUTPUTS}/outcome",
+        ],  # fmt: skip
+        inputs=["model-uri", "model-version", "region"],
+        outputs=["serving-url", "outcome"],
+        # The canary window is part of the step; give it room on top of the ordinary deadline.
+        active_deadline_seconds=cfg.cluster.step_deadline_seconds + cfg.serving.canary_window_seconds,
+    )
+
+
+def exit_handler(cfg: PipelineConfig) -> Container:
+    """Close MLflow runs left RUNNING with the workflow's true status, whatever happened."""
+    return step_container(
+        cfg,
+        "exit-handler",
+        "close_run",
+        args=[
+            "--workflow-name", "{{workflow.name}}",
+            "--workflow-status", "{{workflow.status}}",
+            "--workspace", WORKSPACE,
+        ],  # fmt: skip
+        resources=k8s.EXIT_RESOURCES,
+    )
+
+
+def workflow_settings(cfg: PipelineConfig) -> dict[str, Any]:
+    """What every workflow spec carries: identity, cleanup, deadline, security, priority."""
+    team = k8s.team_config(cfg)
+    return {
+        "namespace": cfg.cluster.namespace,
+        "service_account_name": cfg.cluster.service_account,
+        # Keep failed pods for their logs; successful runs clean up at once.
+        "pod_gc": m.PodGC(strategy="OnWorkflowSuccess"),
+        "ttl_strategy": m.TTLStrategy(
+            seconds_after_completion=cfg.cluster.ttl_seconds_after_completion,
+            seconds_after_success=min(cfg.cluster.ttl_seconds_after_completion, 24 * 3600),
+        ),
+        "active_deadline_seconds": cfg.cluster.workflow_deadline_seconds,
+        "security_context": k8s.pod_security_context(),
+        "pod_priority_class_name": team.priority.name,
+        "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/team": team.name},
+    }

@@ -1,0 +1,106 @@
+"""WorkflowTemplate `train-deploy`: from a commit to a served model, one DAG.
+
+build-image → prepare-data → train → evaluate → upload → register → rollout, with an exit
+handler that closes the MLflow run. The local executor reads this same DAG (`build(cfg).to_dict()`),
+so the step order is written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hera.workflows import DAG, Parameter, WorkflowTemplate
+
+from paddle_mlops.config import PipelineConfig
+from pipelines import templates
+
+NAME = "train-deploy"
+GATE = "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
+
+
+def parameters(cfg: PipelineConfig) -> list[Parameter]:
+    """What a submitter (Argo Events sensor, `argo submit`, the CronWorkflow) may set."""
+    return [
+        Parameter(name="git-sha", description="commit to build and train"),
+        Parameter(name="git-repo", description="repository URL the build step clones"),
+        Parameter(name="git-branch", value="main"),
+        Parameter(name="config", value="configs/pipeline.yaml"),
+        Parameter(name="env", value="prod", enum=["local", "dev", "prod"]),
+        Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
+        Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
+        Parameter(name="region", value=cfg.cluster.region),
+    ]
+
+
+def task_output(task: str, name: str) -> str:
+    return f"{{{{tasks.{task}.outputs.parameters.{name}}}}}"
+
+
+def build(cfg: PipelineConfig) -> WorkflowTemplate:
+    """The `train-deploy` WorkflowTemplate for this configuration (no side effects)."""
+    with WorkflowTemplate(
+        name=NAME,
+        entrypoint="main",
+        arguments=parameters(cfg),
+        on_exit="exit-handler",
+        **templates.workflow_settings(cfg),
+    ) as wt:
+        build_image = templates.build_image(cfg)
+        prepare_data = templates.prepare_data(cfg)
+        train = templates.train(cfg)
+        evaluate = templates.evaluate(cfg)
+        upload = templates.upload(cfg)
+        register = templates.register(cfg)
+        rollout = templates.rollout(cfg)
+        templates.exit_handler(cfg)
+
+        with DAG(name="main"):
+            t_build = build_image(name="build-image")
+            t_data = prepare_data(name="prepare-data")
+            t_train = train(name="train", arguments={"image-digest": task_output("build-image", "image-digest")})
+            t_eval = evaluate(name="evaluate")
+            t_upload = upload(
+                name="upload", when=GATE, arguments={"mlflow-run-id": task_output("evaluate", "mlflow-run-id")}
+            )
+            t_register = register(
+                name="register",
+                when=GATE,
+                arguments={
+                    "model-uri": task_output("upload", "model-uri"),
+                    "manifest-digest": task_output("upload", "manifest-digest"),
+                    "mlflow-run-id": task_output("evaluate", "mlflow-run-id"),
+                },
+            )
+            t_rollout = rollout(
+                name="rollout",
+                when=GATE,
+                arguments={
+                    "model-uri": task_output("upload", "model-uri"),
+                    "model-version": task_output("register", "model-version"),
+                    "region": "{{workflow.parameters.region}}",
+                },
+            )
+            t_build >> t_data >> t_train >> t_eval >> t_upload >> t_register >> t_rollout
+    return wt
+
+
+def dag_order(workflow: dict[str, Any]) -> list[str]:
+    """Task names of the entrypoint DAG in dependency order (ties by name), read from `to_dict()`.
+
+    The step order is derived, never listed: this is what the local executor and tests use.
+    """
+    spec = workflow["spec"]
+    entry = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
+    tasks = {t["name"]: t for t in entry["dag"]["tasks"]}
+    needs = {
+        name: set(t.get("dependencies") or re.findall(r"[A-Za-z0-9-]+(?=\.|\b)", t.get("depends", ""))) & set(tasks)
+        for name, t in tasks.items()
+    }
+    order: list[str] = []
+    while len(order) < len(tasks):
+        ready = sorted(n for n in tasks if n not in order and needs[n] <= set(order))
+        if not ready:
+            raise ValueError(f"DAG '{entry['name']}' has a cycle among {sorted(set(tasks) - set(order))}")
+        order += ready
+    return order

@@ -1,0 +1,84 @@
+"""argo/ is exactly what the pipelines compile to, and drift is reported by file."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paddle_mlops import compile as compiler
+from paddle_mlops.config import load_config
+
+ARGO = Path(__file__).resolve().parents[1] / "argo"
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return compiler.default_compile_config()
+
+
+def test_checked_in_argo_is_current(cfg) -> None:
+    assert compiler.check(ARGO, cfg) == []
+
+
+def test_one_file_per_template(cfg) -> None:
+    rendered = compiler.render_all(cfg)
+    assert sorted(rendered) == ["rollout.yaml", "scheduled-retrain.yaml", "train-deploy.yaml"]
+    for name, docs in rendered.items():
+        assert [d["metadata"]["name"] for d in docs] == [name.removesuffix(".yaml")]
+
+
+def test_kustomization_lists_every_generated_file(cfg) -> None:
+    kustomization = yaml.safe_load((ARGO / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert set(compiler.render_all(cfg)) <= set(kustomization["resources"])
+    for resource in kustomization["resources"]:
+        assert (ARGO / resource).exists(), resource
+
+
+def test_write_then_check_round_trips(tmp_path: Path, cfg) -> None:
+    written = compiler.write(tmp_path, cfg)
+    assert {p.name for p in written} == set(compiler.render_all(cfg))
+    assert all(p.read_text(encoding="utf-8").startswith(compiler.HEADER) for p in written)
+    assert compiler.check(tmp_path, cfg) == []
+
+
+def test_formatting_alone_is_not_drift(tmp_path: Path, cfg) -> None:
+    compiler.write(tmp_path, cfg)
+    path = tmp_path / "rollout.yaml"
+    docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    path.write_text(compiler.HEADER + yaml.safe_dump_all(docs, sort_keys=True, indent=4), encoding="utf-8")
+    assert compiler.check(tmp_path, cfg) == []
+
+
+def test_changed_pipeline_value_is_reported_by_file(tmp_path: Path, cfg) -> None:
+    compiler.write(tmp_path, cfg)
+    changed = load_config(overrides=["storage.workspace=s3://elsewhere/runs"])
+    problems = compiler.check(tmp_path, changed)
+    stale = [p for p in problems if "stale" in p]
+    assert any(str(tmp_path / "train-deploy.yaml") in p for p in stale)
+    assert all("s3://elsewhere/runs" in p for p in stale)  # the diff shows the new value
+
+
+def test_edited_file_is_reported_with_a_diff(tmp_path: Path, cfg) -> None:
+    compiler.write(tmp_path, cfg)
+    path = tmp_path / "train-deploy.yaml"
+    path.write_text(path.read_text(encoding="utf-8").replace("value: '[]'", "value: '[\"training.epochs=1\"]'"))
+    (problem,) = compiler.check(tmp_path, cfg)
+    assert problem.startswith(f"{path}: stale")
+    lines = problem.splitlines()
+    assert any(line.startswith("-") and "training.epochs=1" in line for line in lines)
+    assert any(line.startswith("+") and "value: '[]'" in line for line in lines)
+
+
+def test_missing_and_leftover_files_are_reported(tmp_path: Path, cfg) -> None:
+    shutil.copytree(ARGO, tmp_path / "argo")
+    out = tmp_path / "argo"
+    (out / "rollout.yaml").unlink()
+    (out / "old-pipeline.yaml").write_text(compiler.HEADER + "kind: WorkflowTemplate\n", encoding="utf-8")
+    (out / "rbac.yaml").write_text("kind: ServiceAccount\n", encoding="utf-8")  # hand-written: not ours
+    problems = compiler.check(out, cfg)
+    assert len(problems) == 2
+    assert any("rollout.yaml: missing" in p for p in problems)
+    assert any("old-pipeline.yaml" in p and "no longer produced" in p for p in problems)

@@ -1,0 +1,224 @@
+"""The pipeline definitions state their intent: DAG order, the gate, GPU training, both operators."""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+
+import pytest
+import yaml
+
+from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
+
+DAG_ORDER = ["build-image", "prepare-data", "train", "evaluate", "upload", "register", "rollout"]
+ALLOWED_EXPRESSION = re.compile(
+    r"\{\{(workflow\.parameters\.[a-z-]+|workflow\.name|workflow\.status|inputs\.parameters\.[a-z-]+"
+    r"|tasks\.[a-z-]+\.outputs\.parameters\.[a-z-]+)\}\}"
+)
+# A Kubernetes label-selector requirement: Argo parses resource conditions with labels.Parse,
+# so the key (a gjson path) must be a valid label key.
+LABEL_REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]\s*(==|=|!=|>|<)\s*[A-Za-z0-9_.-]+$"
+    r"|^[A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]\s+(in|notin)\s+\([A-Za-z0-9_.,\s-]+\)$"
+)
+
+
+def _cfg(*overrides: str) -> PipelineConfig:
+    return load_config(overrides=list(overrides))
+
+
+@pytest.fixture
+def doc() -> dict:
+    return train_deploy.build(_cfg()).to_dict()
+
+
+def _templates(doc: dict) -> dict[str, dict]:
+    return {t["name"]: t for t in doc["spec"]["templates"]}
+
+
+def _tasks(doc: dict) -> dict[str, dict]:
+    dag = _templates(doc)[doc["spec"]["entrypoint"]]["dag"]
+    return {t["name"]: t for t in dag["tasks"]}
+
+
+def test_dag_runs_the_steps_in_order(doc: dict) -> None:
+    assert train_deploy.dag_order(doc) == DAG_ORDER
+    tasks = _tasks(doc)
+    assert all(tasks[name].get("depends") == before for before, name in pairwise(DAG_ORDER))
+
+
+def test_dag_order_reads_depends_expressions_and_rejects_cycles(doc: dict) -> None:
+    tasks = _tasks(doc)
+    tasks["rollout"]["depends"] = "register.Succeeded || upload.Skipped"
+    assert train_deploy.dag_order(doc)[-1] == "rollout"
+    tasks["build-image"]["depends"] = "rollout"
+    with pytest.raises(ValueError, match="cycle"):
+        train_deploy.dag_order(doc)
+
+
+def test_build_has_no_side_effects_and_is_deterministic() -> None:
+    assert train_deploy.build(_cfg()).to_dict() == train_deploy.build(_cfg()).to_dict()
+
+
+def test_workflow_parameters_and_defaults(doc: dict) -> None:
+    params = {p["name"]: p.get("value") for p in doc["spec"]["arguments"]["parameters"]}
+    assert params == {
+        "git-sha": None,
+        "git-repo": None,
+        "git-branch": "main",
+        "config": "configs/pipeline.yaml",
+        "env": "prod",
+        "overrides": "[]",
+        "workspace": "s3://paddle-mlops/runs",
+        "region": "cn-north",
+    }
+
+
+@pytest.mark.parametrize("task", ["upload", "register", "rollout"])
+def test_publishing_steps_wait_for_the_gate(doc: dict, task: str) -> None:
+    assert _tasks(doc)[task]["when"] == "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
+
+
+def test_exit_handler_closes_the_run(doc: dict) -> None:
+    assert doc["spec"]["onExit"] == "exit-handler"
+    handler = _templates(doc)["exit-handler"]["container"]
+    assert handler["command"] == ["python", "-m", "steps.close_run"]
+    assert "{{workflow.status}}" in handler["args"]
+
+
+def test_every_value_is_an_expression_the_local_executor_understands(doc: dict) -> None:
+    text = yaml.safe_dump(doc)
+    for expression in re.findall(r"\{\{[^}]*\}\}", text):
+        assert ALLOWED_EXPRESSION.fullmatch(expression), expression
+
+
+def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
+    templates = _templates(doc)
+    declared = {
+        name: {p["name"]: p["valueFrom"]["path"] for p in t.get("outputs", {}).get("parameters", [])}
+        for name, t in templates.items()
+    }
+    assert declared["build-image"] == {"image-digest": "/tmp/outputs/image-digest"}
+    assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics"}
+    assert set(declared["upload"]) == {"model-uri", "manifest-digest"}
+    assert set(declared["register"]) == {"model-version"}
+    assert set(declared["rollout"]) == {"serving-url", "outcome"}
+    for name, outputs in declared.items():
+        args = templates[name].get("container", {}).get("args", [])
+        for path in outputs.values():
+            assert path.startswith("/tmp/outputs/") and path in args, (name, path)
+
+
+def test_inputs_used_in_args_are_declared_and_passed(doc: dict) -> None:
+    templates, tasks = _templates(doc), _tasks(doc)
+    for name, task in tasks.items():
+        template = templates[task["template"]]
+        declared = {p["name"] for p in template.get("inputs", {}).get("parameters", [])}
+        passed = {p["name"] for p in task.get("arguments", {}).get("parameters", [])}
+        used = set(re.findall(r"\{\{inputs\.parameters\.([a-z-]+)\}\}", yaml.safe_dump(template)))
+        assert used == declared == passed, name
+
+
+def test_train_requests_gpus_and_is_placed_by_region(doc: dict) -> None:
+    train = _templates(doc)["train"]["resource"]
+    manifest = yaml.safe_load(train["manifest"])
+    pod = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["nodeSelector"] == {"region": "cn-north", "gpu-type": "a100", "cost-tier": "standard"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["priorityClassName"] == "team-nlp-training"
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+
+
+def test_train_image_is_pinned_by_the_build_digest(doc: dict) -> None:
+    manifest = yaml.safe_load(_templates(doc)["train"]["resource"]["manifest"])
+    image = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.example.com/paddle-mlops/train@{{inputs.parameters.image-digest}}"
+
+
+def test_worker_command_follows_the_training_launch_contract(doc: dict) -> None:
+    manifest = yaml.safe_load(_templates(doc)["train"]["resource"]["manifest"])
+    command = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:8] == [
+        "python", "-m", "paddle.distributed.launch", "--nproc_per_node", "1", "--log_dir", "/tmp/paddle-log",
+        "steps/train.py",
+    ]  # fmt: skip
+    assert command[command.index("--workspace") + 1] == "{{workflow.parameters.workspace}}/{{workflow.name}}"
+
+
+@pytest.mark.parametrize("operator", ["kubeflow", "paddle"])
+@pytest.mark.parametrize("ps_replicas", [0, 2])
+def test_both_operators_and_topologies(operator: str, ps_replicas: int) -> None:
+    cfg = _cfg(
+        f"training.paddlejob.operator={operator}",
+        f"training.paddlejob.ps_replicas={ps_replicas}",
+        "training.paddlejob.workers=3",
+        "training.paddlejob.gpus_per_worker=4",
+    )
+    job = paddlejob.build_paddlejob(cfg)
+    for condition in (job.success_condition, job.failure_condition):
+        for requirement in re.split(r",(?![^(]*\))", condition):
+            assert LABEL_REQUIREMENT.match(requirement.strip()), requirement
+    spec = job.manifest["spec"]
+    if operator == "kubeflow":
+        assert job.manifest["apiVersion"] == "kubeflow.org/v1"
+        assert spec["paddleReplicaSpecs"]["Worker"]["replicas"] == 3
+        assert ("Master" in spec["paddleReplicaSpecs"]) == (ps_replicas > 0)
+        policy = spec["runPolicy"]
+        assert policy["schedulingPolicy"]["scheduleTimeoutSeconds"] == 1800
+        assert policy["schedulingPolicy"]["minAvailable"] == 3 + ps_replicas
+        assert policy["backoffLimit"] == 3 and policy["activeDeadlineSeconds"] == 21600
+        worker = spec["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
+    else:
+        assert job.manifest["apiVersion"] == "batch.paddlepaddle.org/v1"
+        assert job.success_condition.startswith("status.phase")
+        assert ("ps" in spec) == (ps_replicas > 0)
+        assert spec["worker"]["replicas"] == 3
+        worker = spec["worker"]["template"]["spec"]
+    command = worker["containers"][0]["command"]
+    assert command[command.index("--nproc_per_node") + 1] == "4"
+    assert ("--run_mode" in command) == (ps_replicas > 0)
+    assert worker["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == 4
+
+
+def test_cpu_training_requests_no_gpu_and_no_gpu_nodes() -> None:
+    job = paddlejob.build_paddlejob(_cfg("training.paddlejob.gpus_per_worker=0"))
+    pod = job.manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"]["limits"]
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+
+
+def test_train_template_has_conditions_owner_and_deadline(doc: dict) -> None:
+    train = _templates(doc)["train"]
+    assert train["resource"]["action"] == "create"
+    assert train["resource"]["setOwnerReference"] is True
+    assert train["resource"]["successCondition"] and train["resource"]["failureCondition"]
+    # Scheduling wait + the job's own deadline: a job stuck Pending fails the step.
+    assert train["timeout"] == "23400s" and train["activeDeadlineSeconds"] == 23400
+
+
+def test_unknown_region_is_a_clear_config_error() -> None:
+    with pytest.raises(ConfigError, match="configs/regions/mars.yaml"):
+        train_deploy.build(_cfg("cluster.region=mars"))
+
+
+def test_rollout_template_promotes_a_given_version() -> None:
+    doc = rollout_template.build(_cfg()).to_dict()
+    assert doc["metadata"]["name"] == "rollout"
+    params = {p["name"] for p in doc["spec"]["arguments"]["parameters"]}
+    assert {"model-version", "model-uri", "region"} <= params
+    (task,) = _tasks(doc).values()
+    assert task["template"] == "rollout"
+    assert doc["spec"]["onExit"] == "exit-handler"
+
+
+def test_cron_references_the_template_and_never_overlaps() -> None:
+    doc = retrain_cron.build(_cfg()).to_dict()
+    spec = doc["spec"]
+    assert spec["concurrencyPolicy"] == "Forbid"
+    assert spec["schedules"] == ["0 3 * * 1"]
+    assert spec["startingDeadlineSeconds"] > 0
+    assert spec["workflowSpec"]["workflowTemplateRef"] == {"name": train_deploy.NAME}
+    assert "templates" not in spec["workflowSpec"]  # one definition of the DAG
