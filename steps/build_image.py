@@ -1,0 +1,97 @@
+"""Build and push the project image with rootless BuildKit, and output its digest.
+
+On the cluster the step runs in the BuildKit image (`buildctl-daemonless.sh` on PATH, or a
+`BUILDKIT_HOST` daemon). The build context is the git repository at the exact commit, so the
+image is reproducible from `--git-sha` alone. Locally there is no BuildKit: the local executor
+runs the installed project, so the step says so and outputs the digest `local`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from steps.runtime import stepargs
+from steps.runtime.stepargs import StepError
+
+LOCAL_DIGEST = "local"
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m steps.build_image", description=__doc__.split("\n\n")[0])
+    stepargs.add_common_args(parser)
+    parser.add_argument("--git-repo", required=True, help="git URL of the repository to build")
+    parser.add_argument("--image", required=True, help="image name without tag; pushed as <image>:<git-sha>")
+    parser.add_argument("--dockerfile", default="images/train/Dockerfile", help="Dockerfile path inside the repo")
+    parser.add_argument("--digest-out", default=None, help="output parameter file: the pushed image digest")
+    return stepargs.parse(parser, argv)
+
+
+def buildctl_command() -> list[str] | None:
+    """`buildctl-daemonless.sh` (rootless, starts its own daemon) or `buildctl` against BUILDKIT_HOST."""
+    daemonless = shutil.which("buildctl-daemonless.sh")
+    if daemonless:
+        return [daemonless]
+    if os.environ.get("BUILDKIT_HOST") and shutil.which("buildctl"):
+        return [shutil.which("buildctl") or "buildctl"]
+    return None
+
+
+def build_args(buildctl: list[str], git_repo: str, git_sha: str, dockerfile: str, image: str, metadata: Path) -> list[str]:
+    return [
+        *buildctl,
+        "build",
+        "--frontend", "dockerfile.v0",
+        "--opt", f"context={git_repo}#{git_sha}",
+        "--opt", f"filename={dockerfile}",
+        "--output", f"type=image,name={image}:{git_sha},push=true",
+        "--metadata-file", str(metadata),
+    ]
+
+
+def read_digest(metadata: Path) -> str:
+    try:
+        digest = json.loads(metadata.read_text(encoding="utf-8"))["containerimage.digest"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise StepError(f"BuildKit metadata {metadata} has no containerimage.digest ({exc}); see the build log above") from None
+    if not str(digest).startswith("sha256:"):
+        raise StepError(f"BuildKit reported an unexpected digest {digest!r}")
+    return str(digest)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+
+    def body() -> int:
+        stepargs.config_from_args(args)
+        if args.git_sha in ("", "unknown"):
+            raise StepError("--git-sha is required to build a reproducible image (pass the commit being built)")
+        buildctl = buildctl_command()
+        if buildctl is None:
+            print(f"build-image: skipped — no BuildKit here (local run uses the installed project); image digest: {LOCAL_DIGEST}")
+            stepargs.write_output(args.digest_out, LOCAL_DIGEST)
+            return stepargs.EXIT_OK
+        metadata = Path(tempfile.mkdtemp(prefix="build-")) / "build-meta.json"
+        cmd = build_args(buildctl, args.git_repo, args.git_sha, args.dockerfile, args.image, metadata)
+        stepargs.log.info("building %s:%s from %s#%s", args.image, args.git_sha, args.git_repo, args.git_sha)
+        result = subprocess.run(cmd, check=False)
+        if result.returncode != 0:
+            print(f"[build-image] buildctl failed with exit code {result.returncode}; see the build log above", file=sys.stderr)
+            return stepargs.EXIT_FAILED
+        digest = read_digest(metadata)
+        stepargs.write_output(args.digest_out, digest)
+        print(f"build-image: pushed {args.image}:{args.git_sha}@{digest}")
+        return stepargs.EXIT_OK
+
+    return stepargs.run_step("build-image", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

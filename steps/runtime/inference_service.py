@@ -1,0 +1,171 @@
+"""Build the KServe InferenceService that serves one model version in one region.
+
+Decisions, and why:
+
+- Custom predictor container (`spec.predictor.containers[0]`, named `kserve-container`) running
+  `python -m steps.serve`: the same server as the local run. The built-in Paddle runtime cannot
+  tokenize text or batch dynamically.
+- The published model URI goes in the container's `--model-uri` argument, not in the `STORAGE_URI`
+  env / `storageUri`: either would make KServe inject its storage-initializer, which downloads
+  without checking `manifest.json`. Our server fetches and verifies every file itself (S3
+  credentials come from the storage Secret by reference).
+- Canary: Serverless mode uses `spec.predictor.canaryTrafficPercent` (Knative splits traffic between
+  the new and the previously rolled-out revision). KServe does not support canaryTrafficPercent in
+  RawDeployment mode, so there the rollout step deploys the new revision as a separate
+  InferenceService `<name>-canary` (see `canary_name`), checks it with smoke traffic and its
+  metrics, then updates the main service and deletes the canary. No live-traffic split then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paddle_mlops.config.models import PipelineConfig, RegionConfig
+
+GROUP = "serving.kserve.io"
+VERSION = "v1beta1"
+PLURAL = "inferenceservices"
+API_VERSION = f"{GROUP}/{VERSION}"
+SERVING_PORT = 8080
+
+
+def service_name(cfg: PipelineConfig, region: RegionConfig) -> str:
+    """One InferenceService per region: regions are node pools of the cluster, chosen by nodeSelector."""
+    return f"{cfg.serving.model_name}-{region.name}"
+
+
+def canary_name(cfg: PipelineConfig, region: RegionConfig) -> str:
+    return f"{service_name(cfg, region)}-canary"
+
+
+def pin_image(image: str, digest: str | None) -> str:
+    """`repo:tag` + `sha256:…` -> `repo@sha256:…`; the tag alone when no real digest was built."""
+    if not digest or not digest.startswith("sha256:"):
+        return image
+    repo = image.split("@", 1)[0]
+    last = repo.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
+    return f"{repo}@{digest}"
+
+
+def _security_context_pod() -> dict[str, Any]:
+    # Pod Security Standard "restricted": non-root with a fixed uid matching the image's USER.
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _security_context_container() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _env(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    secret = cfg.storage.credentials_secret
+    env: list[dict[str, Any]] = [
+        # The root filesystem is read-only; model downloads and library caches go to the /tmp volume.
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "PPNLP_HOME", "value": "/tmp/paddlenlp"},
+        {"name": "AWS_DEFAULT_REGION", "value": cfg.storage.region},
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_ACCESS_KEY_ID"}}},
+        {
+            "name": "AWS_SECRET_ACCESS_KEY",
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_SECRET_ACCESS_KEY"}},
+        },
+    ]
+    if cfg.storage.endpoint_url:
+        env.append({"name": "S3_ENDPOINT_URL", "value": cfg.storage.endpoint_url})
+    return env
+
+
+def _resources(cfg: PipelineConfig) -> dict[str, Any]:
+    requests = {"cpu": str(cfg.serving.cpu_threads), "memory": "2Gi"}
+    limits: dict[str, Any] = {"cpu": str(cfg.serving.cpu_threads * 2), "memory": "4Gi"}
+    if cfg.serving.use_gpu:
+        requests["nvidia.com/gpu"] = "1"
+        limits["nvidia.com/gpu"] = "1"
+    return {"requests": requests, "limits": limits}
+
+
+def build_inference_service(
+    cfg: PipelineConfig,
+    region: RegionConfig,
+    model_uri: str,
+    image: str,
+    model_version: str = "",
+    canary_percent: int | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """The InferenceService for `model_uri` in `region`; `canary_percent` sends that share to it (Serverless)."""
+    serving = cfg.serving
+    if canary_percent is not None and serving.deployment_mode != "Serverless":
+        raise ValueError("canaryTrafficPercent needs deploymentMode Serverless; RawDeployment uses a <name>-canary service")
+    metadata_name = name or service_name(cfg, region)
+    container: dict[str, Any] = {
+        "name": "kserve-container",
+        "image": image,
+        "command": ["python", "-m", "steps.serve"],
+        "args": [
+            "--model-uri", model_uri,
+            "--host", "0.0.0.0",
+            "--port", str(SERVING_PORT),
+            "--model-name", serving.model_name,
+            "--overrides", "[]",
+        ],
+        "ports": [{"containerPort": SERVING_PORT, "name": "http1", "protocol": "TCP"}],
+        "env": _env(cfg),
+        "resources": _resources(cfg),
+        "readinessProbe": {"httpGet": {"path": f"/v1/models/{serving.model_name}", "port": SERVING_PORT}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": SERVING_PORT}, "periodSeconds": 15},
+        "securityContext": _security_context_container(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    predictor: dict[str, Any] = {
+        "containers": [container],
+        "nodeSelector": region.node_selector(),
+        "tolerations": [t.model_dump(exclude_none=True) for t in region.tolerations],
+        "securityContext": _security_context_pod(),
+        "automountServiceAccountToken": False,
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}],
+        "minReplicas": 1,
+    }
+    if canary_percent is not None:
+        predictor["canaryTrafficPercent"] = canary_percent
+    labels = {
+        "app.kubernetes.io/name": serving.model_name,
+        "app.kubernetes.io/part-of": "paddle-mlops",
+        "paddle-mlops/region": region.name,
+    }
+    if model_version:
+        labels["paddle-mlops/model-version"] = str(model_version)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "InferenceService",
+        "metadata": {
+            "name": metadata_name,
+            "namespace": cfg.cluster.namespace,
+            "labels": labels,
+            "annotations": {
+                "serving.kserve.io/deploymentMode": serving.deployment_mode,
+                # Tag routing gives the canary revision its own URL, so the rollout can probe it alone.
+                "serving.kserve.io/enable-tag-routing": "true",
+                "serving.kserve.io/enable-prometheus-scraping": "true",
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(SERVING_PORT),
+                "prometheus.io/path": "/metrics",
+                "paddle-mlops/model-uri": model_uri,
+            },
+        },
+        "spec": {"predictor": predictor},
+    }

@@ -1,0 +1,467 @@
+"""The ERNIE model server: a `kserve.Model` predictor with dynamic batching, input checks and metrics.
+
+The REST surface is KServe's own (Open Inference Protocol v1 and v2 endpoints, health, `/metrics`),
+assembled with kserve's public building blocks (`register_v1_endpoints`, `register_v2_endpoints`,
+its error handlers, `DataPlane`). We build the FastAPI app ourselves rather than via
+`kserve.ModelServer` because kserve 0.21 hard-codes `host="0.0.0.0"` in `RESTServer` and shares one
+process-global app: a local server must bind loopback only, and tests need a fresh app each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import kserve
+import numpy as np
+import uvicorn
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, ORJSONResponse
+from kserve import errors as kerrors
+from kserve.model_repository import ModelRepository
+from kserve.protocol.dataplane import DataPlane
+from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.model_repository_extension import ModelRepositoryExtension
+from kserve.protocol.rest.server import metrics_handler
+from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
+from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
+from prometheus_client import Counter, Histogram
+from starlette.exceptions import HTTPException
+
+from paddle_mlops.config.models import ServingConfig
+
+log = logging.getLogger("steps.serving")
+
+# Module-level: prometheus_client's default registry is what kserve's `/metrics` handler exports,
+# and a collector may be registered there only once per process.
+REQUESTS = Counter(
+    "paddle_mlops_serving_requests_total", "Inference requests answered", ["protocol", "code"]
+)
+LATENCY = Histogram(
+    "paddle_mlops_serving_request_latency_seconds",
+    "Inference request latency, receive to response",
+    ["protocol"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+BATCH_SIZE = Histogram(
+    "paddle_mlops_serving_batch_size",
+    "Texts per model call after dynamic batching",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+ERRORS = Counter("paddle_mlops_serving_errors_total", "Requests that failed, by reason", ["reason"])
+
+
+class Classifier(Protocol):
+    def predict(self, texts: list[str]) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Input safety limits, from `serving.*` in the pipeline config."""
+
+    max_request_bytes: int = 1_000_000
+    max_instances: int = 64
+    max_text_chars: int = 512
+
+    @classmethod
+    def from_config(cls, cfg: ServingConfig) -> Limits:
+        return cls(cfg.max_request_bytes, cfg.max_instances, cfg.max_text_chars)
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def check_texts(texts: Any, limits: Limits, where: str) -> list[str]:
+    """Return `texts` if it is a non-empty list of strings within the limits; else InvalidInput."""
+    if not isinstance(texts, list):
+        raise kerrors.InvalidInput(f"{where} must be a list of strings, got {type(texts).__name__}")
+    if not texts:
+        raise kerrors.InvalidInput(f"{where} is empty; send at least one text")
+    if len(texts) > limits.max_instances:
+        raise kerrors.InvalidInput(
+            f"{where} has {len(texts)} items; at most {limits.max_instances} per request (split the request)"
+        )
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise kerrors.InvalidInput(f"{where}[{i}] must be a string, got {type(text).__name__}")
+        if len(text) > limits.max_text_chars:
+            raise kerrors.InvalidInput(
+                f"{where}[{i}] has {len(text)} characters; at most {limits.max_text_chars} allowed"
+            )
+    return texts
+
+
+def v1_texts(body: Any, limits: Limits) -> list[str]:
+    """`{"instances": ["text", ...]}` -> the texts."""
+    if not isinstance(body, dict):
+        raise kerrors.InvalidInput(
+            'request body must be a JSON object {"instances": ["text", ...]} with Content-Type: application/json'
+        )
+    if "instances" not in body:
+        raise kerrors.InvalidInput('request body has no "instances" key; send {"instances": ["text", ...]}')
+    return check_texts(body["instances"], limits, "instances")
+
+
+def v2_texts(request: InferRequest, limits: Limits) -> list[str]:
+    """One BYTES input tensor of shape [n] or [n, 1] holding strings -> the texts."""
+    if len(request.inputs) != 1:
+        raise kerrors.InvalidInput(f"expected exactly one input tensor (BYTES, shape [n]), got {len(request.inputs)}")
+    tensor = request.inputs[0]
+    if tensor.datatype != "BYTES":
+        raise kerrors.InvalidInput(f"input '{tensor.name}' must have datatype BYTES, got {tensor.datatype}")
+    data = tensor.data
+    if not isinstance(data, list):
+        raise kerrors.InvalidInput(f"input '{tensor.name}' data must be a JSON list of strings")
+    shape = list(tensor.shape or [])
+    if shape not in ([len(data)], [len(data), 1]):
+        raise kerrors.InvalidInput(f"input '{tensor.name}' shape {shape} does not match {len(data)} strings; use [n]")
+    return check_texts(data, limits, f"inputs['{tensor.name}'].data")
+
+
+# --------------------------------------------------------------------------- dynamic batching
+
+
+class DynamicBatcher:
+    """Merge concurrent requests into one model call of at most `max_batch_size` texts.
+
+    One worker task per event loop takes the first waiting request, then keeps collecting for up to
+    `max_wait_ms` or until the next request would overflow the batch; a request is never split. The
+    model runs in a thread (`run_in_executor`) so the loop keeps accepting requests meanwhile, and
+    because only the worker calls the model, the predictor never sees two calls at once.
+    """
+
+    def __init__(self, run_batch: Callable[[list[str]], list[dict[str, Any]]], max_batch_size: int, max_wait_ms: float):
+        self._run_batch = run_batch
+        self._max_batch = max_batch_size
+        self._max_wait = max_wait_ms / 1000.0
+        self._queue: asyncio.Queue[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _ensure_worker(self) -> asyncio.Queue[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]]:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._worker is None or self._worker.done():
+            self._loop = loop
+            self._queue = asyncio.Queue()
+            self._worker = loop.create_task(self._work(self._queue))
+        assert self._queue is not None
+        return self._queue
+
+    async def submit(self, texts: list[str]) -> list[dict[str, Any]]:
+        future: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        await self._ensure_worker().put((texts, future))
+        return await future
+
+    async def _work(self, queue: asyncio.Queue[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]]) -> None:
+        carry: tuple[list[str], asyncio.Future[list[dict[str, Any]]]] | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            first = carry or await queue.get()
+            carry = None
+            batch = [first]
+            size = len(first[0])
+            deadline = loop.time() + self._max_wait
+            while size < self._max_batch:
+                remaining = deadline - loop.time()
+                try:
+                    item = queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(queue.get(), remaining)
+                except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                    break
+                if size + len(item[0]) > self._max_batch:
+                    carry = item
+                    break
+                batch.append(item)
+                size += len(item[0])
+            await self._run(batch, size)
+
+    async def _run(self, batch: list[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]], size: int) -> None:
+        texts = [t for item, _ in batch for t in item]
+        BATCH_SIZE.observe(size)
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(None, self._run_batch, texts)
+            if len(results) != len(texts):
+                raise RuntimeError(f"model returned {len(results)} results for {len(texts)} texts")
+        except Exception as exc:  # noqa: BLE001 — every waiting request must learn of the failure
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        start = 0
+        for item, future in batch:
+            if not future.done():
+                future.set_result(results[start : start + len(item)])
+            start += len(item)
+
+
+# --------------------------------------------------------------------------- the predictor
+
+
+def resolve_model_dir(model_uri: str | None, model_dir: str | None, endpoint_url: str | None) -> Path:
+    """A local export directory for the model: `model_dir` as is, or `model_uri` fetched and verified.
+
+    A local `model_uri` without `manifest.json` (a dev export, not a published version) is used in
+    place; anything else goes through `objectstore.fetch`, which checks every file against the manifest.
+    """
+    if model_dir:
+        return Path(model_dir)
+    if not model_uri:
+        raise ValueError("either a model URI or a model directory is required")
+    local = Path(model_uri)
+    if "://" not in model_uri and local.is_dir() and not (local / "manifest.json").exists():
+        return local
+    from steps.runtime import objectstore
+
+    return Path(objectstore.fetch(model_uri, Path(tempfile.mkdtemp(prefix="model-")), endpoint_url=endpoint_url))
+
+
+def default_classifier(model_dir: Path, cfg: ServingConfig) -> Classifier:
+    from steps.runtime.ernie import ExportedClassifier
+
+    return ExportedClassifier(model_dir, cpu_threads=cfg.cpu_threads, use_gpu=cfg.use_gpu)
+
+
+class ErnieModel(kserve.Model):
+    """ERNIE sentiment classifier over Paddle Inference, speaking Open Inference Protocol v1 and v2."""
+
+    def __init__(
+        self,
+        name: str,
+        cfg: ServingConfig,
+        model_uri: str | None = None,
+        model_dir: str | None = None,
+        endpoint_url: str | None = None,
+        classifier_factory: Callable[[Path, ServingConfig], Classifier] = default_classifier,
+    ):
+        super().__init__(name)
+        self.cfg = cfg
+        self.limits = Limits.from_config(cfg)
+        self.model_uri = model_uri
+        self.model_dir = model_dir
+        self.endpoint_url = endpoint_url
+        self._factory = classifier_factory
+        self.classifier: Classifier | None = None
+        self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch_size, cfg.max_wait_ms)
+
+    def load(self) -> bool:
+        directory = resolve_model_dir(self.model_uri, self.model_dir, self.endpoint_url)
+        self.classifier = self._factory(directory, self.cfg)
+        self.ready = True
+        return self.ready
+
+    def _run_batch(self, texts: list[str]) -> list[dict[str, Any]]:
+        assert self.classifier is not None, "load() must run before predictions"
+        return self.classifier.predict(texts)
+
+    async def preprocess(self, payload: Any, headers: dict[str, str] | None = None) -> Any:
+        if isinstance(payload, InferRequest):
+            return payload
+        if isinstance(payload, (bytes, str)):
+            raise kerrors.InvalidInput("request body must be JSON; send it with Content-Type: application/json")
+        return v1_texts(payload, self.limits)
+
+    async def predict(self, payload: Any, headers: dict[str, str] | None = None) -> Any:
+        if isinstance(payload, InferRequest):
+            texts = v2_texts(payload, self.limits)
+            results = await self._predict_texts(texts)
+            return self._v2_response(payload, results)
+        results = await self._predict_texts(payload)
+        return {"predictions": results}
+
+    async def _predict_texts(self, texts: list[str]) -> list[dict[str, Any]]:
+        try:
+            return await self.batcher.submit(texts)
+        except kerrors.InvalidInput:
+            raise
+        except Exception as exc:
+            log.exception("inference failed")
+            raise kerrors.InferenceError(f"inference failed: {type(exc).__name__}: {exc}") from exc
+
+    def _v2_response(self, request: InferRequest, results: list[dict[str, Any]]) -> InferResponse:
+        labels = list(results[0]["probabilities"]) if results else []
+        probs = np.array([[r["probabilities"][lab] for lab in labels] for r in results], dtype=np.float32)
+        label_out = InferOutput("label", [len(results)], "BYTES", [r["label"] for r in results])
+        prob_out = InferOutput("probabilities", list(probs.shape), "FP32", probs.flatten().tolist())
+        prob_out.parameters = {"labels": json.dumps(labels, ensure_ascii=False)}
+        return InferResponse(
+            response_id=request.id or "",
+            model_name=self.name,
+            infer_outputs=[label_out, prob_out],
+        )
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def _protocol_of(path: str) -> str | None:
+    if path.startswith("/v1/models/") and path.endswith(":predict"):
+        return "v1"
+    if path.startswith("/v2/models/") and path.endswith("/infer"):
+        return "v2"
+    return None
+
+
+_REASONS = {400: "invalid_input", 404: "model_not_found", 413: "body_too_large", 422: "invalid_input", 503: "not_ready"}
+
+
+class GuardMiddleware:
+    """Reject oversized bodies before anything parses them, and count every inference request.
+
+    Both the declared Content-Length and the bytes actually received are checked, so a chunked or
+    lying client cannot push more than `max_request_bytes` into the JSON parser.
+    """
+
+    def __init__(self, app: Any, max_request_bytes: int):
+        self.app = app
+        self.max_bytes = max_request_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        protocol = _protocol_of(scope.get("path", ""))
+        start = time.perf_counter()
+        status: dict[str, int] = {}
+
+        async def send_and_record(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        body = await self._read_body(scope, receive)
+        if body is None:
+            await _json_response(send_and_record, 413, f"request body exceeds {self.max_bytes} bytes; send fewer or shorter texts")
+        else:
+            await self.app(scope, _replay(body, receive), send_and_record)
+        if protocol is not None:
+            code = status.get("code", 500)
+            REQUESTS.labels(protocol=protocol, code=str(code)).inc()
+            LATENCY.labels(protocol=protocol).observe(time.perf_counter() - start)
+            if code >= 400:
+                ERRORS.labels(reason=_REASONS.get(code, "inference_error" if code >= 500 else "bad_request")).inc()
+
+    async def _read_body(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]]) -> bytes | None:
+        for key, value in scope.get("headers", []):
+            if key == b"content-length":
+                try:
+                    if int(value) > self.max_bytes:
+                        return None
+                except ValueError:
+                    return None
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Callable[[], Awaitable[dict[str, Any]]]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _json_response(send: Any, status: int, message: str) -> None:
+    payload = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _validation_error(_request: Any, exc: RequestValidationError) -> JSONResponse:
+    # FastAPI's default answer is {"detail": [...]}; keep one error shape, {"error": "..."}, for clients.
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err.get('loc', ()) if p != 'body') or 'body'}: {err.get('msg', '')}"
+        for err in exc.errors()[:5]
+    )
+    return JSONResponse(status_code=422, content={"error": f"invalid inference request: {problems}"})
+
+
+async def _http_error(_request: Any, exc: HTTPException) -> JSONResponse:
+    return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)}, headers=exc.headers)
+
+
+def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> FastAPI:
+    """KServe's REST endpoints for `models` (already loaded) behind the body-size/metrics guard."""
+    repository = ModelRepository()
+    for model in models:
+        repository.update(model)
+    dataplane = DataPlane(model_registry=repository)
+    extension = ModelRepositoryExtension(model_registry=repository)
+    app = FastAPI(title="paddle-mlops model server", docs_url=None, redoc_url=None, default_response_class=ORJSONResponse)
+    app.add_api_route("/", dataplane.live)
+    app.add_api_route("/metrics", metrics_handler, methods=["GET"])
+    register_v1_endpoints(app, dataplane, extension)
+    register_v2_endpoints(app, dataplane, extension)
+    for exc_type, handler in (
+        (kerrors.InvalidInput, kerrors.invalid_input_handler),
+        (kerrors.InferenceError, kerrors.inference_error_handler),
+        (kerrors.ModelNotFound, kerrors.model_not_found_handler),
+        (kerrors.ModelNotReady, kerrors.model_not_ready_handler),
+        (NotImplementedError, kerrors.not_implemented_error_handler),
+        (kerrors.ServerNotLive, kerrors.server_not_live_handler),
+        (kerrors.ServerNotReady, kerrors.server_not_ready_handler),
+        (RequestValidationError, _validation_error),
+        (HTTPException, _http_error),
+        (Exception, kerrors.generic_exception_handler),
+    ):
+        app.add_exception_handler(exc_type, handler)
+    app.add_middleware(GuardMiddleware, max_request_bytes=max_request_bytes)
+    return app
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind before serving so that port 0 resolves to a known free port we can report."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    app: FastAPI, sock: socket.socket, on_started: Callable[[], None] | None = None
+) -> None:
+    """Run `app` under uvicorn on an already bound socket until SIGTERM/SIGINT."""
+    config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=10, access_log=False)
+    server = uvicorn.Server(config)
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        if server.started and on_started is not None:
+            on_started()
+        await task
+
+    asyncio.run(run())

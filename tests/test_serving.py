@@ -1,0 +1,306 @@
+"""The model server: v1/v2 predictions on a tiny exported ERNIE, input safety, metrics, batching."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from paddle_mlops.config.models import ServingConfig
+from steps.runtime import serving
+
+NAME = "ernie-sentiment"
+V1 = f"/v1/models/{NAME}:predict"
+V2 = f"/v2/models/{NAME}/infer"
+
+
+def make_tiny_export(directory: Path) -> Path:
+    """The shared fixture when it exists; else the smallest real export (hidden 32, 1 layer)."""
+    try:
+        from tests.fixtures_ernie import make_exported_model
+    except ImportError:
+        pass
+    else:
+        return make_exported_model(directory)
+    import paddle
+
+    from paddle_mlops.config.models import ModelConfig
+    from steps.runtime import ernie
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"这个手机质量很好非常满意太差了用两天就坏"]
+    vocab_file = directory.parent / "vocab.txt"
+    vocab_file.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    paddle.seed(0)
+    cfg = ModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_seq_len=16)
+    model = ernie.build_model(cfg, len(vocab), 2)
+    return ernie.export(model, ernie.load_tokenizer(vocab_file), {0: "negative", 1: "positive"}, cfg, directory)
+
+
+@functools.lru_cache(maxsize=1)
+def shared_tiny_export() -> Path:
+    """One export per test process: exporting costs seconds, and serving never modifies it."""
+    return make_tiny_export(Path(tempfile.mkdtemp(prefix="tiny-ernie-")) / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    return shared_tiny_export()
+
+
+class FakeClassifier:
+    """Stands in for Paddle where only the HTTP layer is under test; records batch sizes."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def predict(self, texts: list[str]) -> list[dict[str, Any]]:
+        self.calls.append(len(texts))
+        return [{"label": "positive", "probabilities": {"negative": 0.3, "positive": 0.7}} for _ in texts]
+
+
+def fake_app(**settings: Any) -> tuple[Any, FakeClassifier]:
+    fake = FakeClassifier()
+    cfg = ServingConfig(**settings)
+    model = serving.ErnieModel(NAME, cfg, model_dir=".", classifier_factory=lambda _d, _c: fake)
+    model.load()
+    return serving.create_app([model], cfg.max_request_bytes), fake
+
+
+@pytest.fixture(autouse=True)
+def quiet_kserve() -> Any:
+    # kserve logs every rejected request with a traceback; thousands of them only slow the tests.
+    logger = logging.getLogger("kserve")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)
+
+
+def client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+@pytest.mark.slow
+def test_v1_and_v2_predict_on_tiny_exported_model(tiny_model_dir: Path) -> None:
+    cfg = ServingConfig()
+    model = serving.ErnieModel(NAME, cfg, model_dir=str(tiny_model_dir))
+    model.load()
+    app = serving.create_app([model], cfg.max_request_bytes)
+    texts = ["这个手机质量很好", "太差了"]
+
+    async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with client(app) as c:
+            v1 = await c.post(V1, json={"instances": texts})
+            v2 = await c.post(V2, json={"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": texts}]})
+            ready = await c.get(f"/v1/models/{NAME}")
+            return v1, v2, ready
+
+    v1, v2, ready = asyncio.run(go())
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert v1.status_code == 200, v1.text
+    preds = v1.json()["predictions"]
+    assert len(preds) == 2
+    for pred in preds:
+        assert set(pred["probabilities"]) == {"negative", "positive"}
+        assert pred["label"] == max(pred["probabilities"], key=pred["probabilities"].get)
+        assert sum(pred["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+    assert v2.status_code == 200, v2.text
+    outputs = {o["name"]: o for o in v2.json()["outputs"]}
+    assert outputs["label"]["datatype"] == "BYTES" and outputs["label"]["data"] == [p["label"] for p in preds]
+    probs = outputs["probabilities"]
+    assert probs["datatype"] == "FP32" and probs["shape"] == [2, 2]
+    labels = json.loads(probs["parameters"]["labels"])
+    for i, pred in enumerate(preds):
+        for j, label in enumerate(labels):
+            assert probs["data"][i * 2 + j] == pytest.approx(pred["probabilities"][label], abs=1e-5)
+
+
+def _bad_requests(rng: random.Random, limits: serving.Limits) -> list[tuple[str, dict[str, Any]]]:
+    junk: list[Any] = [None, 1, -2.5, True, "", "x", [], {}, [1, 2], {"a": [None]}, [["nested"]], [{"text": "x"}]]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for _ in range(1100):
+        kind = rng.randrange(12)
+        if kind == 0:  # malformed JSON
+            raw = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40)))
+            out.append((rng.choice([V1, V2]), {"content": b"{" + raw, "headers": {"content-type": "application/json"}}))
+        elif kind == 1:  # top level not an object
+            out.append((V1, {"json": rng.choice(junk[:-3] + [["a", "b"]])}))
+        elif kind == 2:  # instances of the wrong type
+            out.append((V1, {"json": {"instances": rng.choice([None, 1, "text", {}, True])}}))
+        elif kind == 3:  # non-string or nested items
+            items = ["ok"] * rng.randrange(3) + [rng.choice(junk[:2] + junk[3:4] + junk[6:])]
+            rng.shuffle(items)
+            out.append((V1, {"json": {"instances": items}}))
+        elif kind == 4:
+            out.append((V1, {"json": {"instances": []}}))
+        elif kind == 5:
+            out.append((V1, {"json": {"instances": ["a"] * (limits.max_instances + 1 + rng.randrange(5))}}))
+        elif kind == 6:
+            out.append((V1, {"json": {"instances": ["长" * (limits.max_text_chars + 1 + rng.randrange(10))]}}))
+        elif kind == 7:  # body over the byte limit
+            out.append((V1, {"content": b"x" * (limits.max_request_bytes + 1 + rng.randrange(100))}))
+        elif kind == 8:
+            out.append((V1, {"json": {"wrong_key": ["text"]}}))
+        elif kind == 9:  # v2: wrong datatype / shape / data
+            tensor: dict[str, Any] = {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["ok"]}
+            field, value = rng.choice(
+                [("datatype", "FP32"), ("datatype", "INT64"), ("shape", [3]), ("shape", [1, 2]), ("data", [1]),
+                 ("data", [["x"]]), ("data", []), ("data", [None])]
+            )
+            tensor[field] = value
+            if field == "data" and value == []:
+                tensor["shape"] = [0]
+            out.append((V2, {"json": {"inputs": [tensor]}}))
+        elif kind == 10:  # v2: no inputs, two inputs, not a list
+            out.append((V2, {"json": rng.choice([{"inputs": []}, {"inputs": "x"}, {}, {"inputs": [
+                {"name": "a", "shape": [1], "datatype": "BYTES", "data": ["x"]},
+                {"name": "b", "shape": [1], "datatype": "BYTES", "data": ["y"]}]}])}))
+        else:  # v1 body sent with a non-JSON content type
+            out.append((V1, {"content": b'{"instances": ["x"]}', "headers": {"content-type": "text/plain"}}))
+    return out
+
+
+def test_over_a_thousand_bad_requests_get_4xx_and_the_server_keeps_serving() -> None:
+    app, _ = fake_app(max_instances=8, max_text_chars=32, max_request_bytes=2048)
+    limits = serving.Limits(max_request_bytes=2048, max_instances=8, max_text_chars=32)
+    requests = _bad_requests(random.Random(1234), limits)
+    assert len(requests) >= 1000
+
+    async def go() -> list[tuple[int, str, str]]:
+        failures = []
+        async with client(app) as c:
+            for path, kwargs in requests:
+                resp = await c.post(path, **kwargs)
+                if not 400 <= resp.status_code < 500:
+                    failures.append((resp.status_code, path, str(kwargs)[:200]))
+                else:
+                    assert "error" in resp.json(), resp.text
+            good = await c.post(V1, json={"instances": ["好"]})
+            assert good.status_code == 200
+        return failures
+
+    assert asyncio.run(go()) == []
+
+
+def test_metrics_expose_documented_names_with_sane_values() -> None:
+    app, _ = fake_app()
+
+    async def go() -> str:
+        async with client(app) as c:
+            for _ in range(3):
+                assert (await c.post(V1, json={"instances": ["a", "b"]})).status_code == 200
+            assert (await c.post(V1, json={"instances": 5})).status_code == 400
+            return (await c.get("/metrics")).text
+
+    before = asyncio.run(_scrape(app))
+    after = asyncio.run(go())
+    assert metric(after, "paddle_mlops_serving_requests_total", protocol="v1", code="200") - metric(
+        before, "paddle_mlops_serving_requests_total", protocol="v1", code="200"
+    ) == 3
+    assert metric(after, "paddle_mlops_serving_requests_total", protocol="v1", code="400") >= 1
+    assert metric(after, "paddle_mlops_serving_errors_total", reason="invalid_input") >= 1
+    assert metric(after, "paddle_mlops_serving_request_latency_seconds_count", protocol="v1") >= 4
+    assert metric(after, "paddle_mlops_serving_request_latency_seconds_sum", protocol="v1") > 0
+    assert metric(after, "paddle_mlops_serving_batch_size_sum") - metric(before, "paddle_mlops_serving_batch_size_sum") == 6
+
+
+async def _scrape(app: Any) -> str:
+    async with client(app) as c:
+        return (await c.get("/metrics")).text
+
+
+def test_concurrent_requests_are_merged_into_batches() -> None:
+    app, fake = fake_app(max_batch_size=8, max_wait_ms=200)
+
+    async def go() -> list[httpx.Response]:
+        async with client(app) as c:
+            return await asyncio.gather(*[c.post(V1, json={"instances": [f"t{i}"]}) for i in range(8)])
+
+    before = asyncio.run(_scrape(app))
+    responses = asyncio.run(go())
+    after = asyncio.run(_scrape(app))
+    assert all(r.status_code == 200 and len(r.json()["predictions"]) == 1 for r in responses)
+    assert max(fake.calls) > 1 and sum(fake.calls) == 8
+    assert all(size <= 8 for size in fake.calls)
+    # The histogram saw fewer model calls than requests: some batch held more than one request.
+    calls = metric(after, "paddle_mlops_serving_batch_size_count") - metric(before, "paddle_mlops_serving_batch_size_count")
+    assert calls == len(fake.calls) < 8
+
+
+def test_batches_never_exceed_max_batch_size_and_results_route_back() -> None:
+    seen: list[list[str]] = []
+
+    def run(texts: list[str]) -> list[dict[str, Any]]:
+        seen.append(texts)
+        return [{"label": t, "probabilities": {t: 1.0}} for t in texts]
+
+    batcher = serving.DynamicBatcher(run, max_batch_size=4, max_wait_ms=50)
+
+    async def go() -> list[list[dict[str, Any]]]:
+        return await asyncio.gather(*[batcher.submit([f"{i}a", f"{i}b", f"{i}c"][: 1 + i % 3]) for i in range(10)])
+
+    results = asyncio.run(go())
+    for i, res in enumerate(results):
+        assert [r["label"] for r in res] == [f"{i}a", f"{i}b", f"{i}c"][: 1 + i % 3]
+    assert all(len(batch) <= 4 for batch in seen)
+
+
+def test_model_failure_is_a_5xx_and_the_next_request_succeeds() -> None:
+    calls = {"n": 0}
+
+    class Flaky(FakeClassifier):
+        def predict(self, texts: list[str]) -> list[dict[str, Any]]:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise RuntimeError("boom")
+            return super().predict(texts)
+
+    cfg = ServingConfig()
+    model = serving.ErnieModel(NAME, cfg, model_dir=".", classifier_factory=lambda _d, _c: Flaky())
+    model.load()
+    app = serving.create_app([model], cfg.max_request_bytes)
+
+    async def go() -> tuple[int, int]:
+        async with client(app) as c:
+            first = await c.post(V1, json={"instances": ["a"]})
+            second = await c.post(V1, json={"instances": ["a"]})
+            return first.status_code, second.status_code
+
+    assert asyncio.run(go()) == (500, 200)
+
+
+def test_health_endpoints() -> None:
+    app, _ = fake_app()
+
+    async def go() -> list[int]:
+        async with client(app) as c:
+            return [(await c.get(p)).status_code for p in ("/v2/health/live", "/v2/health/ready", f"/v1/models/{NAME}", "/v1/models/nope")]
+
+    assert asyncio.run(go()) == [200, 200, 200, 404]
+
+
+def test_serve_cli_bad_model_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from steps import serve
+
+    assert serve.main(["--model-dir", str(tmp_path), "--port", "0"]) == 2
+    assert "not a model exported by the train step" in capsys.readouterr().err
+    assert serve.main(["--port", "0"]) == 2
