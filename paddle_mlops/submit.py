@@ -1,0 +1,211 @@
+"""`paddle-mlops submit`: start a run from a WorkflowTemplate, as `argo submit --from` does.
+
+Before submitting, the namespace's ResourceQuota is read: when fewer GPUs are free than the run's
+PaddleJob requests (workers × gpus_per_worker), nothing is submitted and the message says how
+many are free and what to change. `--dry-run` prints the Workflow without touching the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+
+GROUP, VERSION, PLURAL = "argoproj.io", "v1alpha1", "workflows"
+GPU_QUOTA_KEY = "requests.nvidia.com/gpu"
+# The quota `pipelines/platform/tenancy.py` installs in every namespace that runs training.
+QUOTA_NAME = "compute-quota"
+EXIT_USAGE = 2
+EXIT_NO_CAPACITY = 3
+EXIT_API = 4
+
+
+class QuotaExceeded(Exception):
+    """The namespace's GPU quota cannot hold the run; nothing was submitted."""
+
+
+@dataclass(frozen=True)
+class GpuRoom:
+    hard: int
+    used: int
+
+    @property
+    def free(self) -> int:
+        return self.hard - self.used
+
+
+class KubernetesApi:
+    """The two calls `submit` makes, over the official client (kubeconfig, else in-cluster)."""
+
+    def __init__(self) -> None:
+        from kubernetes import client, config
+
+        try:
+            config.load_kube_config()
+        except config.ConfigException:
+            config.load_incluster_config()
+        self.core = client.CoreV1Api()
+        self.custom = client.CustomObjectsApi()
+
+    def read_namespaced_resource_quota(self, name: str, namespace: str) -> Any:
+        return self.core.read_namespaced_resource_quota(name, namespace)
+
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
+    ) -> Any:
+        return self.custom.create_namespaced_custom_object(group, version, namespace, plural, body)
+
+
+def workflow(template: str, params: dict[str, str], namespace: str) -> dict[str, Any]:
+    """The Workflow `argo submit --from workflowtemplate/<template> -p k=v` creates."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workflow",
+        "metadata": {"generateName": f"{template}-", "namespace": namespace},
+        "spec": {
+            "workflowTemplateRef": {"name": template},
+            "arguments": {"parameters": [{"name": k, "value": v} for k, v in params.items()]},
+        },
+    }
+
+
+def _field(obj: Any, name: str) -> Any:
+    """Read a field from the client's model objects or from plain dicts (stand-ins, JSON)."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def gpu_room(quota: Any) -> GpuRoom | None:
+    """GPUs hard/used from a ResourceQuota's status; None when it does not limit GPUs."""
+    from kubernetes.utils import parse_quantity
+
+    status = _field(quota, "status") or {}
+    hard = _field(status, "hard") or {}
+    if GPU_QUOTA_KEY not in hard:
+        return None
+    used = (_field(status, "used") or {}).get(GPU_QUOTA_KEY, "0")
+    return GpuRoom(int(parse_quantity(hard[GPU_QUOTA_KEY])), int(parse_quantity(used)))
+
+
+def check_gpu_quota(api: Any, namespace: str, gpus: int) -> GpuRoom | None:
+    """Raise QuotaExceeded when `gpus` do not fit; None when the namespace has no such quota."""
+    from kubernetes.client.exceptions import ApiException
+
+    if gpus <= 0:
+        return None
+    try:
+        quota = api.read_namespaced_resource_quota(QUOTA_NAME, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    room = gpu_room(quota)
+    if room is not None and room.free < gpus:
+        raise QuotaExceeded(
+            f"namespace {namespace}: ResourceQuota {QUOTA_NAME} has {max(room.free, 0)} of {room.hard} GPUs free "
+            f"({room.used} in use) but the run needs {gpus}. Wait for running jobs to finish, lower "
+            "training.paddlejob.workers or gpus_per_worker (--set), or raise the team's quota.gpu in configs/teams/."
+        )
+    return room
+
+
+def submit(
+    template: str,
+    params: dict[str, str],
+    namespace: str,
+    dry_run: bool,
+    api: Any = None,
+    *,
+    gpus: int = 0,
+) -> dict[str, Any]:
+    """Create the Workflow (or only build it when `dry_run`); returns the created (or built) object."""
+    body = workflow(template, params, namespace)
+    if dry_run:
+        return body
+    api = api or KubernetesApi()
+    check_gpu_quota(api, namespace, gpus)
+    created = api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    return created if isinstance(created, dict) else body
+
+
+def requested_gpus(cfg: PipelineConfig) -> int:
+    job = cfg.training.paddlejob
+    return job.workers * job.gpus_per_worker
+
+
+def parse_params(items: Sequence[str]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"-p {item!r} is not of the form NAME=VALUE (for example -p git-sha=abc123).")
+        params[name] = value
+    return params
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="paddle-mlops submit",
+        description="Submit a run of a WorkflowTemplate (like `argo submit --from workflowtemplate/NAME`) after checking the GPU quota.",
+    )
+    p.add_argument("template", nargs="?", default="train-deploy", help="WorkflowTemplate name (default train-deploy)")
+    p.add_argument(
+        "-p",
+        "--parameter",
+        dest="params",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="workflow parameter (repeatable)",
+    )
+    p.add_argument("-n", "--namespace", default=None, help="namespace (default: cluster.namespace from the config)")
+    p.add_argument("--dry-run", action="store_true", help="print the Workflow YAML; no API call")
+    p.add_argument("--config", default=None, help="pipeline YAML (default configs/pipeline.yaml)")
+    p.add_argument("--env", default=None, help="environment overlay (sizes the GPU request)")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="A.B=VALUE", help="config override (repeatable)"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, api: Any = None) -> int:
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+
+    args = _parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.env, args.overrides)
+        params = parse_params(args.params)
+        namespace = args.namespace or cfg.cluster.namespace
+        result = submit(args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg))
+    except ConfigError as exc:
+        print(f"submit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except QuotaExceeded as exc:
+        print(f"submit: not submitted: {exc}", file=sys.stderr)
+        return EXIT_NO_CAPACITY
+    except ConfigException as exc:
+        print(f"submit: no Kubernetes credentials ({exc}). Set KUBECONFIG or run inside the cluster.", file=sys.stderr)
+        return EXIT_API
+    except ApiException as exc:
+        print(
+            f"submit: the Kubernetes API refused the request ({exc.status} {exc.reason}). "
+            "Check that the namespace exists and that your account may create workflows there.",
+            file=sys.stderr,
+        )
+        return EXIT_API
+    if args.dry_run:
+        print(yaml.safe_dump(result, sort_keys=False), end="")
+    else:
+        name = (result.get("metadata") or {}).get("name") or result["metadata"].get("generateName", "")
+        print(f"submitted workflow {name} in namespace {namespace}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""The platform install set beside the pipelines: events, tenancy, RBAC, network and admission
+policies, the MLflow server. Plain dicts, one module per concept; `paddle-mlops compile` writes them
+to argo/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paddle_mlops.config import PipelineConfig, TeamConfig, load_teams
+from pipelines.platform import events, kyverno, mlflow_server, network, rbac, tenancy
+
+
+def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """File name under argo/ → the documents it holds (teams default to `configs/teams/*.yaml`)."""
+    teams = load_teams() if teams is None else teams
+    return {
+        "tenancy.yaml": tenancy.render(cfg, teams),
+        "rbac.yaml": rbac.render(cfg),
+        "network-policies.yaml": network.render(cfg),
+        "policies.yaml": kyverno.render(cfg, teams),
+        "events.yaml": events.render(cfg),
+        "mlflow.yaml": mlflow_server.render(cfg),
+    }
+
+
+__all__ = ["render_platform"]

@@ -1,0 +1,320 @@
+"""Argo Events: a git push becomes a `train-deploy` Workflow.
+
+EventSources receive the forge's webhook (GitHub: HMAC-signed; Gitea: bearer token), the Sensor
+filters pushes (configured branches, no bot pushers, no `[skip ci]`, no branch deletions) and
+submits a Workflow from the `train-deploy` WorkflowTemplate with named parameters taken from the
+payload. The trigger is at-least-once: retried with backoff, then a dead-letter ConfigMap keeps
+the payload so nothing is lost silently.
+
+Lead: these constants want config fields (proposed `events.branches`, `events.bot_accounts`,
+`events.github_owner`, `events.github_repositories`, `events.webhook_url`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from paddle_mlops.config import PipelineConfig
+from pipelines.platform.meta import metadata, restricted_container_security_context, restricted_pod_security_context
+
+API_VERSION = "argoproj.io/v1alpha1"
+BRANCHES: tuple[str, ...] = ("main",)
+BOT_ACCOUNTS: tuple[str, ...] = ("dependabot[bot]", "renovate[bot]", "paddle-mlops-bot")
+SKIP_MARKERS: tuple[str, ...] = ("[skip ci]", "[ci skip]")
+GITHUB_OWNER = "example-org"
+GITHUB_REPOSITORIES: tuple[str, ...] = ("paddle-mlops",)
+WEBHOOK_URL = "https://events.example.com"
+
+EVENT_BUS = "default"
+GITHUB_SOURCE = "github"
+GITEA_SOURCE = "gitea"
+SENSOR = "train-deploy-on-push"
+WORKFLOW_TEMPLATE = "train-deploy"
+EVENTSOURCE_SERVICE_ACCOUNT = "paddle-mlops-eventsource"
+SENSOR_SERVICE_ACCOUNT = "paddle-mlops-sensor"
+GITHUB_SECRET = {"name": "github-webhook-secret", "key": "secret"}
+GITEA_TOKEN = {"name": "gitea-webhook-token", "key": "token"}
+GITHUB_PORT = 12000
+GITEA_PORT = 12001
+
+# The Workflow's parameters, in the order of `spec.arguments.parameters`; each trigger parameter
+# writes `spec.arguments.parameters.<index>.value`, so this order is the contract.
+WORKFLOW_PARAMETERS: tuple[str, ...] = ("git-sha", "git-repo", "git-branch", "pusher")
+# Where each parameter comes from in the forge's push payload (gjson paths into the event data).
+PAYLOAD_KEYS: dict[str, dict[str, str]] = {
+    GITHUB_SOURCE: {
+        "git-sha": "body.after",
+        "git-repo": "body.repository.clone_url",
+        "git-branch": "body.ref",
+        "pusher": "body.pusher.name",
+    },
+    # Gitea's push payload follows GitHub's, except that the pusher is a user object (`login`).
+    GITEA_SOURCE: {
+        "git-sha": "body.after",
+        "git-repo": "body.repository.clone_url",
+        "git-branch": "body.ref",
+        "pusher": "body.pusher.login",
+    },
+}
+
+GITHUB_CHECK = (
+    "The github EventSource has webhookSecret set, so it verifies the X-Hub-Signature-256 header "
+    "(HMAC-SHA256 of the raw body with that secret, constant-time compare) and rejects the "
+    "delivery before any event reaches the bus."
+)
+GITEA_CHECK = (
+    "The generic webhook EventSource has no HMAC check, and Sensor filters (data, expr-lang, Lua) "
+    "cannot compute one, so X-Gitea-Signature is NOT verified. Instead authSecret makes the "
+    "EventSource reject any request whose 'Authorization: Bearer <token>' header does not equal "
+    "the token in Secret gitea-webhook-token (set it as the webhook's Authorization header in "
+    "Gitea). For GitLab use Argo Events' gitlab EventSource (secretToken checks X-Gitlab-Token)."
+)
+
+
+def _regex_literal(text: str) -> str:
+    """`text` as an RE2 literal (Argo Events compiles data-filter values with Go's regexp)."""
+    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
+
+
+def _any_of(items: tuple[str, ...]) -> str:
+    return "^(" + "|".join(_regex_literal(i) for i in items) + ")$"
+
+
+def _pod_template(service_account: str) -> dict[str, Any]:
+    """Restricted pod for the controller-made EventSource/Sensor deployments (image is the controller's)."""
+    return {
+        "serviceAccountName": service_account,
+        "securityContext": restricted_pod_security_context(),
+        "container": {
+            "securityContext": restricted_container_security_context(),
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "256Mi"},
+            },
+            # The root filesystem is read-only; the sensor's Argo trigger writes the Workflow to a
+            # temporary file before `argo submit`.
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        },
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+
+
+def event_bus(cfg: PipelineConfig) -> dict[str, Any]:
+    """JetStream bus: the at-least-once trigger semantics need a persistent bus."""
+    pod = restricted_pod_security_context()
+    container = {"securityContext": restricted_container_security_context()}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "EventBus",
+        "metadata": metadata(EVENT_BUS, cfg.cluster.namespace),
+        "spec": {
+            "jetstream": {
+                # A key of the controller's version map (argo-events-controller-config), not an image tag.
+                "version": "2.10.10",
+                "replicas": 3,
+                "persistence": {"accessMode": "ReadWriteOnce", "volumeSize": "10Gi"},
+                "securityContext": pod,
+                "containerTemplate": {
+                    **container,
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "256Mi"},
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                    },
+                },
+                "reloaderContainerTemplate": {
+                    **container,
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "32Mi"},
+                        "limits": {"cpu": "100m", "memory": "64Mi"},
+                    },
+                },
+                "metricsContainerTemplate": {
+                    **container,
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "32Mi"},
+                        "limits": {"cpu": "100m", "memory": "64Mi"},
+                    },
+                },
+            }
+        },
+    }
+
+
+def github_event_source(cfg: PipelineConfig) -> dict[str, Any]:
+    """GitHub push webhook; the hook itself is configured in GitHub with the same secret (no apiToken:
+    the EventSource never needs write access to the repository)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "EventSource",
+        "metadata": metadata(
+            GITHUB_SOURCE, cfg.cluster.namespace, annotations={"paddle-mlops/webhook-check": GITHUB_CHECK}
+        ),
+        "spec": {
+            "eventBusName": EVENT_BUS,
+            "template": _pod_template(EVENTSOURCE_SERVICE_ACCOUNT),
+            "service": {"ports": [{"port": GITHUB_PORT, "targetPort": GITHUB_PORT}]},
+            "github": {
+                "push": {
+                    "repositories": [{"owner": GITHUB_OWNER, "names": list(GITHUB_REPOSITORIES)}],
+                    "webhook": {
+                        "endpoint": "/push",
+                        "port": str(GITHUB_PORT),
+                        "method": "POST",
+                        "url": WEBHOOK_URL,
+                    },
+                    "events": ["push"],
+                    "webhookSecret": dict(GITHUB_SECRET),
+                    "contentType": "json",
+                    "active": True,
+                    "insecure": False,
+                }
+            },
+        },
+    }
+
+
+def gitea_event_source(cfg: PipelineConfig) -> dict[str, Any]:
+    """Generic webhook for Gitea pushes, authenticated by a bearer token (see GITEA_CHECK)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "EventSource",
+        "metadata": metadata(
+            GITEA_SOURCE, cfg.cluster.namespace, annotations={"paddle-mlops/webhook-check": GITEA_CHECK}
+        ),
+        "spec": {
+            "eventBusName": EVENT_BUS,
+            "template": _pod_template(EVENTSOURCE_SERVICE_ACCOUNT),
+            "service": {"ports": [{"port": GITEA_PORT, "targetPort": GITEA_PORT}]},
+            "webhook": {
+                "push": {
+                    "endpoint": "/push",
+                    "port": str(GITEA_PORT),
+                    "method": "POST",
+                    "url": WEBHOOK_URL,
+                    "authSecret": dict(GITEA_TOKEN),
+                    # A push payload is small; refusing big bodies bounds what an attacker can send.
+                    "maxPayloadSize": 1048576,
+                }
+            },
+        },
+    }
+
+
+def push_filters(source: str) -> dict[str, Any]:
+    """Data filters (AND-ed): branch allowed, pusher not a bot, no skip marker, not a branch deletion.
+
+    Argo Events treats string values as regular expressions (unanchored match); with comparator
+    `!=` a filter passes when a value does not match, so each `!=` filter has one alternation.
+    """
+    return {
+        "dataLogicalOperator": "and",
+        "data": [
+            {"path": "body.ref", "type": "string", "value": [f"^refs/heads/{_regex_literal(b)}$" for b in BRANCHES]},
+            {
+                "path": PAYLOAD_KEYS[source]["pusher"],
+                "type": "string",
+                "value": [_any_of(BOT_ACCOUNTS)],
+                "comparator": "!=",
+            },
+            {
+                "path": "body.head_commit.message",
+                "type": "string",
+                "value": ["(" + "|".join(_regex_literal(m) for m in SKIP_MARKERS) + ")"],
+                "comparator": "!=",
+            },
+            # A deleted branch arrives as a push whose `after` is forty zeros: nothing to build.
+            {"path": "body.after", "type": "string", "value": ["^0{40}$"], "comparator": "!="},
+        ],
+    }
+
+
+def workflow_resource(cfg: PipelineConfig) -> dict[str, Any]:
+    """What `argo submit --from workflowtemplate/train-deploy` creates; values filled per event."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Workflow",
+        "metadata": {
+            "generateName": f"{WORKFLOW_TEMPLATE}-",
+            "namespace": cfg.cluster.namespace,
+            "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/trigger": "git-push"},
+        },
+        "spec": {
+            "workflowTemplateRef": {"name": WORKFLOW_TEMPLATE},
+            "arguments": {"parameters": [{"name": name, "value": ""} for name in WORKFLOW_PARAMETERS]},
+        },
+    }
+
+
+def _dlq_trigger(cfg: PipelineConfig, dependency: str) -> dict[str, Any]:
+    """After the retries, keep the undelivered payload in a ConfigMap for a human (or a replay)."""
+    return {
+        "template": {
+            "name": f"record-undelivered-{dependency}",
+            "k8s": {
+                "operation": "create",
+                "source": {
+                    "resource": {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {
+                            "generateName": "undelivered-push-",
+                            "namespace": cfg.cluster.namespace,
+                            "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/dead-letter": "true"},
+                        },
+                        "data": {"payload": ""},
+                    }
+                },
+                "parameters": [{"src": {"dependencyName": dependency, "dataKey": "body"}, "dest": "data.payload"}],
+            },
+        },
+        "retryStrategy": {"steps": 5, "duration": "5s", "factor": 2, "jitter": 0.2},
+    }
+
+
+def _trigger(cfg: PipelineConfig, source: str) -> dict[str, Any]:
+    dependency = f"{source}-push"
+    return {
+        "template": {
+            "name": f"train-deploy-from-{source}",
+            "conditions": dependency,
+            "argoWorkflow": {
+                "operation": "submit",
+                "source": {"resource": workflow_resource(cfg)},
+                "parameters": [
+                    {
+                        "src": {"dependencyName": dependency, "dataKey": PAYLOAD_KEYS[source][name]},
+                        "dest": f"spec.arguments.parameters.{index}.value",
+                    }
+                    for index, name in enumerate(WORKFLOW_PARAMETERS)
+                ],
+            },
+        },
+        "atLeastOnce": True,
+        # API server hiccups and admission timeouts are transient: back off for about five minutes.
+        "retryStrategy": {"steps": 6, "duration": "10s", "factor": 2, "jitter": 0.2},
+        "dlqTrigger": _dlq_trigger(cfg, dependency),
+    }
+
+
+def sensor(cfg: PipelineConfig) -> dict[str, Any]:
+    """One dependency per forge; each has its own trigger so parameters read the event that fired."""
+    sources = (GITHUB_SOURCE, GITEA_SOURCE)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Sensor",
+        "metadata": metadata(SENSOR, cfg.cluster.namespace),
+        "spec": {
+            "eventBusName": EVENT_BUS,
+            "template": _pod_template(SENSOR_SERVICE_ACCOUNT),
+            "dependencies": [
+                {"name": f"{s}-push", "eventSourceName": s, "eventName": "push", "filters": push_filters(s)}
+                for s in sources
+            ],
+            "triggers": [_trigger(cfg, s) for s in sources],
+        },
+    }
+
+
+def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    return [event_bus(cfg), github_event_source(cfg), gitea_event_source(cfg), sensor(cfg)]

@@ -1,0 +1,125 @@
+"""NetworkPolicies for the pods that hold data or models: training replicas and serving predictors.
+
+A NetworkPolicy cannot name a job created at run time, so "same job" is approximated by "training
+pods of this namespace" (label `paddle-mlops/component: train` on the PaddleJob pod template);
+nothing else may reach them. Destinations come from the configured in-cluster URLs
+(`storage.endpoint_url`, `mlflow.tracking_uri`, of the form http://<service>.<namespace>.svc:<port>).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from paddle_mlops.config import PipelineConfig
+from pipelines.platform.meta import metadata
+
+TRAIN_POD_LABELS = {"paddle-mlops/component": "train"}
+# Lead: candidates for config (cluster.gateway_namespaces, cluster.monitoring_namespace).
+GATEWAY_NAMESPACES: tuple[str, ...] = ("knative-serving", "istio-system")
+MONITORING_NAMESPACE = "monitoring"
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An in-cluster service: where egress must be allowed."""
+
+    service: str
+    namespace: str | None
+    port: int
+
+
+def endpoint(url: str | None, default_port: int) -> Endpoint | None:
+    """`http://minio.minio.svc:9000` → Endpoint('minio', 'minio', 9000); None when no URL is set."""
+    if not url:
+        return None
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    parts = host.split(".")
+    ns = parts[1] if len(parts) >= 3 and parts[2] == "svc" else None
+    return Endpoint(parts[0], ns, parsed.port or default_port)
+
+
+def _dns() -> dict[str, Any]:
+    return {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+
+
+def _egress_to(target: Endpoint, pod_labels: dict[str, str]) -> dict[str, Any]:
+    """To the service's namespace on its port; without a namespace in the URL, the port anywhere."""
+    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": target.port}]}
+    if target.namespace:
+        peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: target.namespace}}}
+        if pod_labels:
+            peer["podSelector"] = {"matchLabels": pod_labels}
+        rule["to"] = [peer]
+    return rule
+
+
+def _targets(cfg: PipelineConfig, mlflow: bool) -> list[dict[str, Any]]:
+    rules = []
+    storage = endpoint(cfg.storage.endpoint_url, 9000)
+    if storage:
+        rules.append(_egress_to(storage, {}))
+    tracking = endpoint(cfg.mlflow.tracking_uri, 5000) if mlflow else None
+    if tracking:
+        rules.append(_egress_to(tracking, {"app.kubernetes.io/name": "mlflow"}))
+    return rules
+
+
+def training_policy(cfg: PipelineConfig) -> dict[str, Any]:
+    same_job = [{"podSelector": {"matchLabels": dict(TRAIN_POD_LABELS)}}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata("paddle-mlops-train", cfg.cluster.namespace),
+        "spec": {
+            "podSelector": {"matchLabels": dict(TRAIN_POD_LABELS)},
+            "policyTypes": ["Ingress", "Egress"],
+            # Collective (NCCL/gloo) and parameter-server traffic between replicas, nothing else.
+            "ingress": [{"from": same_job}],
+            "egress": [_dns(), *_targets(cfg, mlflow=True), {"to": same_job}],
+        },
+    }
+
+
+def serving_policy(cfg: PipelineConfig) -> dict[str, Any]:
+    ingress_namespaces = [*GATEWAY_NAMESPACES, MONITORING_NAMESPACE]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(f"{cfg.serving.model_name}-predictor", cfg.cluster.namespace),
+        "spec": {
+            "podSelector": {"matchLabels": {"serving.kserve.io/inferenceservice": cfg.serving.model_name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [
+                        # Requests arrive through the gateway / Knative activator; Prometheus scrapes.
+                        *({"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: ns}}} for ns in ingress_namespaces),
+                        # The rollout step's canary probe runs in an Argo workflow pod of this namespace.
+                        {
+                            "podSelector": {
+                                "matchExpressions": [{"key": "workflows.argoproj.io/workflow", "operator": "Exists"}]
+                            }
+                        },
+                    ]
+                }
+            ],
+            # The storage initializer downloads the model from object storage; nothing else leaves.
+            "egress": [_dns(), *_targets(cfg, mlflow=False)],
+        },
+    }
+
+
+def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    return [training_policy(cfg), serving_policy(cfg)]

@@ -1,0 +1,104 @@
+"""Least privilege: one ServiceAccount per role, each with a namespaced Role listing only what that
+role's code calls. No ClusterRoles.
+
+- workflow executor (`cluster.service_account`): Argo >= 3.4's executor reports outputs through
+  `workflowtaskresults` (create, patch); the `train` resource template creates and watches the
+  PaddleJob of the configured operator.
+- training (`paddle-mlops-train`): no API access at all; its token is not even mounted.
+- rollout (`paddle-mlops-rollout`): the rollout step's KServe calls (get/create/replace/delete of
+  InferenceServices) plus the executor's task results, since the executor runs as the pod's account.
+- sensor: submits Workflows and writes dead-letter ConfigMaps; event sources: nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paddle_mlops.config import PipelineConfig
+from pipelines.platform import events
+from pipelines.platform.meta import metadata
+
+TRAIN_SERVICE_ACCOUNT = "paddle-mlops-train"
+ROLLOUT_SERVICE_ACCOUNT = "paddle-mlops-rollout"
+PADDLEJOB_GROUPS = {"kubeflow": "kubeflow.org", "paddle": "batch.paddlepaddle.org"}
+
+TASK_RESULTS = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
+
+
+def service_account(name: str, namespace: str, automount: bool, purpose: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(name, namespace, annotations={"paddle-mlops/purpose": purpose}),
+        "automountServiceAccountToken": automount,
+    }
+
+
+def role(name: str, namespace: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(name, namespace),
+        "rules": rules,
+    }
+
+
+def role_binding(name: str, namespace: str, service_account_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(name, namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account_name, "namespace": namespace}],
+    }
+
+
+def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    group = PADDLEJOB_GROUPS[cfg.training.paddlejob.operator]
+    return [
+        TASK_RESULTS,
+        # create: the resource template; get/list/watch: its success/failure conditions;
+        # patch/delete: Argo's cleanup of a job whose step was stopped or timed out.
+        {
+            "apiGroups": [group],
+            "resources": ["paddlejobs"],
+            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+        },
+    ]
+
+
+def rollout_rules() -> list[dict[str, Any]]:
+    return [
+        TASK_RESULTS,
+        {
+            "apiGroups": ["serving.kserve.io"],
+            "resources": ["inferenceservices"],
+            "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+        },
+    ]
+
+
+def sensor_rules() -> list[dict[str, Any]]:
+    return [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    ]
+
+
+def _with_role(name: str, namespace: str, rules: list[dict[str, Any]], sa: str) -> list[dict[str, Any]]:
+    return [role(name, namespace, rules), role_binding(name, namespace, sa)]
+
+
+def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    ns = cfg.cluster.namespace
+    executor = cfg.cluster.service_account
+    return [
+        service_account(executor, ns, True, "Argo workflow pods: executor task results, the train PaddleJob"),
+        *_with_role(executor, ns, executor_rules(cfg), executor),
+        service_account(TRAIN_SERVICE_ACCOUNT, ns, False, "PaddleJob replicas: no Kubernetes API access"),
+        service_account(ROLLOUT_SERVICE_ACCOUNT, ns, True, "rollout step: KServe InferenceServices"),
+        *_with_role(ROLLOUT_SERVICE_ACCOUNT, ns, rollout_rules(), ROLLOUT_SERVICE_ACCOUNT),
+        service_account(events.SENSOR_SERVICE_ACCOUNT, ns, True, "Argo Events sensor: submits train-deploy"),
+        *_with_role(events.SENSOR_SERVICE_ACCOUNT, ns, sensor_rules(), events.SENSOR_SERVICE_ACCOUNT),
+        service_account(events.EVENTSOURCE_SERVICE_ACCOUNT, ns, False, "Argo Events webhooks: no API access"),
+    ]

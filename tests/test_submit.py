@@ -1,0 +1,125 @@
+"""`paddle-mlops submit`: the Workflow `argo submit --from` would create, after a GPU quota check,
+against a stand-in Kubernetes API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from hera.workflows.models import Workflow
+from kubernetes.client import V1ResourceQuota, V1ResourceQuotaStatus
+from kubernetes.client.exceptions import ApiException
+
+from paddle_mlops import submit as sub
+
+
+class FakeApi:
+    """Records calls; answers the quota read with `hard`/`used` GPUs (None: no quota, 404)."""
+
+    def __init__(self, hard: str | None = "8", used: str = "0", create_error: ApiException | None = None):
+        self.hard, self.used = hard, used
+        self.create_error = create_error
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def read_namespaced_resource_quota(self, name: str, namespace: str) -> V1ResourceQuota:
+        self.calls.append(("read_quota", (name, namespace)))
+        if self.hard is None:
+            raise ApiException(status=404, reason="Not Found")
+        status = V1ResourceQuotaStatus(
+            hard={"requests.nvidia.com/gpu": self.hard, "pods": "100"}, used={"requests.nvidia.com/gpu": self.used}
+        )
+        return V1ResourceQuota(status=status)
+
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.calls.append(("create", (group, version, namespace, plural)))
+        if self.create_error:
+            raise self.create_error
+        created = yaml.safe_load(yaml.safe_dump(body))
+        created["metadata"]["name"] = body["metadata"]["generateName"] + "x7k2p"
+        return created
+
+
+class NoApi:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"dry run called the API ({name})")
+
+
+def test_submit_creates_the_workflow_from_the_template():
+    api = FakeApi(hard="8", used="4")
+    created = sub.submit(
+        "train-deploy", {"git-sha": "abc123", "git-branch": "main"}, "ml-pipelines", False, api, gpus=2
+    )
+    assert api.calls == [
+        ("read_quota", (sub.QUOTA_NAME, "ml-pipelines")),
+        ("create", ("argoproj.io", "v1alpha1", "ml-pipelines", "workflows")),
+    ]
+    assert created["metadata"]["name"] == "train-deploy-x7k2p"
+    assert created["spec"] == {
+        "workflowTemplateRef": {"name": "train-deploy"},
+        "arguments": {"parameters": [{"name": "git-sha", "value": "abc123"}, {"name": "git-branch", "value": "main"}]},
+    }
+
+
+def test_quota_without_room_submits_nothing():
+    api = FakeApi(hard="8", used="7")
+    with pytest.raises(sub.QuotaExceeded, match="has 1 of 8 GPUs free .* needs 2"):
+        sub.submit("train-deploy", {}, "ml-pipelines", False, api, gpus=2)
+    assert [c[0] for c in api.calls] == ["read_quota"]
+
+
+def test_exactly_enough_room_and_no_quota_both_submit():
+    api = FakeApi(hard="4", used="2")
+    sub.submit("train-deploy", {}, "ns", False, api, gpus=2)
+    assert api.calls[-1][0] == "create"
+    api = FakeApi(hard=None)
+    sub.submit("train-deploy", {}, "ns", False, api, gpus=2)
+    assert api.calls[-1][0] == "create"
+
+
+def test_cpu_only_run_skips_the_quota():
+    api = FakeApi(hard="0", used="0")
+    sub.submit("train-deploy", {}, "ns", False, api, gpus=0)
+    assert [c[0] for c in api.calls] == ["create"]
+
+
+def test_gpu_room_reads_client_models_and_dicts():
+    assert sub.gpu_room({"status": {"hard": {"requests.nvidia.com/gpu": "4"}, "used": {}}}) == sub.GpuRoom(4, 0)
+    assert sub.gpu_room({"status": {"hard": {"pods": "3"}}}) is None
+
+
+def test_dry_run_prints_a_valid_workflow_without_api_calls(capsys):
+    assert (
+        sub.main(["train-deploy", "-p", "git-sha=abc", "-p", "git-repo=https://x/y.git", "--dry-run"], api=NoApi()) == 0
+    )
+    doc = yaml.safe_load(capsys.readouterr().out)
+    workflow = Workflow.model_validate(doc)
+    assert workflow.kind == "Workflow"
+    assert workflow.spec.workflow_template_ref.name == "train-deploy"
+    assert [(p.name, p.value) for p in workflow.spec.arguments.parameters] == [
+        ("git-sha", "abc"),
+        ("git-repo", "https://x/y.git"),
+    ]
+    assert doc["metadata"] == {"generateName": "train-deploy-", "namespace": "ml-pipelines"}
+
+
+def test_main_sizes_the_gpu_request_from_config(capsys):
+    api = FakeApi(hard="8", used="6")
+    assert sub.main(["-p", "git-sha=abc", "--set", "training.paddlejob.workers=3"], api=api) == sub.EXIT_NO_CAPACITY
+    err = capsys.readouterr().err
+    assert "not submitted" in err and "needs 3" in err and "configs/teams/" in err
+    assert sub.main(["-p", "git-sha=abc", "-n", "team-nlp"], api=api) == 0  # 2 workers × 1 GPU fit
+    assert "submitted workflow train-deploy-x7k2p in namespace team-nlp" in capsys.readouterr().out
+
+
+def test_bad_parameter_is_a_usage_error(capsys):
+    assert sub.main(["-p", "git-sha", "--dry-run"], api=NoApi()) == 2
+    assert "NAME=VALUE" in capsys.readouterr().err
+
+
+def test_api_refusal_is_reported_without_traceback(capsys):
+    api = FakeApi(create_error=ApiException(status=403, reason="Forbidden"))
+    assert sub.main(["-p", "git-sha=abc"], api=api) == sub.EXIT_API
+    assert "403 Forbidden" in capsys.readouterr().err
