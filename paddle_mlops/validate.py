@@ -5,6 +5,7 @@
 - PaddleJob (both operators): the upstream CRD's openAPIV3Schema (vendored in
   `paddle_mlops/schemas/`, pod templates pruned) with unknown keys forbidden, and each replica's
   pod template as a Pod through kubernetes-validate in strict mode.
+- Event, monitoring and policy custom resources: `validate_crds`.
 - Kubernetes core kinds: kubernetes-validate in strict mode.
 """
 
@@ -23,6 +24,8 @@ import kubernetes_validate
 import yaml
 from hera.workflows import models as hera_models
 from pydantic import BaseModel, RootModel, ValidationError
+
+from paddle_mlops.validate_crds import validate_crd
 
 KUBERNETES_VERSION = "1.30.0"
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -45,6 +48,9 @@ def validate_document(doc: dict[str, Any], where: str = "document") -> list[str]
         return _validate_argo(doc, ARGO_KINDS[kind], where)
     if kind == "PaddleJob" and api_version in PADDLEJOB_SCHEMAS:
         return validate_paddlejob(doc, where)
+    crd_problems = validate_crd(doc, where)
+    if crd_problems is not None:
+        return crd_problems
     return _validate_kubernetes(doc, where)
 
 

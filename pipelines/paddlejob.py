@@ -14,6 +14,8 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from pipelines import k8s
+from pipelines.platform.network import TRAIN_POD_LABELS
+from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
 
 IMAGE_DIGEST = "{{inputs.parameters.image-digest}}"
 WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
@@ -103,9 +105,13 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
             {"name": shm.name, "mountPath": shm.mount_path},
         ],
     }
+    if cfg.training.metrics_port:
+        # Named so that the training PodMonitor (pipelines/observability.py) scrapes it by name.
+        ports = [*ports, {"name": "metrics", "containerPort": cfg.training.metrics_port, "protocol": "TCP"}]
     if ports:
         container["ports"] = ports
     spec: dict[str, Any] = {
+        "serviceAccountName": TRAIN_SERVICE_ACCOUNT,
         "priorityClassName": team.priority.name,
         "securityContext": k8s.as_k8s(k8s.pod_security_context()),
         # Training pods reach only object storage and MLflow; they need no Kubernetes API token.
@@ -119,7 +125,8 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
     if gpus > 0:
         spec["tolerations"] = k8s.as_k8s(k8s.gpu_tolerations(region))
         spec["nodeSelector"] = k8s.gpu_node_selector(region)
-    return {"metadata": {"labels": {"app.kubernetes.io/part-of": "paddle-mlops"}}, "spec": spec}
+    # The component label is what the training NetworkPolicy selects on.
+    return {"metadata": {"labels": {"app.kubernetes.io/part-of": "paddle-mlops", **TRAIN_POD_LABELS}}, "spec": spec}
 
 
 def _metadata() -> dict[str, Any]:

@@ -15,7 +15,9 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from pipelines import k8s
+from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import build_paddlejob
+from pipelines.platform.rbac import ROLLOUT_SERVICE_ACCOUNT
 
 OUTPUTS = "/tmp/outputs"
 WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
@@ -65,6 +67,7 @@ def step_container(
         volumes=[k8s.tmp_volume(), *extra.pop("volumes", [])],
         retry_strategy=k8s.retry_strategy(cfg),
         active_deadline_seconds=extra.pop("active_deadline_seconds", cfg.cluster.step_deadline_seconds),
+        metrics=m.Metrics.model_validate(argo_template_metrics(name)),
         **extra,
     )
 
@@ -148,6 +151,7 @@ def train(cfg: PipelineConfig) -> Resource:
         timeout=f"{deadline}s",
         active_deadline_seconds=deadline,
         retry_strategy=k8s.resource_retry_strategy(cfg),
+        metrics=m.Metrics.model_validate(argo_template_metrics("train")),
     )
 
 
@@ -214,6 +218,8 @@ def rollout(cfg: PipelineConfig) -> Container:
         ],  # fmt: skip
         inputs=["model-uri", "model-version", "region"],
         outputs=["serving-url", "outcome"],
+        # Only the rollout step may touch InferenceServices (argo/rbac.yaml).
+        service_account_name=ROLLOUT_SERVICE_ACCOUNT,
         # The canary window is part of the step; give it room on top of the ordinary deadline.
         active_deadline_seconds=cfg.cluster.step_deadline_seconds + cfg.serving.canary_window_seconds,
     )

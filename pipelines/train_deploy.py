@@ -25,6 +25,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         Parameter(name="git-sha", description="commit to build and train"),
         Parameter(name="git-repo", description="repository URL the build step clones"),
         Parameter(name="git-branch", value="main"),
+        Parameter(name="pusher", value="", description="who pushed (set by the Argo Events sensor; recorded only)"),
         Parameter(name="config", value="configs/pipeline.yaml"),
         Parameter(name="env", value="prod", enum=["local", "dev", "prod"]),
         Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),

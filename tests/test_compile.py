@@ -25,9 +25,11 @@ def test_checked_in_argo_is_current(cfg) -> None:
 
 def test_one_file_per_template(cfg) -> None:
     rendered = compiler.render_all(cfg)
-    assert sorted(rendered) == ["rollout.yaml", "scheduled-retrain.yaml", "train-deploy.yaml"]
-    for name, docs in rendered.items():
-        assert [d["metadata"]["name"] for d in docs] == [name.removesuffix(".yaml")]
+    templates = {name for name in compiler.PIPELINES}
+    assert templates == {"rollout.yaml", "scheduled-retrain.yaml", "train-deploy.yaml"}
+    for name in templates:
+        assert [d["metadata"]["name"] for d in rendered[name]] == [name.removesuffix(".yaml")]
+    assert {"events.yaml", "tenancy.yaml", "rbac.yaml", "monitoring.yaml", "dashboards.yaml"} <= set(rendered)
 
 
 def test_kustomization_lists_every_generated_file(cfg) -> None:
@@ -77,7 +79,7 @@ def test_missing_and_leftover_files_are_reported(tmp_path: Path, cfg) -> None:
     out = tmp_path / "argo"
     (out / "rollout.yaml").unlink()
     (out / "old-pipeline.yaml").write_text(compiler.HEADER + "kind: WorkflowTemplate\n", encoding="utf-8")
-    (out / "rbac.yaml").write_text("kind: ServiceAccount\n", encoding="utf-8")  # hand-written: not ours
+    (out / "extra-notes.yaml").write_text("kind: ServiceAccount\n", encoding="utf-8")  # hand-written: not ours
     problems = compiler.check(out, cfg)
     assert len(problems) == 2
     assert any("rollout.yaml: missing" in p for p in problems)

@@ -35,8 +35,17 @@ def rendered(request: pytest.FixtureRequest) -> dict[str, list[dict[str, Any]]]:
     return render_all(load_config(overrides=overrides) if overrides else default_compile_config())
 
 
-def _documents(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "CronWorkflow"}
+POD_OWNER_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+
+
+def _all_documents(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [doc for docs in rendered.values() for doc in docs]
+
+
+def _documents(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The Argo workflow documents (templates, cron workflows)."""
+    return [doc for doc in _all_documents(rendered) if doc["kind"] in WORKFLOW_KINDS]
 
 
 def _workflow_spec(doc: dict[str, Any]) -> dict[str, Any]:
@@ -49,6 +58,10 @@ def _templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _pods(rendered: dict[str, list[dict[str, Any]]]) -> Iterator[tuple[str, dict[str, Any] | None, list[dict]]]:
     """(where, pod-level securityContext, containers) for every pod the documents can create."""
+    for doc in _all_documents(rendered):
+        if doc["kind"] in POD_OWNER_KINDS:
+            pod = doc["spec"]["template"]["spec"]
+            yield f"{doc['kind']}/{doc['metadata']['name']}", pod.get("securityContext"), pod["containers"]
     for doc in _documents(rendered):
         spec = _workflow_spec(doc)
         for t in _templates(doc):
@@ -114,7 +127,7 @@ def _images(node: Any) -> Iterator[str]:
 
 
 def test_every_image_is_pinned(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    images = list(_images(_documents(rendered)))
+    images = list(_images(_all_documents(rendered)))
     assert len(images) >= 8
     for image in images:
         if image.endswith(DIGEST_PARAM):
@@ -138,7 +151,7 @@ def _env_vars(node: Any) -> Iterator[dict[str, Any]]:
 
 
 def test_credentials_only_by_secret_reference(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    env = list(_env_vars(_documents(rendered)))
+    env = list(_env_vars(_all_documents(rendered)))
     secret_like = [e for e in env if CREDENTIAL_NAME.search(e["name"])]
     assert {e["name"] for e in secret_like} >= {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     for var in secret_like:
@@ -148,6 +161,7 @@ def test_credentials_only_by_secret_reference(rendered: dict[str, list[dict[str,
 def test_restricted_pod_security_everywhere_but_the_buildkit_sidecar(rendered: dict[str, list[dict[str, Any]]]) -> None:
     pods = list(_pods(rendered))
     assert any(":spec." in where for where, _, _ in pods), "PaddleJob replica pods must be checked too"
+    assert any(where.startswith("Deployment/") for where, _, _ in pods), "install-set Deployments too"
     for where, pod_security, containers in pods:
         assert pod_security and pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] != 0, where
         assert pod_security["seccompProfile"]["type"] == "RuntimeDefault", where

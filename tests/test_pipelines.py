@@ -67,6 +67,7 @@ def test_workflow_parameters_and_defaults(doc: dict) -> None:
         "git-sha": None,
         "git-repo": None,
         "git-branch": "main",
+        "pusher": "",
         "config": "configs/pipeline.yaml",
         "env": "prod",
         "overrides": "[]",
@@ -88,7 +89,11 @@ def test_exit_handler_closes_the_run(doc: dict) -> None:
 
 
 def test_every_value_is_an_expression_the_local_executor_understands(doc: dict) -> None:
-    text = yaml.safe_dump(doc)
+    # Prometheus metric blocks are read by the Argo controller only ({{duration}}, {{status}}).
+    runnable = {**doc, "spec": {**doc["spec"], "templates": [
+        {k: v for k, v in t.items() if k != "metrics"} for t in doc["spec"]["templates"]
+    ]}}  # fmt: skip
+    text = yaml.safe_dump(runnable)
     for expression in re.findall(r"\{\{[^}]*\}\}", text):
         assert ALLOWED_EXPRESSION.fullmatch(expression), expression
 

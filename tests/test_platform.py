@@ -10,146 +10,12 @@ import pytest
 
 from paddle_mlops.config import TeamConfig, load_config
 from paddle_mlops.lint import lint_documents
+from paddle_mlops.validate_crds import walk_argo_events as _walk
 from pipelines.platform import events, kyverno, mlflow_server, network, rbac, render_platform, tenancy
 
 KUBERNETES_VERSION = "1.30.0"
 CRD_GROUPS = ("argoproj.io/", "kyverno.io/")
 
-# Vendored subset of Argo Events' JSON schema (io.argoproj.events.v1alpha1.<name>): per definition the
-# keys it allows, the keys holding another vendored definition ("*Name": a map of them), and its
-# required keys.
-ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
-    "EventSourceSpec": (
-        "amqp azureEventsHub azureQueueStorage azureServiceBus bitbucket bitbucketserver calendar emitter eventBusName file generic gerrit github gitlab hdfs kafka minio mns mqtt nats nsq pubSub pulsar redis redisStream replicas resource service sftp slack sns sqs storageGrid stripe template webhook",
-        {
-            "github": "*GithubEventSource",
-            "service": "Service",
-            "template": "Template",
-            "webhook": "*WebhookEventSource",
-        },
-        (),
-    ),
-    "SensorSpec": (
-        "dependencies errorOnFailedRound eventBusName loggingFields replicas revisionHistoryLimit template triggers",
-        {"dependencies": "EventDependency", "template": "Template", "triggers": "Trigger"},
-        ("dependencies", "triggers"),
-    ),
-    "EventBusSpec": (
-        "jetstream jetstreamExotic kafka nats",
-        {"jetstream": "JetStreamBus"},
-        (),
-    ),
-    "JetStreamBus": (
-        "affinity containerTemplate imagePullSecrets maxPayload metadata metricsContainerTemplate nodeSelector persistence priority priorityClassName reloaderContainerTemplate replicas securityContext serviceAccountName settings startArgs streamConfig tolerations version",
-        {
-            "containerTemplate": "ContainerTemplate",
-            "metricsContainerTemplate": "ContainerTemplate",
-            "persistence": "PersistenceStrategy",
-            "reloaderContainerTemplate": "ContainerTemplate",
-        },
-        (),
-    ),
-    "ContainerTemplate": (
-        "imagePullPolicy resources securityContext",
-        {},
-        (),
-    ),
-    "PersistenceStrategy": (
-        "accessMode storageClassName volumeSize",
-        {},
-        (),
-    ),
-    "Template": (
-        "affinity container imagePullSecrets metadata nodeSelector priority priorityClassName securityContext serviceAccountName tolerations volumes",
-        {"container": "Container"},
-        (),
-    ),
-    "Container": (
-        "env envFrom imagePullPolicy resources securityContext volumeMounts",
-        {},
-        (),
-    ),
-    "Service": (
-        "clusterIP metadata ports",
-        {},
-        (),
-    ),
-    "GithubEventSource": (
-        "active apiToken contentType deleteHookOnFinish events filter githubApp githubBaseURL githubUploadURL id insecure metadata organizations owner repositories repository webhook webhookSecret",
-        {"repositories": "OwnedRepositories"},
-        ("events",),
-    ),
-    "OwnedRepositories": (
-        "names owner",
-        {},
-        (),
-    ),
-    "WebhookEventSource": (
-        "authSecret endpoint filter maxPayloadSize metadata method port serverCertSecret serverKeySecret url",
-        {},
-        ("endpoint", "method", "port", "url"),
-    ),
-    "EventDependency": (
-        "eventName eventSourceName filters filtersLogicalOperator name transform",
-        {"filters": "EventDependencyFilter"},
-        ("name", "eventSourceName", "eventName"),
-    ),
-    "EventDependencyFilter": (
-        "context data dataLogicalOperator exprLogicalOperator exprs script time",
-        {"data": "DataFilter"},
-        (),
-    ),
-    "DataFilter": (
-        "comparator path template type value",
-        {},
-        ("path", "type", "value"),
-    ),
-    "Trigger": (
-        "atLeastOnce dlqTrigger parameters policy rateLimit retryStrategy template",
-        {
-            "dlqTrigger": "Trigger",
-            "parameters": "TriggerParameter",
-            "retryStrategy": "Backoff",
-            "template": "TriggerTemplate",
-        },
-        (),
-    ),
-    "TriggerTemplate": (
-        "argoWorkflow awsLambda azureEventHubs azureServiceBus conditions conditionsReset custom email http k8s kafka log name nats openWhisk pulsar slack",
-        {"argoWorkflow": "ArgoWorkflowTrigger", "k8s": "StandardK8STrigger"},
-        ("name",),
-    ),
-    "ArgoWorkflowTrigger": (
-        "args operation parameters source",
-        {"parameters": "TriggerParameter", "source": "ArtifactLocation"},
-        (),
-    ),
-    "StandardK8STrigger": (
-        "liveObject operation parameters patchStrategy source",
-        {"parameters": "TriggerParameter", "source": "ArtifactLocation"},
-        (),
-    ),
-    "TriggerParameter": (
-        "dest operation src",
-        {"src": "TriggerParameterSource"},
-        ("dest",),
-    ),
-    "TriggerParameterSource": (
-        "contextKey contextTemplate dataKey dataTemplate dependencyName useRawData value",
-        {},
-        ("dependencyName",),
-    ),
-    "Backoff": (
-        "duration factor jitter steps",
-        {},
-        (),
-    ),
-    "ArtifactLocation": (
-        "configmap file git inline resource s3 url",
-        {},
-        (),
-    ),
-}
 
 
 @pytest.fixture(scope="module")
@@ -195,27 +61,6 @@ def test_every_document_is_labelled_part_of_the_project(files):
 
 
 # --- Argo Events: structure against the vendored schema subset --------------------------------------
-
-
-def _walk(value: Any, definition: str, where: str, problems: list[str]) -> None:
-    is_map = definition.startswith("*")
-    definition = definition.lstrip("*")
-    if is_map:
-        for key, item in value.items():
-            _walk(item, definition, f"{where}.{key}", problems)
-        return
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            _walk(item, definition, f"{where}[{i}]", problems)
-        return
-    keys, refs, required = ARGO_EVENTS_SUBSET[definition]
-    allowed = set(keys.split())
-    problems += [f"{where}: missing required key {r!r}" for r in required if r not in value]
-    for key, item in value.items():
-        if key not in allowed:
-            problems.append(f"{where}.{key}: not a field of {definition}")
-        elif key in refs:
-            _walk(item, refs[key], f"{where}.{key}", problems)
 
 
 @pytest.mark.parametrize(
