@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("action", choices=["status", "stop"], help="status: print URL and version; stop: stop it")
     _workdir_arg(serve)
+
+    for name, (_, summary) in DELEGATED.items():
+        # Parsed by the module's own parser (see main); listed here for `paddle-mlops --help`.
+        sub.add_parser(name, help=summary, add_help=False)
     return parser
 
 
@@ -181,10 +185,21 @@ def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+DELEGATED = {
+    "lint": ("paddle_mlops.lint", "check the manifests' pods against the security and pinning policy (exit 1 on findings)"),
+    "submit": ("paddle_mlops.submit", "submit a Workflow from a WorkflowTemplate (after a GPU quota check); --dry-run prints it"),
+    "report": ("paddle_mlops.report", "write an MLflow run's plots and an HTML summary to a local folder"),
+}
+
 COMMANDS = {"run": _cmd_run, "compile": _cmd_compile, "config": _cmd_config, "ui": _cmd_ui, "serve": _cmd_serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        import importlib
+
+        return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
     try:

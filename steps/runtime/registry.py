@@ -1,0 +1,163 @@
+"""The MLflow model registry as the pipeline uses it: versions, aliases, and closing stray runs.
+
+Aliases carry the deployment state: `challenger` (registered, not yet serving), `champion` (serving
+100%), `previous-champion` (what a rollback returns to). Every version carries the tags git_sha,
+data_stats, storage_uri and manifest_digest, so a version can be traced to its code, data and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import mlflow
+from mlflow.entities import RunStatus
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from paddle_mlops.config import PipelineConfig
+from steps.runtime import stepargs
+from steps.runtime.stepargs import StepError
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+PREVIOUS_CHAMPION = "previous-champion"
+# MLflow caps model-version tag values; data stats are a summary, not the whole file.
+_MAX_TAG = 5000
+
+
+def tracking_uri(cfg: PipelineConfig) -> str:
+    """Env MLFLOW_TRACKING_URI, else the configured URI, else SQLite under PADDLE_MLOPS_HOME."""
+    return (
+        os.environ.get("MLFLOW_TRACKING_URI")
+        or cfg.mlflow.tracking_uri
+        or f"sqlite:///{stepargs.home_dir() / 'mlflow.db'}"
+    )
+
+
+def connect(cfg: PipelineConfig) -> MlflowClient:
+    """A client for the pipeline's tracking server; also makes it mlflow's default for this process."""
+    uri = tracking_uri(cfg)
+    if uri.startswith("sqlite:///"):
+        os.makedirs(os.path.dirname(uri[len("sqlite:///") :]) or ".", exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def compact_json(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= _MAX_TAG else text[: _MAX_TAG - 3] + "..."
+
+
+def _client(client: MlflowClient | None) -> MlflowClient:
+    return client or MlflowClient()
+
+
+def find_version_by_digest(name: str, manifest_digest: str, client: MlflowClient | None = None) -> str | None:
+    client = _client(client)
+    found = client.search_model_versions(f"name = '{name}' and tags.manifest_digest = '{manifest_digest}'")
+    return str(min(int(v.version) for v in found)) if found else None
+
+
+def register(
+    cfg: PipelineConfig,
+    model_uri: str,
+    run_id: str | None,
+    tags: dict[str, str],
+    client: MlflowClient | None = None,
+) -> str:
+    """Create (once) the version of `cfg.mlflow.registered_model` for the published `model_uri`.
+
+    Idempotent: a version already tagged with the same `manifest_digest` is returned as is.
+    """
+    client = client or connect(cfg)
+    name = cfg.mlflow.registered_model
+    digest = tags.get("manifest_digest")
+    if not digest:
+        raise StepError("register needs the manifest_digest tag; pass the upload step's manifest digest")
+    try:
+        client.get_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        client.create_registered_model(name, description="ERNIE sentiment classifier published by paddle-mlops")
+    existing = find_version_by_digest(name, digest, client)
+    if existing is not None:
+        return existing
+    try:
+        version = client.create_model_version(
+            name, source=model_uri, run_id=run_id or None, tags={"storage_uri": model_uri, **tags}
+        )
+    except MlflowException as exc:
+        if exc.error_code == "INVALID_PARAMETER_VALUE" and "source" in exc.message:
+            # A tracking *server* refuses local paths as sources (it cannot read this machine's disk).
+            raise StepError(
+                f"MLflow at {client.tracking_uri} refuses model source {model_uri!r}: {exc.message} "
+                "Use an s3:// storage.uri with a remote tracking server, or the embedded SQLite tracking locally."
+            ) from None
+        raise
+    return str(version.version)
+
+
+def set_alias(name: str, alias: str, version: str, client: MlflowClient | None = None) -> None:
+    _client(client).set_registered_model_alias(name, alias, str(version))
+
+
+def get_alias_version(name: str, alias: str, client: MlflowClient | None = None) -> str | None:
+    """The version an alias points at, or None when the alias (or the model) does not exist."""
+    try:
+        return str(_client(client).get_model_version_by_alias(name, alias).version)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise
+
+
+def promote(name: str, version: str, client: MlflowClient | None = None) -> str | None:
+    """Point `champion` at `version`; the old champion becomes `previous-champion`. Returns it."""
+    client = _client(client)
+    version = str(version)
+    current = get_alias_version(name, CHAMPION, client)
+    if current == version:
+        return get_alias_version(name, PREVIOUS_CHAMPION, client)
+    if current is not None:
+        client.set_model_version_tag(name, version, "previous_champion", current)
+        client.set_registered_model_alias(name, PREVIOUS_CHAMPION, current)
+    client.set_registered_model_alias(name, CHAMPION, version)
+    return current
+
+
+def rollback(name: str, client: MlflowClient | None = None) -> str:
+    """Point `champion` back at `previous-champion` and return that version."""
+    client = _client(client)
+    previous = get_alias_version(name, PREVIOUS_CHAMPION, client)
+    if previous is None:
+        raise StepError(f"registered model {name!r} has no '{PREVIOUS_CHAMPION}' alias; there is nothing to roll back to")
+    client.set_registered_model_alias(name, CHAMPION, previous)
+    # Walk the chain back one step so a second rollback does not re-promote the bad version.
+    older = client.get_model_version(name, previous).tags.get("previous_champion")
+    if older:
+        client.set_registered_model_alias(name, PREVIOUS_CHAMPION, older)
+    else:
+        client.delete_registered_model_alias(name, PREVIOUS_CHAMPION)
+    return previous
+
+
+def close_runs(experiment: str, workflow: str, status: str = "FAILED", client: MlflowClient | None = None) -> list[str]:
+    """Terminate the runs tagged `workflow=<workflow>` that are still RUNNING; return their ids."""
+    client = _client(client)
+    if status not in (RunStatus.to_string(RunStatus.FINISHED), "FAILED", "KILLED"):
+        raise StepError(f"run status {status!r} is not one of FINISHED, FAILED, KILLED")
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    runs = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"tags.workflow = '{workflow}' and attributes.status = 'RUNNING'",
+    )
+    closed = []
+    for run in runs:
+        client.set_terminated(run.info.run_id, status=status)
+        closed.append(run.info.run_id)
+    return closed
