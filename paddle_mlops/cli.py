@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False)
+    console = Console(soft_wrap=True)
     try:
         return COMMANDS[args.command](args, console)
     except ConfigError as exc:

@@ -331,7 +331,14 @@ class LocalExecutor:
                 f"({failed.log}):"
             )
             self.console.out(failed.reason or "(no output)", highlight=False)
-            self.console.print("Nothing was registered or served from this run.")
+            version = summary["model_version"]
+            if version:
+                self.console.print(
+                    f"Model version {version} was registered (alias 'challenger') but not promoted: "
+                    "'champion' and the serving model are unchanged."
+                )
+            else:
+                self.console.print("Nothing was registered or served from this run.")
         m = summary["metrics"]
         gate = summary["gate"]["passed"]
         lines = [
@@ -344,4 +351,5 @@ class LocalExecutor:
             ("summary", str(self.workdir / "last-run.json")),
         ]
         for key, value in lines:
-            self.console.print(f"  [bold]{key:>13}[/]: {value if value is not None else '-'}", highlight=False)
+            shown = value if value is not None else "-"
+            self.console.print(f"  [bold]{key:>13}[/]: {shown}", highlight=False)

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -20,24 +21,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import kserve
-import numpy as np
-import uvicorn
-from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, ORJSONResponse
-from kserve import errors as kerrors
-from kserve.model_repository import ModelRepository
-from kserve.protocol.dataplane import DataPlane
-from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
-from kserve.protocol.model_repository_extension import ModelRepositoryExtension
-from kserve.protocol.rest.server import metrics_handler
-from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
-from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
-from prometheus_client import Counter, Histogram
-from starlette.exceptions import HTTPException
+# kserve.model_server parses sys.argv when it is imported (parse_known_args at module level), and
+# argparse's prefix matching reads our `--config FILE` as its `--configure_logging`: hide ours.
+_argv, sys.argv = sys.argv, sys.argv[:1]
+try:
+    import kserve
+    import numpy as np
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, ORJSONResponse
+    from kserve import errors as kerrors
+    from kserve.model_repository import ModelRepository
+    from kserve.protocol.dataplane import DataPlane
+    from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+    from kserve.protocol.model_repository_extension import ModelRepositoryExtension
+    from kserve.protocol.rest.server import metrics_handler
+    from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
+    from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
+    from prometheus_client import Counter, Histogram
+    from starlette.exceptions import HTTPException
 
-from paddle_mlops.config.models import ServingConfig
+    from paddle_mlops.config.models import ServingConfig
+finally:
+    sys.argv = _argv
 
 log = logging.getLogger("steps.serving")
 
