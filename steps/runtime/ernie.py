@@ -1,0 +1,201 @@
+"""ERNIE sequence classification: build or load the model, tokenise, export, and run the export.
+
+Training (`steps/train.py`), evaluation (`steps/evaluate.py`) and the model server share this
+module, so a text is tokenised the same way everywhere. `ExportedClassifier` needs only the
+exported directory (`inference.json` + `inference.pdiparams`, tokenizer files, `label_map.json`,
+`model_config.json`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from steps.runtime import workspace
+from steps.runtime.stepargs import StepError
+
+# Local and test runs must never reach a model hub; a configured directory is all we load.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import paddle  # noqa: E402
+from paddlenlp.transformers import (  # noqa: E402
+    ErnieConfig,
+    ErnieForSequenceClassification,
+    ErnieTokenizer,
+)
+
+from paddle_mlops.config.models import ModelConfig  # noqa: E402
+
+INPUT_NAMES = ("input_ids", "token_type_ids")
+
+
+def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_token_id: int = 0) -> ErnieForSequenceClassification:
+    """A small ERNIE classifier initialised from scratch (local runs and tests)."""
+    config = ErnieConfig(
+        vocab_size=vocab_size,
+        hidden_size=model_cfg.hidden_size,
+        num_hidden_layers=model_cfg.num_hidden_layers,
+        num_attention_heads=model_cfg.num_attention_heads,
+        intermediate_size=model_cfg.intermediate_size,
+        max_position_embeddings=model_cfg.max_seq_len,
+        hidden_dropout_prob=model_cfg.dropout,
+        attention_probs_dropout_prob=model_cfg.dropout,
+        type_vocab_size=2,
+        pad_token_id=pad_token_id,
+        num_labels=num_labels,
+    )
+    # Fixed parameter names (the optimizer state is keyed by them), however many models this process built.
+    with paddle.utils.unique_name.guard():
+        return ErnieForSequenceClassification(config)
+
+
+def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
+    """A local directory holding the pretrained weights (an s3:// prefix is downloaded first)."""
+    try:
+        directory = workspace.stage_in(location, endpoint_url=endpoint_url)
+    except FileNotFoundError as exc:
+        raise StepError(f"model.pretrained {location}: {exc}. Point it at a directory of PaddleNLP ERNIE weights.") from None
+    if not (directory / "config.json").is_file():
+        raise StepError(
+            f"model.pretrained {location} has no config.json; save the model with save_pretrained() into that location."
+        )
+    return directory
+
+
+def load_pretrained(directory: Path, num_labels: int, dropout: float) -> ErnieForSequenceClassification:
+    """PaddleNLP's own loading path, from a local directory only (a hub name would be a download)."""
+    with paddle.utils.unique_name.guard():
+        return ErnieForSequenceClassification.from_pretrained(
+            str(directory), num_labels=num_labels, classifier_dropout=dropout
+        )
+
+
+def load_tokenizer(path: Path) -> ErnieTokenizer:
+    """A `vocab.txt` file (character vocabulary) or a directory saved with `save_pretrained`."""
+    if path.is_file():
+        return ErnieTokenizer(str(path))
+    return ErnieTokenizer.from_pretrained(str(path))
+
+
+def encode(tokenizer: ErnieTokenizer, texts: Sequence[str], max_seq_len: int) -> list[list[int]]:
+    """Token ids with [CLS]/[SEP], truncated to `max_seq_len`; unpadded (batches pad to their longest)."""
+    encoded = tokenizer(list(texts), max_length=max_seq_len, truncation=True, return_token_type_ids=False)
+    return encoded["input_ids"]
+
+
+def pad_batch(ids: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """int64 `input_ids` padded to the longest row, and zero `token_type_ids` (single-segment inputs)."""
+    width = max(len(row) for row in ids)
+    input_ids = np.full((len(ids), width), pad_id, dtype="int64")
+    for i, row in enumerate(ids):
+        input_ids[i, : len(row)] = row
+    return input_ids, np.zeros_like(input_ids)
+
+
+def export(
+    model: ErnieForSequenceClassification,
+    tokenizer: ErnieTokenizer,
+    label_map: dict[int, str],
+    model_cfg: ModelConfig,
+    out_dir: Path,
+) -> Path:
+    """Static-graph export for Paddle Inference plus everything needed to tokenise and name labels."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    spec = [paddle.static.InputSpec([None, None], "int64", name) for name in INPUT_NAMES]
+    static = paddle.jit.to_static(model, input_spec=spec, full_graph=True)
+    paddle.jit.save(static, str(out_dir / "inference"))
+    tokenizer.save_pretrained(str(out_dir))
+    (out_dir / "label_map.json").write_text(
+        json.dumps({str(i): n for i, n in sorted(label_map.items())}, ensure_ascii=False, indent=2), encoding="utf-8"
+    )
+    config = model.config
+    (out_dir / "model_config.json").write_text(
+        json.dumps(
+            {
+                "architecture": "ErnieForSequenceClassification",
+                "max_seq_len": model_cfg.max_seq_len,
+                "num_labels": len(label_map),
+                "vocab_size": config.vocab_size,
+                "hidden_size": config.hidden_size,
+                "num_hidden_layers": config.num_hidden_layers,
+                "num_attention_heads": config.num_attention_heads,
+                "intermediate_size": config.intermediate_size,
+                "pad_token_id": tokenizer.pad_token_id,
+                "inputs": list(INPUT_NAMES),
+                "pretrained": model_cfg.pretrained,
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
+    return out_dir
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+class ExportedClassifier:
+    """Paddle Inference predictor over an exported model directory.
+
+    Thread-safe: one predictor per instance, calls serialised by a lock (a Paddle predictor is not
+    re-entrant). For parallel inference create one instance per worker thread or process.
+    Batches are padded to their longest text, not to `max_seq_len`.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike[str], cpu_threads: int = 1, use_gpu: bool = False) -> None:
+        self.model_dir = Path(model_dir)
+        for name in ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json"):
+            if not (self.model_dir / name).is_file():
+                raise StepError(f"{self.model_dir} has no {name}; it is not a model exported by the train step.")
+        self.model_config = json.loads((self.model_dir / "model_config.json").read_text(encoding="utf-8"))
+        self.labels = {int(k): v for k, v in json.loads((self.model_dir / "label_map.json").read_text(encoding="utf-8")).items()}
+        self.max_seq_len = int(self.model_config["max_seq_len"])
+        self.tokenizer = ErnieTokenizer.from_pretrained(str(self.model_dir))
+        config = paddle.inference.Config(str(self.model_dir / "inference.json"), str(self.model_dir / "inference.pdiparams"))
+        if use_gpu:
+            config.enable_use_gpu(256, 0)
+        else:
+            config.disable_gpu()
+            config.set_cpu_math_library_num_threads(cpu_threads)
+        config.disable_glog_info()
+        self._predictor = paddle.inference.create_predictor(config)
+        self._inputs = {name: self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()}
+        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        return pad_batch(encode(self.tokenizer, texts, self.max_seq_len), self.tokenizer.pad_token_id)
+
+    def predict_batch_ids(self, input_ids: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
+        """Logits `[batch, num_labels]` for already-tokenised int64 inputs."""
+        if token_type_ids is None:
+            token_type_ids = np.zeros_like(input_ids)
+        feeds = {"input_ids": input_ids, "token_type_ids": token_type_ids}
+        with self._lock:
+            for name, handle in self._inputs.items():
+                array = np.ascontiguousarray(feeds[name], dtype="int64")
+                handle.reshape(list(array.shape))
+                handle.copy_from_cpu(array)
+            self._predictor.run()
+            return self._output.copy_to_cpu()
+
+    def predict(self, texts: Sequence[str]) -> list[dict]:
+        """`[{"label": name, "probabilities": {name: p}}]`, one per text."""
+        if not texts:
+            return []
+        probs = softmax(self.predict_batch_ids(*self.encode(texts)).astype("float64"))
+        out = []
+        for row in probs:
+            best = int(row.argmax())
+            out.append({"label": self.labels[best], "probabilities": {self.labels[i]: float(p) for i, p in enumerate(row)}})
+        return out

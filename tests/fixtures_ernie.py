@@ -1,0 +1,68 @@
+"""Tiny data and a tiny exported ERNIE model for tests (no network, seconds to build).
+
+`make_exported_model(dir)` gives a directory that `steps.runtime.ernie.ExportedClassifier` (and so
+the model server) loads; its weights are random, so only shapes and plumbing are meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+POSITIVE = ("很好", "满意", "喜欢", "不错", "推荐", "优秀", "舒服", "漂亮")
+NEGATIVE = ("很差", "失望", "讨厌", "糟糕", "退货", "垃圾", "难用", "坏了")
+SUBJECTS = ("手机", "酒店", "这本书", "服务", "质量", "快递", "屏幕", "电池")
+
+TINY_OVERRIDES = [
+    "model.hidden_size=32",
+    "model.num_hidden_layers=1",
+    "model.num_attention_heads=2",
+    "model.intermediate_size=64",
+    "model.max_seq_len=32",
+    "data.vocab_min_freq=1",
+    "data.dev_fraction=0.2",
+    "data.test_fraction=0.2",
+    "training.epochs=2",
+    "training.batch_size=16",
+    "training.learning_rate=0.005",
+    "training.nproc=1",
+]
+
+
+def sentiment_rows() -> list[dict[str, str]]:
+    """64 distinct short reviews, half positive, half negative, learnable from one word."""
+    rows = []
+    for i, subject in enumerate(SUBJECTS):
+        for j in range(4):
+            rows.append({"text": f"{subject}{POSITIVE[(i + j) % 8]}第{j}次", "label": "positive"})
+            rows.append({"text": f"{subject}{NEGATIVE[(i + j) % 8]}第{j}次", "label": "negative"})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def make_exported_model(
+    directory: Path,
+    labels: tuple[str, ...] = ("negative", "positive"),
+    texts: tuple[str, ...] | None = None,
+    max_seq_len: int = 32,
+) -> Path:
+    """Export a random-weight hidden-32, one-layer ERNIE classifier with a character vocabulary."""
+    from paddle_mlops.config.models import ModelConfig
+    from steps.runtime import data, ernie
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    corpus = texts or tuple(r["text"] for r in sentiment_rows())
+    vocab_file = directory.parent / f".{directory.name}-vocab.txt"
+    vocab_file.write_text("\n".join(data.build_vocab(corpus, 1, 8000)) + "\n", encoding="utf-8")
+    cfg = ModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_seq_len=max_seq_len)
+    tokenizer = ernie.load_tokenizer(vocab_file)
+    model = ernie.build_model(cfg, len(tokenizer.vocab), len(labels), tokenizer.pad_token_id)
+    ernie.export(model, tokenizer, dict(enumerate(labels)), cfg, directory)
+    vocab_file.unlink()
+    return directory

@@ -1,0 +1,144 @@
+"""evaluate: metrics on the exported model, the gate vs threshold and vs the MLflow champion."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures_ernie import TINY_OVERRIDES, make_exported_model, sentiment_rows, write_jsonl
+
+from steps import evaluate, prepare_data
+
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
+MODEL_NAME = "ernie-sentiment"
+
+
+def common(*overrides: str) -> list[str]:
+    return ["--config", CONFIG, "--env", "local", "--overrides", json.dumps([*TINY_OVERRIDES, *overrides])]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """data/ from prepare-data on the tiny reviews, model/ a random-weight tiny export."""
+    base = tmp_path_factory.mktemp("evaluate")
+    src = write_jsonl(base / "reviews.jsonl", sentiment_rows())
+    ws = base / "ws"
+    assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
+    make_exported_model(ws / "model")
+    return ws
+
+
+@pytest.fixture(scope="module")
+def tracking(workspace: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One SQLite MLflow per module (creating its schema takes seconds) with a finished training run."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mlflow_client = MlflowClient(uri)
+        run = mlflow_client.create_run(mlflow_client.create_experiment("ernie-sentiment"))
+        mlflow_client.set_terminated(run.info.run_id)
+        (workspace / "model" / "training.json").write_text(json.dumps({"mlflow_run_id": run.info.run_id}))
+        yield mlflow_client
+
+
+@pytest.fixture
+def client(tracking):  # type: ignore[no-untyped-def]
+    """The module's MLflow, with no registered model (so no champion) at the start of each test."""
+    yield tracking
+    if tracking.search_registered_models(f"name = '{MODEL_NAME}'"):
+        tracking.delete_registered_model(MODEL_NAME)
+
+
+def run_eval(ws: Path, out: Path, *overrides: str) -> tuple[int, dict, str, str]:
+    rc = evaluate.main([*common(*overrides), "--workspace", str(ws), "--metrics-out", str(out / "metrics"),
+                        "--gate-out", str(out / "gate"), "--run-id-out", str(out / "run-id")])
+    return rc, json.loads((out / "metrics").read_text()), (out / "gate").read_text(), (out / "run-id").read_text()
+
+
+def register_champion(client, source: str, tag_value: float | None, run_metric: float | None = None) -> str:  # type: ignore[no-untyped-def]
+    client.create_registered_model(MODEL_NAME)
+    source_run = client.create_run(client.get_experiment_by_name("ernie-sentiment").experiment_id)
+    if run_metric is not None:
+        client.log_metric(source_run.info.run_id, "test_accuracy", run_metric)
+    version = client.create_model_version(MODEL_NAME, source=source, run_id=source_run.info.run_id)
+    if tag_value is not None:
+        client.set_model_version_tag(MODEL_NAME, version.version, "test_accuracy", str(tag_value))
+    client.set_registered_model_alias(MODEL_NAME, "champion", version.version)
+    return str(version.version)
+
+
+def test_gate_passes_threshold_without_champion(workspace: Path, client, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    rc, metrics, gate, run_id = run_eval(workspace, tmp_path, "gate.threshold=0.0")
+    assert rc == 0 and gate == "true"
+    assert run_id == json.loads((workspace / "model" / "training.json").read_text())["mlflow_run_id"]
+    test_rows = (workspace / "data" / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    assert metrics["examples"] == len(test_rows)
+    assert 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["macro_f1"] <= 1
+    assert set(metrics["per_class"]) == {"negative", "positive"}
+    assert sum(c["support"] for c in metrics["per_class"].values()) == len(test_rows)
+    assert sum(map(sum, metrics["confusion_matrix"])) == len(test_rows)
+    assert metrics["latency"]["batch_p50_ms"] > 0 and metrics["latency"]["example_p99_ms"] > 0
+    assert metrics["gate"]["passed"] is True and metrics["gate"]["champion_version"] is None
+    assert json.loads((workspace / "eval" / "metrics.json").read_text()) == metrics
+    assert "gate PASSED" in capsys.readouterr().out
+
+    run = client.get_run(run_id)
+    assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
+    assert "test_macro_f1" in run.data.metrics and "test_positive_f1" in run.data.metrics
+    assert run.data.tags["gate.passed"] == "true" and "threshold" in run.data.tags["gate.reason"]
+
+
+def test_gate_fails_below_threshold_without_error(workspace: Path, client, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    rc, metrics, gate, _ = run_eval(workspace, tmp_path, "gate.threshold=1.0", "gate.metric=macro_f1")
+    assert metrics["macro_f1"] < 1.0  # random weights
+    assert rc == 0 and gate == "false" and metrics["gate"]["passed"] is False
+    assert "gate FAILED: macro_f1" in capsys.readouterr().out
+
+
+def test_gate_fails_against_a_better_champion(workspace: Path, client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    version = register_champion(client, str(workspace / "model"), tag_value=0.999)
+    rc, metrics, gate, run_id = run_eval(workspace, tmp_path, "gate.threshold=0.0")
+    assert rc == 0 and gate == "false"
+    assert metrics["gate"]["champion_version"] == version and metrics["gate"]["champion_value"] == 0.999
+    assert client.get_run(run_id).data.tags["gate.champion_version"] == version
+
+
+def test_gate_passes_against_champion_metric_from_its_run(workspace: Path, client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    register_champion(client, str(workspace / "model"), tag_value=None, run_metric=0.0)
+    rc, metrics, gate, _ = run_eval(workspace, tmp_path, "gate.threshold=0.0")
+    assert rc == 0 and gate == "true" and metrics["gate"]["champion_value"] == 0.0
+    assert f"champion v{metrics['gate']['champion_version']}" in metrics["gate"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("value", "champion", "passed"),
+    [(0.85, None, True), (0.79, None, False), (0.85, ("3", 0.86), True), (0.85, ("3", 0.8601), False),
+     (0.80, ("1", 0.70), True)],
+)
+def test_decide(value: float, champion: tuple[str, float] | None, passed: bool) -> None:
+    decision = evaluate.decide(value, "accuracy", 0.80, 0.01, champion)
+    assert decision.passed is passed
+    if champion:
+        assert f"champion v{champion[0]}" in decision.reason
+
+
+def test_missing_model_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert evaluate.main([*common(), "--workspace", str(tmp_path)]) == 2
+    assert "run prepare-data and train" in capsys.readouterr().err
+
+
+def test_exported_classifier_predicts_named_labels(workspace: Path) -> None:
+    from steps.runtime.ernie import ExportedClassifier
+
+    classifier = ExportedClassifier(workspace / "model")
+    out = classifier.predict(["手机很好", "快递很差，失望极了", ""])
+    assert len(out) == 3
+    for item in out:
+        assert item["label"] in ("negative", "positive")
+        assert sum(item["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+    ids, types = classifier.encode(["好", "手机很好"])
+    assert ids.shape == (2, 6) and ids.dtype.name == "int64" and not types.any()  # padded to the longest, not 32
+    assert classifier.predict_batch_ids(ids, types).shape == (2, 2)

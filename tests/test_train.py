@@ -1,0 +1,117 @@
+"""train: tiny ERNIE trained in-process and under paddle.distributed.launch; export, MLflow, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_ernie import TINY_OVERRIDES, sentiment_rows, write_jsonl
+
+from steps import prepare_data, train
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "pipeline.yaml")
+
+pytestmark = pytest.mark.slow
+
+
+def common(*overrides: str) -> list[str]:
+    return ["--config", CONFIG, "--env", "local", "--overrides", json.dumps([*TINY_OVERRIDES, *overrides])]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace whose data/ holds the 64 tiny reviews, split 60/20/20."""
+    base = tmp_path_factory.mktemp("train")
+    src = write_jsonl(base / "reviews.jsonl", sentiment_rows())
+    ws = base / "ws"
+    assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
+    return ws
+
+
+@pytest.fixture
+def tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("PADDLE_MLOPS_RUN", "run-test-1")
+    return uri
+
+
+def copy_data(prepared: Path, ws: Path) -> Path:
+    import shutil
+
+    shutil.copytree(prepared / "data", ws / "data")
+    return ws
+
+
+def test_train_exports_best_model_and_tracks_mlflow(
+    prepared: Path, tracking: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import mlflow
+
+    ws = copy_data(prepared, tmp_path / "ws")
+    caplog.set_level(logging.INFO)
+    args = [*common("training.max_steps=6", "training.checkpoint_every=2"), "--workspace", str(ws), "--git-sha", "abc123"]
+    assert train.main(args) == 0
+    model = ws / "model"
+    for name in ("inference.json", "inference.pdiparams", "vocab.txt", "tokenizer_config.json", "label_map.json",
+                 "model_config.json", "training.json"):
+        assert (model / name).is_file(), name
+    config = json.loads((model / "model_config.json").read_text())
+    assert (config["max_seq_len"], config["num_labels"], config["hidden_size"]) == (32, 2, 32)
+    assert config["vocab_size"] == len((ws / "data" / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    training = json.loads((model / "training.json").read_text())
+    assert training["global_steps"] == 6 and training["world_size"] == 1 and training["best_epoch"] in (1, 2)
+    assert 0 <= training["dev_accuracy"] <= 1
+
+    run = mlflow.MlflowClient(tracking).get_run(training["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.info.run_name == "run-test-1"
+    assert run.data.tags["git_sha"] == "abc123" and run.data.tags["workflow"] == "run-test-1"
+    assert run.data.params["model.hidden_size"] == "32" and run.data.params["training.epochs"] == "2"
+    history = mlflow.MlflowClient(tracking).get_metric_history(run.info.run_id, "dev_accuracy")
+    assert [m.step for m in history] == [1, 2]
+    assert max(m.value for m in history) == pytest.approx(training["dev_accuracy"])
+    for key in ("train_loss", "dev_macro_f1", "samples_per_second"):
+        assert key in run.data.metrics
+
+    # checkpoints are complete directories (renamed into place); only the newest two are kept
+    checkpoints = sorted(p.name for p in (ws / "checkpoints").iterdir())
+    assert checkpoints == ["step-4", "step-6"]
+    assert all((ws / "checkpoints" / c / "meta.json").is_file() for c in checkpoints)
+
+    # a rerun with a higher step cap resumes from the latest checkpoint instead of starting over
+    caplog.clear()
+    args = [*common("training.epochs=3", "training.max_steps=8", "training.checkpoint_every=2"), "--workspace", str(ws)]
+    assert train.main(args) == 0
+    assert "resuming from checkpoint step 6" in caplog.text
+    assert json.loads((model / "training.json").read_text())["global_steps"] == 8
+
+
+def test_train_learns_the_tiny_task(prepared: Path, tracking: str, tmp_path: Path) -> None:
+    ws = copy_data(prepared, tmp_path / "ws")
+    assert train.main([*common("training.epochs=12", "training.learning_rate=0.01"), "--workspace", str(ws)]) == 0
+    assert json.loads((ws / "model" / "training.json").read_text())["dev_accuracy"] >= 0.75
+
+
+def test_missing_data_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert train.main([*common(), "--workspace", str(tmp_path / "empty")]) == 2
+    assert "run prepare-data" in capsys.readouterr().err
+
+
+def test_train_under_paddle_distributed_launch(prepared: Path, tmp_path: Path) -> None:
+    ws = copy_data(prepared, tmp_path / "ws")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
+           "steps/train.py", *common("training.max_steps=4", "training.nproc=2"), "--workspace", str(ws)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    logs = "".join(p.read_text(errors="replace") for p in sorted((tmp_path / "log").glob("workerlog.*")))
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs[-3000:]
+    training = json.loads((ws / "model" / "training.json").read_text())
+    assert training["world_size"] == 2 and training["global_steps"] == 4
+    assert (ws / "model" / "inference.pdiparams").is_file()
