@@ -154,6 +154,15 @@ def log_to_mlflow(client: Any, run_id: str, metrics: dict[str, Any], gate: GateD
         tags=[RunTag(k, v) for k, v in tags.items()],
     )
     client.log_artifact(run_id, str(metrics_file), artifact_path="evaluation")
+    from steps.runtime import plots
+
+    folder = metrics_file.parent / plots.PLOTS_DIR
+    labels = list(metrics["per_class"])
+    for image in (
+        plots.plot_confusion_matrix(metrics["confusion_matrix"], labels, folder / plots.CONFUSION_PNG),
+        plots.plot_per_class(metrics["per_class"], folder / plots.PER_CLASS_PNG),
+    ):
+        client.log_artifact(run_id, str(image), artifact_path=plots.PLOTS_DIR)
 
 
 def _mlflow_key(name: str) -> str:

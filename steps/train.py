@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
 from steps.runtime import data, s3, stepargs, workspace  # noqa: E402
+from steps.runtime.batching import LengthGroupedBatchSampler  # noqa: E402
 from steps.runtime.stepargs import StepError  # noqa: E402
 
 log = logging.getLogger("steps.train")
@@ -224,13 +225,12 @@ class Trainer:
     def _train_loop(self, run_id: str | None) -> dict[str, Any]:
         import paddle
         import paddle.nn.functional as F
-        from paddle.io import DistributedBatchSampler
 
         tcfg = self.cfg.training
         train_ids, train_labels = self._encode("train")
         dev_ids, dev_labels = self._encode("dev") if self.rank == 0 else ([], np.zeros(0))
-        sampler = DistributedBatchSampler(
-            _Indexable(len(train_ids)), batch_size=tcfg.batch_size, shuffle=True, num_replicas=self.world, rank=self.rank
+        sampler = LengthGroupedBatchSampler(
+            [len(ids) for ids in train_ids], tcfg.batch_size, num_replicas=self.world, rank=self.rank, seed=tcfg.seed
         )
         batches_per_epoch = len(sampler)
         total_steps = max(1, tcfg.epochs * batches_per_epoch // tcfg.grad_accumulation)
@@ -257,7 +257,11 @@ class Trainer:
                 log.info("resuming from checkpoint step %d (%s)", step, latest)
 
         progress = _progress(self.rank == 0, total_steps, step)
-        metrics_server = _prometheus(tcfg.metrics_port) if self.rank == 0 else None
+        metrics_server = (
+            _training_metrics(tcfg.metrics_port, self.use_gpu, self.out_dir / "metrics-port")
+            if self.rank == 0
+            else None
+        )
         history: list[dict[str, float]] = []
         started, cpu_started = time.time(), time.process_time()
         stop = step >= total_steps
@@ -268,10 +272,13 @@ class Trainer:
                 sampler.set_epoch(epoch)
                 model.train()
                 losses, seen, t0, micro = [], 0, time.time(), 0
+                step_started = time.perf_counter()
                 for position, indices in enumerate(sampler):
                     if epoch == start_epoch and position < skip:
                         continue
+                    wait_started = time.perf_counter()
                     input_ids, token_type_ids = self._batch(train_ids, indices)
+                    loader_wait = time.perf_counter() - wait_started
                     labels = paddle.to_tensor(train_labels[indices])
                     with paddle.amp.auto_cast(dtype=amp) if amp else nullcontext():
                         loss = F.cross_entropy(model(input_ids, token_type_ids=token_type_ids), labels).mean()
@@ -293,7 +300,12 @@ class Trainer:
                     if progress.task_ids:
                         progress.update(progress.task_ids[0], completed=step, description=f"epoch {epoch + 1} loss {losses[-1]:.3f}")
                     if metrics_server:
-                        metrics_server(step, losses[-1])
+                        now = time.perf_counter()
+                        metrics_server.update(
+                            step, epoch + 1, losses[-1], len(indices) * self.world * tcfg.grad_accumulation,
+                            now - step_started, wait=loader_wait,
+                        )
+                        step_started = now
                     if tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and self.rank == 0:
                         self._checkpoint(step, epoch, position + 1, optimizer, best, best_state)
                     if step >= total_steps:
@@ -331,8 +343,10 @@ class Trainer:
             # CPU seconds of this process: wall time is meaningless on a shared, oversubscribed machine
             "train_cpu_seconds": round(time.process_time() - cpu_started, 2),
         }
+        if metrics_server:
+            metrics_server.stop()
         if self.rank == 0:
-            self._finish(run_id, best, best_state, summary)
+            self._finish(run_id, best, best_state, summary, history)
         return {**summary, **best}
 
     def _amp(self) -> str | None:
@@ -353,7 +367,9 @@ class Trainer:
         path = self.checkpoints.save(step, state, meta)
         log.info("checkpoint saved: %s", path)
 
-    def _finish(self, run_id: str | None, best: dict, best_state: dict | None, summary: dict) -> None:
+    def _finish(
+        self, run_id: str | None, best: dict, best_state: dict | None, summary: dict, history: list[dict[str, float]]
+    ) -> None:
         self.model.set_state_dict(best_state)
         model_dir = self.out_dir / "model"
         if model_dir.exists():
@@ -371,16 +387,11 @@ class Trainer:
                 mlflow.log_artifact(str(model_dir / name), artifact_path="model-info")
             if (self.data_dir / "stats.json").is_file():
                 mlflow.log_artifact(str(self.data_dir / "stats.json"), artifact_path="model-info")
+            if history:
+                from steps.runtime import plots
 
-
-class _Indexable:
-    """DistributedBatchSampler needs only `len(dataset)`; the tokenised rows stay in lists."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
+                curves = plots.plot_curves(history, self.out_dir / plots.PLOTS_DIR / plots.CURVES_PNG)
+                mlflow.log_artifact(str(curves), artifact_path=plots.PLOTS_DIR)
 
 
 def _tuple_state(state: Any) -> Any:
@@ -401,21 +412,16 @@ def _progress(enabled: bool, total: int, done: int) -> Any:
     return progress
 
 
-def _prometheus(port: int) -> Any:
-    """Rank 0 exposes step and loss for scraping when `training.metrics_port` is set."""
+def _training_metrics(port: int, use_gpu: bool, port_file: Path) -> Any:
+    """Rank 0 serves Prometheus metrics when `training.metrics_port` is set (docs/observability.md)."""
     if not port:
         return None
-    from prometheus_client import Gauge, start_http_server
+    from steps.runtime.metrics import TrainingMetrics
 
-    start_http_server(port)
-    step_g = Gauge("paddle_mlops_train_step", "optimizer steps done")
-    loss_g = Gauge("paddle_mlops_train_loss", "last training loss")
-
-    def update(step: int, loss: float) -> None:
-        step_g.set(step)
-        loss_g.set(loss)
-
-    return update
+    metrics = TrainingMetrics(gpu=use_gpu)
+    bound = metrics.start(port, port_file=port_file)
+    log.info("training metrics on port %d (/metrics)", bound)
+    return metrics
 
 
 def seed_everything(seed: int) -> None:
