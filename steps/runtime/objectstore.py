@@ -46,8 +46,9 @@ OBJECTS = "objects/sha256"
 DEFAULT_TRANSFER = TransferConfig(
     multipart_threshold=64 * 1024 * 1024, multipart_chunksize=16 * 1024 * 1024, max_concurrency=8
 )
-# Fields whose change between two publishes of one version does not make them different content.
-_VOLATILE = ("created",)
+# What makes two publishes of one version the same model: the files, byte for byte. Metadata
+# (creation time, evaluation latencies of a rerun) may differ; the first manifest stays.
+_IDENTITY = ("schema", "model", "version", "files")
 _CHUNK = 1024 * 1024
 
 Callback = Callable[[int], None]
@@ -289,7 +290,7 @@ def _files(local_dir: Path) -> list[dict[str, Any]]:
 
 
 def _stable(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in manifest.items() if k not in _VOLATILE}
+    return {k: manifest.get(k) for k in _IDENTITY}
 
 
 def _settle_existing(existing: bytes, manifest: dict[str, Any], model_uri: str) -> str:
