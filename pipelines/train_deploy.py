@@ -1,14 +1,11 @@
 """WorkflowTemplate `train-deploy`: from a commit to a served model, one DAG.
 
 build-image → prepare-data → train → evaluate → upload → register → rollout, with an exit
-handler that closes the MLflow run. The local executor reads this same DAG (`build(cfg).to_dict()`),
-so the step order is written here and nowhere else.
+handler that closes the MLflow run. The local executor reads this same DAG (`build(cfg).to_dict()`,
+ordered by `paddle_mlops.local.dag.load_workflow`), so the step order is written here and nowhere else.
 """
 
 from __future__ import annotations
-
-import re
-from typing import Any
 
 from hera.workflows import DAG, Parameter, WorkflowTemplate
 
@@ -85,23 +82,3 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             t_build >> t_data >> t_train >> t_eval >> t_upload >> t_register >> t_rollout
     return wt
 
-
-def dag_order(workflow: dict[str, Any]) -> list[str]:
-    """Task names of the entrypoint DAG in dependency order (ties by name), read from `to_dict()`.
-
-    The step order is derived, never listed: this is what the local executor and tests use.
-    """
-    spec = workflow["spec"]
-    entry = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
-    tasks = {t["name"]: t for t in entry["dag"]["tasks"]}
-    needs = {
-        name: set(t.get("dependencies") or re.findall(r"[A-Za-z0-9-]+(?=\.|\b)", t.get("depends", ""))) & set(tasks)
-        for name, t in tasks.items()
-    }
-    order: list[str] = []
-    while len(order) < len(tasks):
-        ready = sorted(n for n in tasks if n not in order and needs[n] <= set(order))
-        if not ready:
-            raise ValueError(f"DAG '{entry['name']}' has a cycle among {sorted(set(tasks) - set(order))}")
-        order += ready
-    return order
