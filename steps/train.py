@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -44,6 +45,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="train", description=__doc__)
     stepargs.add_common_args(parser)
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
+    parser.add_argument(
+        "--dump-params", type=Path, default=None, metavar="NPZ",
+        help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
+    )  # fmt: skip
     return stepargs.parse(parser, argv)
 
 
@@ -81,19 +86,31 @@ def classification_metrics(labels: Sequence[int], predictions: Sequence[int]) ->
 
 
 class Checkpoints:
-    """`checkpoints/step-N/` directories, each renamed into place only once complete."""
+    """`checkpoints/step-N/` directories, each written under a temporary name and renamed into place
+    only once complete (meta.json last), so a process killed mid-save leaves nothing that loads."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
+    def complete(self) -> list[tuple[int, Path]]:
+        """Finished checkpoints, oldest first: `step-N` with a meta.json (temporary dirs never match)."""
+        found = []
+        for path in self.directory.glob("step-*"):
+            match = re.fullmatch(r"step-(\d+)", path.name)
+            if match and path.is_dir() and (path / "meta.json").is_file():
+                found.append((int(match.group(1)), path))
+        return sorted(found)
+
     def latest(self) -> Path | None:
-        done = [p for p in self.directory.glob("step-*") if (p / "meta.json").is_file()]
-        return max(done, key=lambda p: int(p.name.split("-", 1)[1]), default=None)
+        done = self.complete()
+        return done[-1][1] if done else None
 
     def save(self, step: int, state: dict[str, Any], meta: dict[str, Any]) -> Path:
         import paddle
 
         self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.glob(".tmp-step-*"):  # left by a process killed while saving
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step}-", dir=self.directory))
         for name, obj in state.items():
             paddle.save(obj, str(tmp / f"{name}.pdparams"))
@@ -102,7 +119,7 @@ class Checkpoints:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        for old in sorted(self.directory.glob("step-*"), key=lambda p: int(p.name.split("-", 1)[1]))[:-KEEP_CHECKPOINTS]:
+        for _, old in self.complete()[:-KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
@@ -117,13 +134,16 @@ class Checkpoints:
 class Trainer:
     """One process of the data-parallel job; rank 0 evaluates, exports, logs and checkpoints."""
 
-    def __init__(self, cfg: PipelineConfig, data_dir: Path, out_dir: Path, git_sha: str) -> None:
+    def __init__(
+        self, cfg: PipelineConfig, data_dir: Path, out_dir: Path, git_sha: str, dump_params: Path | None = None
+    ) -> None:
         import paddle
         import paddle.distributed as dist
 
         from steps.runtime import ernie
 
         self.cfg, self.data_dir, self.out_dir, self.git_sha = cfg, data_dir, out_dir, git_sha
+        self.dump_params = dump_params
         self.ernie = ernie
         self.world = dist.get_world_size()
         self.use_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
@@ -224,16 +244,18 @@ class Trainer:
 
     def _train_loop(self, run_id: str | None) -> dict[str, Any]:
         import paddle
-        import paddle.nn.functional as F
 
         tcfg = self.cfg.training
+        accumulation = tcfg.grad_accumulation
         train_ids, train_labels = self._encode("train")
         dev_ids, dev_labels = self._encode("dev") if self.rank == 0 else ([], np.zeros(0))
+        # One sampler batch is one optimizer step (all its micro-batches), so accumulating 2 × b
+        # trains exactly the batches that 1 × 2b does.
         sampler = LengthGroupedBatchSampler(
-            [len(ids) for ids in train_ids], tcfg.batch_size, num_replicas=self.world, rank=self.rank, seed=tcfg.seed
-        )
-        batches_per_epoch = len(sampler)
-        total_steps = max(1, tcfg.epochs * batches_per_epoch // tcfg.grad_accumulation)
+            [len(ids) for ids in train_ids], tcfg.batch_size * accumulation,
+            num_replicas=self.world, rank=self.rank, seed=tcfg.seed,
+        )  # fmt: skip
+        total_steps = max(1, tcfg.epochs * len(sampler))
         if tcfg.max_steps:
             total_steps = min(total_steps, tcfg.max_steps)
         optimizer, scheduler = self._optimizer(total_steps)
@@ -255,6 +277,7 @@ class Trainer:
             paddle.seed(tcfg.seed + step)  # dropout stream restarts deterministically from the step
             if self.rank == 0:
                 log.info("resuming from checkpoint step %d (%s)", step, latest)
+        resumed_from = step
 
         progress = _progress(self.rank == 0, total_steps, step)
         metrics_server = (
@@ -263,6 +286,7 @@ class Trainer:
             else None
         )
         history: list[dict[str, float]] = []
+        trained, loop_seconds = 0, 0.0
         started, cpu_started = time.time(), time.process_time()
         stop = step >= total_steps
         with progress:
@@ -271,24 +295,18 @@ class Trainer:
                     break
                 sampler.set_epoch(epoch)
                 model.train()
-                losses, seen, t0, micro = [], 0, time.time(), 0
+                # Losses stay on the device until the epoch ends: a float() per step is a
+                # host-device sync that stalls the GPU queue.
+                losses: list[Any] = []
+                seen, t0 = 0, time.time()
                 step_started = time.perf_counter()
                 for position, indices in enumerate(sampler):
                     if epoch == start_epoch and position < skip:
                         continue
                     wait_started = time.perf_counter()
-                    input_ids, token_type_ids = self._batch(train_ids, indices)
+                    batches = [(micro, self._batch(train_ids, micro)) for micro in _split(indices, accumulation)]
                     loader_wait = time.perf_counter() - wait_started
-                    labels = paddle.to_tensor(train_labels[indices])
-                    with paddle.amp.auto_cast(dtype=amp) if amp else nullcontext():
-                        loss = F.cross_entropy(model(input_ids, token_type_ids=token_type_ids), labels).mean()
-                    scaled = loss / tcfg.grad_accumulation
-                    (scaler.scale(scaled) if scaler else scaled).backward()
-                    losses.append(float(loss))
-                    seen += len(indices)
-                    micro += 1
-                    if micro % tcfg.grad_accumulation:
-                        continue
+                    loss = self._step_gradients(model, batches, train_labels, len(indices), amp, scaler)
                     if scaler:
                         scaler.step(optimizer)
                         scaler.update()
@@ -296,15 +314,15 @@ class Trainer:
                         optimizer.step()
                     scheduler.step()
                     optimizer.clear_grad()
+                    losses.append(loss)
+                    seen += len(indices)
                     step += 1
                     if progress.task_ids:
-                        progress.update(progress.task_ids[0], completed=step, description=f"epoch {epoch + 1} loss {losses[-1]:.3f}")
+                        progress.update(progress.task_ids[0], completed=step, description=f"epoch {epoch + 1}")
                     if metrics_server:
                         now = time.perf_counter()
-                        metrics_server.update(
-                            step, epoch + 1, losses[-1], len(indices) * self.world * tcfg.grad_accumulation,
-                            now - step_started, wait=loader_wait,
-                        )
+                        metrics_server.update(step, epoch + 1, float(loss), len(indices) * self.world, now - step_started,
+                                              wait=loader_wait)
                         step_started = now
                     if tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and self.rank == 0:
                         self._checkpoint(step, epoch, position + 1, optimizer, best, best_state)
@@ -312,9 +330,12 @@ class Trainer:
                         stop = True
                         break
                 elapsed = time.time() - t0
+                loop_seconds += elapsed
+                trained += seen * self.world
                 record: dict[str, float] = {}
                 if seen:  # an epoch resumed at its very end trained nothing; it is only evaluated
-                    record = {"train_loss": float(np.mean(losses)), "samples_per_second": seen * self.world / max(elapsed, 1e-9)}
+                    record = {"train_loss": float(paddle.stack(losses).mean()),
+                              "samples_per_second": seen * self.world / max(elapsed, 1e-9)}
                 if self.rank == 0:
                     dev = self.evaluate(self.model, dev_ids, dev_labels)
                     record |= {"dev_accuracy": dev["accuracy"], "dev_macro_f1": dev["macro_f1"]}
@@ -331,23 +352,53 @@ class Trainer:
                     if dev["accuracy"] > best["dev_accuracy"]:
                         best = {"epoch": epoch + 1, "dev_accuracy": dev["accuracy"], "dev_macro_f1": dev["macro_f1"]}
                         best_state = {k: v.numpy().copy() for k, v in self.model.state_dict().items()}
+        if self.dump_params and self.rank == 0:
+            # the final (not best-on-dev) parameters, for comparing runs parameter by parameter
+            np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
         if self.rank == 0 and best_state is None:
             # resumed from a checkpoint taken at the very last step: nothing left to train, evaluate it
             dev = self.evaluate(self.model, dev_ids, dev_labels)
             best = {"epoch": start_epoch + 1, "dev_accuracy": dev["accuracy"], "dev_macro_f1": dev["macro_f1"]}
             best_state = {k: v.numpy().copy() for k, v in self.model.state_dict().items()}
+        train_seconds = time.time() - started
         summary = {
             "world_size": self.world,
             "global_steps": step,
-            "train_seconds": round(time.time() - started, 2),
+            # steps this run executed: global_steps - resumed_from_step
+            "steps_run": step - resumed_from,
+            "resumed_from_step": resumed_from,
+            "train_seconds": round(train_seconds, 2),
             # CPU seconds of this process: wall time is meaningless on a shared, oversubscribed machine
             "train_cpu_seconds": round(time.process_time() - cpu_started, 2),
+            # the optimisation loop alone (no dev evaluation, export or MLflow): benchmarks compare this
+            "train_samples_per_second": round(trained / max(loop_seconds, 1e-9), 2),
         }
         if metrics_server:
             metrics_server.stop()
         if self.rank == 0:
             self._finish(run_id, best, best_state, summary, history)
         return {**summary, **best}
+
+    def _step_gradients(
+        self, model: Any, batches: list[tuple[list[int], Any]], labels: np.ndarray, total: int, amp: str | None, scaler: Any
+    ) -> Any:
+        """Forward and backward over one step's micro-batches; the step's mean loss, still on the device."""
+        import paddle
+        import paddle.nn.functional as F
+
+        step_loss = None
+        for i, (micro, (input_ids, token_type_ids)) in enumerate(batches):
+            # DataParallel all-reduces on backward; once per step (the last micro-batch) is enough.
+            sync = model.no_sync() if self.world > 1 and i < len(batches) - 1 else nullcontext()
+            with sync:
+                with paddle.amp.auto_cast(dtype=amp) if amp else nullcontext():
+                    logits = model(input_ids, token_type_ids=token_type_ids)
+                    loss = F.cross_entropy(logits, paddle.to_tensor(labels[micro])).mean()
+                # weighted by its share of the step's examples, so the step's gradient is the mean over all of them
+                scaled = loss * (len(micro) / total)
+                (scaler.scale(scaled) if scaler else scaled).backward()
+            step_loss = scaled.detach() if step_loss is None else step_loss + scaled.detach()
+        return step_loss
 
     def _amp(self) -> str | None:
         mode = self.cfg.training.amp
@@ -392,6 +443,11 @@ class Trainer:
 
                 curves = plots.plot_curves(history, self.out_dir / plots.PLOTS_DIR / plots.CURVES_PNG)
                 mlflow.log_artifact(str(curves), artifact_path=plots.PLOTS_DIR)
+
+
+def _split(indices: Sequence[int], parts: int) -> list[list[int]]:
+    """A step's examples as `parts` micro-batches (gradient accumulation); never an empty one."""
+    return [chunk.tolist() for chunk in np.array_split(np.asarray(indices), parts) if len(chunk)]
 
 
 def _tuple_state(state: Any) -> Any:
@@ -449,7 +505,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workspace.stage_in(workspace.join(ws, "checkpoints"), local / "checkpoints", cfg.storage.endpoint_url)
             except FileNotFoundError:
                 pass
-        trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha)
+        if cfg.training.topology == "ps":
+            from steps.runtime import ps
+
+            ps.run(cfg, data_dir, local)
+            if s3.is_s3(ws) and (local / "model").is_dir():
+                workspace.stage_out(local / "model", workspace.join(ws, "model"), cfg.storage.endpoint_url)
+            return stepargs.EXIT_OK
+        trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params)
         trainer.run()
         if trainer.rank == 0 and s3.is_s3(ws):
             workspace.stage_out(local / "model", workspace.join(ws, "model"), cfg.storage.endpoint_url)

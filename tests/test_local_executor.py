@@ -133,3 +133,29 @@ def test_only_reuses_previous_outputs(tmp_path: Path, project_root: Path) -> Non
     assert [s["status"] for s in summary["steps"]] == ["Reused", "Reused", "Succeeded"]
     with pytest.raises(DagError, match="no step named"):
         _executor(tmp_path, _doc(), project_root, only="nope")
+
+
+@pytest.mark.parametrize(
+    "sets,expected",
+    [
+        ([], ["--nproc_per_node", "2"]),
+        (["training.nproc=3"], ["--nproc_per_node", "3"]),
+        (["training.topology=ps"], ["--run_mode", "ps", "--server_num", "1", "--trainer_num", "2"]),
+    ],
+)
+def test_paddlejob_becomes_a_local_launch(tmp_path: Path, project_root: Path, sets: list[str], expected: list[str]) -> None:
+    from pipelines import train_deploy
+
+    cfg = load_config(project_root / "configs/pipeline.yaml", "local", sets)
+    opts = RunOptions(config_path=project_root / "configs/pipeline.yaml", env="local", overrides=sets, workdir=tmp_path, git_sha="abc")
+    executor = LocalExecutor(cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w")))
+    train = next(t for t in executor.workflow.tasks if t.name == "train")
+    assert train.kind == "resource"
+    executor.scope.task_outputs["build-image"] = {"image-digest": "local"}
+    cmd = executor.command_for(train)
+    assert cmd[1:3] == ["-m", "paddle.distributed.launch"]
+    assert cmd[3 : 3 + len(expected)] == expected
+    script = next(part for part in cmd if part.endswith("train.py"))
+    assert Path(script).is_file()  # the worker's relative script path now points into this checkout
+    assert cmd[cmd.index("--workspace") + 1] == f"{tmp_path}/runs/{executor.scope.workflow_name}"
+    assert json.loads(cmd[cmd.index("--overrides") + 1]) == sets

@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from fixtures_ernie import TINY_OVERRIDES, sentiment_rows, write_jsonl
+from fixtures_ernie import NEGATIVE, POSITIVE, SUBJECTS, TINY_OVERRIDES, sentiment_rows, write_jsonl
 
 from steps import prepare_data, train
 
@@ -40,6 +41,41 @@ def tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("PADDLE_MLOPS_RUN", "run-test-1")
     return uri
+
+
+def write_workspace(ws: Path, n_train: int = 128, n_dev: int = 40, n_test: int = 40) -> Path:
+    """A workspace data/ written directly (exact split sizes: the equivalence tests need the train
+    size to be a multiple of the global batch), balanced labels, learnable from one word."""
+    from steps.runtime import data
+
+    rows = []
+    for i in range((n_train + n_dev + n_test) // 2):
+        subject, n = SUBJECTS[i % 8], i // 8
+        rows.append({"text": f"{subject}{POSITIVE[(i + n) % 8]}{n}号", "label": 1})
+        rows.append({"text": f"{subject}{NEGATIVE[(i + n) % 8]}{n}号", "label": 0})
+    out = ws / "data"
+    splits = {"train": rows[:n_train], "dev": rows[n_train : n_train + n_dev], "test": rows[n_train + n_dev :]}
+    for name, part in splits.items():
+        write_jsonl(out / f"{name}.jsonl", part)
+    (out / "label_map.json").write_text(json.dumps({"0": "negative", "1": "positive"}))
+    vocab = data.build_vocab([r["text"] for r in rows], 1, 8000)
+    (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    return ws
+
+
+# Adding a constant to every key leaves attention's softmax unchanged, so the key bias has a zero
+# gradient in exact arithmetic: it holds only rounding noise that Adam scales up to ~lr-sized steps.
+ZERO_GRADIENT = ("self_attn.k_proj.bias",)
+
+
+def assert_same_params(a: Path, b: Path, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    left, right = np.load(a), np.load(b)
+    assert sorted(left.files) == sorted(right.files)
+    for name in left.files:
+        if name.endswith(ZERO_GRADIENT):
+            assert np.abs(left[name]).max() < 1e-3 and np.abs(right[name]).max() < 1e-3, name
+            continue
+        np.testing.assert_allclose(left[name], right[name], rtol=rtol, atol=atol, err_msg=name)
 
 
 def copy_data(prepared: Path, ws: Path) -> Path:
@@ -115,3 +151,51 @@ def test_train_under_paddle_distributed_launch(prepared: Path, tmp_path: Path) -
     training = json.loads((ws / "model" / "training.json").read_text())
     assert training["world_size"] == 2 and training["global_steps"] == 4
     assert (ws / "model" / "inference.pdiparams").is_file()
+
+
+def test_checkpoints_ignore_half_written_directories(tmp_path: Path) -> None:
+    checkpoints = train.Checkpoints(tmp_path)
+    assert checkpoints.latest() is None
+    for name in ("step-2", "step-10", "step-12", ".tmp-step-14-abc", "step-x", "step-16.old"):
+        (tmp_path / name).mkdir()
+    for name in ("step-2", "step-10", ".tmp-step-14-abc", "step-x", "step-16.old"):
+        (tmp_path / name / "meta.json").write_text("{}")
+    # step-12 has no meta.json (killed mid-save), the others are not step-N names
+    assert checkpoints.latest() == tmp_path / "step-10"
+    assert [s for s, _ in checkpoints.complete()] == [2, 10]
+
+
+def test_resume_skips_half_written_checkpoints(tracking: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import shutil
+
+    ws = write_workspace(tmp_path / "ws", n_train=64, n_dev=16, n_test=16)
+
+    def run(max_steps: int) -> int:
+        overrides = ["training.batch_size=8", "training.checkpoint_every=2", f"training.max_steps={max_steps}"]
+        return train.main([*common(*overrides), "--workspace", str(ws)])
+
+    assert run(2) == 0
+    checkpoints = ws / "checkpoints"
+    # what a kill during a save leaves: a step dir without meta.json, a temporary dir with one
+    shutil.copytree(checkpoints / "step-2", checkpoints / "step-4")
+    (checkpoints / "step-4" / "meta.json").unlink()
+    shutil.copytree(checkpoints / "step-2", checkpoints / ".tmp-step-6-x")
+    caplog.set_level(logging.INFO)
+    assert run(5) == 0
+    assert "resuming from checkpoint step 2" in caplog.text
+    training = json.loads((ws / "model" / "training.json").read_text())
+    assert (training["global_steps"], training["resumed_from_step"], training["steps_run"]) == (5, 2, 3)
+    assert not list(checkpoints.glob(".tmp-*"))  # the next save cleared the leftovers
+
+
+def test_grad_accumulation_matches_a_larger_batch(tracking: str, tmp_path: Path) -> None:
+    ws = write_workspace(tmp_path / "ws", n_train=64, n_dev=8, n_test=8)
+    dumps = {}
+    for batch, accumulation in ((16, 1), (8, 2)):
+        dumps[accumulation] = tmp_path / f"accum-{accumulation}.npz"
+        overrides = ["model.dropout=0", f"training.batch_size={batch}", f"training.grad_accumulation={accumulation}",
+                     "training.max_steps=6"]
+        assert train.main([*common(*overrides), "--workspace", str(ws), "--dump-params", str(dumps[accumulation])]) == 0
+        training = json.loads((ws / "model" / "training.json").read_text())
+        assert training["global_steps"] == 6 and training["steps_run"] == 6
+    assert_same_params(dumps[1], dumps[2])

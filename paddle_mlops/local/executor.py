@@ -158,13 +158,21 @@ class LocalExecutor:
     def _local_launch(self, cmd: list[str], task: Task) -> list[str]:
         """The PaddleJob worker command, re-targeted at this machine's processes."""
         out = list(cmd)
+        tcfg = self.cfg.training
         for i, part in enumerate(out):
             if part == "--nproc_per_node" and i + 1 < len(out):
-                out[i + 1] = str(self.cfg.training.nproc)
+                out[i + 1] = str(tcfg.nproc)
             elif part == "--log_dir" and i + 1 < len(out):
                 out[i + 1] = str(self.run_dir / task.name / "paddle-log")
             elif part.endswith(".py") and not Path(part).is_absolute():
                 out[i] = str(PROJECT_ROOT / part)
+        if tcfg.topology == "ps" or tcfg.paddlejob.ps_replicas > 0:
+            # Parameter-server mode: the launcher starts the servers and trainers on this machine.
+            at = out.index("--nproc_per_node")
+            servers = str(max(1, tcfg.paddlejob.ps_replicas))
+            out[at : at + 2] = ["--server_num", servers, "--trainer_num", str(tcfg.nproc)]
+            if "--run_mode" not in out:
+                out[at:at] = ["--run_mode", "ps"]
         return out
 
     # -- running --------------------------------------------------------------------------------

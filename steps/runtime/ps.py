@@ -1,0 +1,130 @@
+"""Parameter-server training (`training.topology: ps`) with `paddle.distributed.fleet`.
+
+Paddle's parameter server keeps large sparse tables on server processes and lets trainers push
+gradients asynchronously; it runs static-graph programs only. The model here is the classic PS
+workload: an embedding bag (a `sparse_embedding` table held by the servers) and a linear
+classifier over the same `data/` as the ERNIE trainer. It does not export an ERNIE model; it writes
+`model/ps_training.json` (first and last loss, steps) from trainer 0.
+
+Launch: `python -m paddle.distributed.launch --run_mode ps --server_num S --trainer_num T steps/train.py …`
+(the launcher sets TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID … that
+`fleet.init(is_collective=False)` reads). Needs a paddlepaddle build with the parameter server
+compiled in (WITH_PSCORE, e.g. the Linux GPU wheels); `available()` says whether this one has it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from paddle_mlops.config import PipelineConfig
+from steps.runtime import data
+from steps.runtime.batching import LengthGroupedBatchSampler
+from steps.runtime.stepargs import StepError
+
+log = logging.getLogger("steps.train.ps")
+EMBEDDING_DIM = 64
+
+
+def available() -> bool:
+    """Whether this paddle build has the parameter-server core (`fleet.init_server` needs it)."""
+    from paddle.base import core
+
+    # fleet's PS program passes import CommContext; init_server/init_worker need DistFleetWrapper
+    return hasattr(core, "DistFleetWrapper") and hasattr(core, "CommContext")
+
+
+def require() -> None:
+    if not available():
+        raise StepError(
+            "training.topology=ps needs a paddlepaddle build with the parameter server (WITH_PSCORE); "
+            "this one has none (the CPU wheels of paddlepaddle 3.x ship without it). Use "
+            "training.topology=collective, or run in the train image built on a PS-enabled paddlepaddle."
+        )
+
+
+def build_program(vocab_size: int, num_labels: int, learning_rate: float, pad_id: int) -> tuple[Any, Any, Any]:
+    """(main, startup, loss) with fleet's asynchronous PS optimizer applied. Call after fleet.init."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle.distributed import fleet
+
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        # [batch, length, 1]: the PS lookup_table op wants ids in a trailing unit dimension
+        ids = paddle.static.data("input_ids", [None, None, 1], "int64")
+        label = paddle.static.data("label", [None, 1], "int64")
+        # held by the servers, rows pulled and pushed on demand: what PS mode is for
+        emb = paddle.static.nn.sparse_embedding(ids, size=[vocab_size, EMBEDDING_DIM], padding_idx=pad_id)
+        # padding rows of the table are zero, so the mean is a length-normalised bag of words
+        bag = paddle.mean(emb, axis=1)
+        logits = paddle.static.nn.fc(bag, num_labels)
+        loss = F.cross_entropy(logits, label).mean()
+        strategy = fleet.DistributedStrategy()
+        strategy.a_sync = True  # trainers push gradients without waiting for each other
+        optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(learning_rate), strategy)
+        optimizer.minimize(loss)
+    return main, startup, loss
+
+
+def run(cfg: PipelineConfig, data_dir: Path, out_dir: Path) -> dict[str, Any] | None:
+    """Serve (server processes) or train (trainer processes) until the job ends."""
+    require()
+    import paddle
+    from paddle.distributed import fleet
+
+    from steps.runtime import ernie
+
+    paddle.enable_static()
+    fleet.init(is_collective=False)
+    tokenizer = ernie.load_tokenizer(data_dir / "vocab.txt")
+    labels = data.read_label_map(data_dir / "label_map.json")
+    # fleet's PS passes rewrite legacy ProgramDescs; Paddle 3's default PIR programs are not supported there
+    with paddle.pir_utils.OldIrGuard():
+        main, startup, loss = build_program(len(tokenizer.vocab), len(labels), cfg.training.learning_rate, tokenizer.pad_token_id)
+        return _serve_or_train(cfg, data_dir, out_dir, tokenizer, main, startup, loss)
+
+
+def _serve_or_train(cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenizer: Any, main: Any, startup: Any, loss: Any) -> dict[str, Any] | None:
+    import paddle
+    from paddle.distributed import fleet
+
+    from steps.runtime import ernie
+
+    if fleet.is_server():
+        fleet.init_server()
+        fleet.run_server()  # returns when the trainers have stopped
+        return None
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    fleet.init_worker()
+    rows = data.read_split(data_dir / "train.jsonl")
+    ids = ernie.encode(tokenizer, [t for t, _ in rows], cfg.model.max_seq_len)
+    targets = np.array([y for _, y in rows], dtype="int64").reshape(-1, 1)
+    sampler = LengthGroupedBatchSampler(
+        [len(i) for i in ids], cfg.training.batch_size, num_replicas=fleet.worker_num(), rank=fleet.worker_index(),
+        seed=cfg.training.seed,
+    )  # fmt: skip
+    losses: list[float] = []
+    limit = cfg.training.max_steps or cfg.training.epochs * len(sampler)
+    for epoch in range(cfg.training.epochs):
+        sampler.set_epoch(epoch)
+        for indices in sampler:
+            if len(losses) >= limit:
+                break
+            input_ids, _ = ernie.pad_batch([ids[i] for i in indices], tokenizer.pad_token_id)
+            (value,) = exe.run(main, feed={"input_ids": input_ids[..., None], "label": targets[indices]}, fetch_list=[loss])
+            losses.append(float(np.asarray(value)))
+    fleet.stop_worker()
+    summary = {"topology": "ps", "trainers": fleet.worker_num(), "steps": len(losses),
+               "first_loss": float(np.mean(losses[:3])), "last_loss": float(np.mean(losses[-3:]))}
+    if fleet.is_first_worker():
+        (out_dir / "model").mkdir(parents=True, exist_ok=True)
+        (out_dir / "model" / "ps_training.json").write_text(json.dumps(summary, indent=2))
+        log.info("parameter-server training: loss %.4f -> %.4f over %d steps", summary["first_loss"],
+                 summary["last_loss"], summary["steps"])
+    return summary

@@ -1,0 +1,135 @@
+"""Data-parallel training under paddle.distributed.launch: equivalence with one process, and a
+worker killed mid-run resuming from its last checkpoint to the same result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from test_train import assert_same_params, common, write_workspace
+
+from steps import train
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+# 128 training texts, 2 processes × 8 = 16 per step: 8 steps per epoch, all batches full.
+EPOCHS = 5
+TOTAL_STEPS = EPOCHS * 128 // 16
+RUN = ["model.dropout=0", f"training.epochs={EPOCHS}", "training.learning_rate=0.005", "training.nproc=2"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dist")
+
+
+@pytest.fixture(scope="module")
+def env(base: Path) -> dict[str, str]:
+    out = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{base / 'mlflow.db'}"}
+    out.pop("CUDA_VISIBLE_DEVICES", None)  # it breaks the launcher's device detection
+    return out
+
+
+def launch(ws: Path, log_dir: Path, env: dict[str, str], *overrides: str, dump: Path | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(log_dir),
+           "steps/train.py", *common(*RUN, *overrides), "--workspace", str(ws)]
+    if dump:
+        cmd += ["--dump-params", str(dump)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, log_dir: Path, timeout: float = 240) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    logs = "".join(p.read_text(errors="replace") for p in sorted(log_dir.glob("workerlog.*")))
+    return proc.returncode, out + logs
+
+
+@pytest.fixture(scope="module")
+def reference(base: Path, env: dict[str, str]) -> tuple[dict, Path]:
+    """An uninterrupted 2-process run: per-process batch 8, final parameters dumped."""
+    ws = write_workspace(base / "reference")
+    dump = base / "reference.npz"
+    code, logs = finish(launch(ws, base / "reference-log", env, "training.batch_size=8", dump=dump), base / "reference-log")
+    assert code == 0, logs[-4000:]
+    training = json.loads((ws / "model" / "training.json").read_text())
+    assert (training["world_size"], training["global_steps"], training["resumed_from_step"]) == (2, TOTAL_STEPS, 0)
+    return training, dump
+
+
+def test_two_processes_match_one_process_with_double_batch(
+    reference: tuple[dict, Path], env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])  # already created: no migrations
+    ws = write_workspace(tmp_path / "single")
+    dump = tmp_path / "single.npz"
+    args = [*common(*RUN, "training.nproc=1", "training.batch_size=16"), "--workspace", str(ws), "--dump-params", str(dump)]
+    assert train.main(args) == 0
+    training = json.loads((ws / "model" / "training.json").read_text())
+    assert (training["world_size"], training["global_steps"]) == (1, TOTAL_STEPS)
+    assert_same_params(reference[1], dump)
+
+
+def test_killed_worker_resumes_from_its_last_checkpoint(
+    reference: tuple[dict, Path], base: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    ws = write_workspace(tmp_path / "ws")
+    checkpoints = ws / "checkpoints"
+    overrides = ("training.batch_size=8", "training.checkpoint_every=3")
+    first = launch(ws, tmp_path / "log-1", env, *overrides)
+    deadline = time.monotonic() + 180
+    while not list(checkpoints.glob("step-*/meta.json")):
+        assert first.poll() is None, finish(first, tmp_path / "log-1")[1][-4000:]
+        assert time.monotonic() < deadline, "no checkpoint within 180 s"
+        time.sleep(0.02)
+    workers = [p for p in psutil.Process(first.pid).children(recursive=True) if "train.py" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    os.kill(workers[0].pid, signal.SIGKILL)
+    code, logs = finish(first, tmp_path / "log-1")
+    assert code != 0, "the launcher should report the killed worker"
+    killed_at = train.Checkpoints(checkpoints).complete()[-1][0]
+    assert 0 < killed_at < TOTAL_STEPS, logs[-3000:]
+
+    code, logs = finish(launch(ws, tmp_path / "log-2", env, *overrides), tmp_path / "log-2")
+    assert code == 0, logs[-4000:]
+    assert f"resuming from checkpoint step {killed_at}" in logs
+    training = json.loads((ws / "model" / "training.json").read_text())
+    assert training["global_steps"] == TOTAL_STEPS
+    assert (training["resumed_from_step"], training["steps_run"]) == (killed_at, TOTAL_STEPS - killed_at)
+    assert abs(training["dev_accuracy"] - reference[0]["dev_accuracy"]) <= 0.02
+
+
+def ps_available() -> bool:
+    from steps.runtime import ps
+
+    return ps.available()
+
+
+@pytest.mark.skipif(ps_available(), reason="this paddlepaddle build has the parameter server")
+def test_ps_topology_on_a_build_without_the_parameter_server_is_a_user_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = write_workspace(tmp_path / "ws", n_train=32, n_dev=8, n_test=8)
+    assert train.main([*common("training.topology=ps"), "--workspace", str(ws)]) == 2
+    err = capsys.readouterr().err
+    assert "WITH_PSCORE" in err and "training.topology=collective" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not ps_available(), reason="the CPU paddlepaddle wheel is built without the parameter server (WITH_PSCORE)")
+def test_parameter_server_training_lowers_the_loss(env: dict[str, str], tmp_path: Path) -> None:
+    ws = write_workspace(tmp_path / "ws")
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--run_mode", "ps", "--server_num", "1", "--trainer_num", "2",
+           "--log_dir", str(tmp_path / "log"), "steps/train.py",
+           *common("training.topology=ps", "training.epochs=4", "training.learning_rate=0.01"), "--workspace", str(ws)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    code, logs = finish(proc, tmp_path / "log")
+    assert code == 0, logs[-4000:]
+    summary = json.loads((ws / "model" / "ps_training.json").read_text())
+    assert summary["trainers"] == 2 and summary["last_loss"] < summary["first_loss"]
