@@ -1,0 +1,174 @@
+"""`paddle-mlops run` end to end on a tiny configuration: the same DAG, steps and stores as `make run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.s3server import free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "data.max_samples=400",
+    "data.vocab_min_freq=1",
+    "model.hidden_size=32",
+    "model.num_hidden_layers=1",
+    "model.num_attention_heads=2",
+    "model.intermediate_size=64",
+    "model.max_seq_len=32",
+    "training.epochs=2",
+    "training.batch_size=16",
+    "training.learning_rate=0.005",
+    "gate.threshold=0.0",  # a tiny model on 400 texts: the test is about the pipeline, not accuracy
+]
+
+
+def _run(workdir: Path, *extra: str, metrics_port: int | None = None) -> subprocess.Popen[str]:
+    sets = [*TINY, *(["training.metrics_port=%d" % metrics_port] if metrics_port else [])]
+    args = [sys.executable, "-m", "paddle_mlops.cli", "run", "--workdir", str(workdir)]
+    for item in sets:
+        args += ["--set", item]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}"}
+    env.pop("PADDLE_MLOPS_HOME", None)
+    return subprocess.Popen(
+        [*args, *extra], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _scrape(url: str, name: str, deadline: float, proc: subprocess.Popen[str]) -> str | None:
+    """Poll a /metrics endpoint until `name` shows a positive value (or the process ends)."""
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            text = httpx.get(url, timeout=1).text
+            for line in text.splitlines():
+                if line.startswith(name + " ") and float(line.split()[-1]) > 0:
+                    return text
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return None
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    workdir = tmp_path_factory.mktemp("e2e")
+    port = free_port()
+    proc = _run(workdir, metrics_port=port)
+    # The trainer's /metrics exists only while it trains: scrape it during the run.
+    train_metrics = _scrape(f"http://127.0.0.1:{port}/metrics", "paddle_mlops_train_step", time.monotonic() + 600, proc)
+    output, _ = proc.communicate(timeout=900)
+    summary = json.loads((workdir / "last-run.json").read_text(encoding="utf-8"))
+    yield {"workdir": workdir, "code": proc.returncode, "output": output, "summary": summary, "train_metrics": train_metrics}
+    subprocess.run([sys.executable, "-m", "paddle_mlops.cli", "serve", "stop", "--workdir", str(workdir)], check=False)
+
+
+def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
+    assert first_run["code"] == 0, first_run["output"][-3000:]
+    summary = first_run["summary"]
+    assert summary["status"] == "succeeded"
+    names = [s["name"] for s in summary["steps"]]
+    assert names == ["build-image", "prepare-data", "train", "evaluate", "upload", "register", "rollout"]
+    assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"])
+    assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0 and 0.0 <= summary["metrics"]["macro_f1"] <= 1.0
+    assert summary["gate"]["passed"] is True
+    assert Path(summary["model_uri"], "manifest.json").is_file()
+    assert summary["mlflow_run_id"] and summary["serving_url"].startswith("http://127.0.0.1:")
+    for step in names:  # streamed logs carry the step name
+        assert f"[{step}]" in first_run["output"]
+    assert "build-image: skipped" in first_run["output"]
+
+
+def test_mlflow_has_the_run_and_the_champion(first_run: dict) -> None:
+    workdir, summary = first_run["workdir"], first_run["summary"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    run = client.get_run(summary["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "ernie-sentiment"
+    assert run.data.params["model.hidden_size"] == "32"
+    history = client.get_metric_history(run.info.run_id, "dev_accuracy")
+    assert [m.step for m in history] == [1, 2]  # per-epoch metrics
+    assert "test_accuracy" in run.data.metrics and run.data.tags["gate.passed"] == "true"
+    champion = client.get_model_version_by_alias("ernie-sentiment", "champion")
+    assert champion.run_id == run.info.run_id and champion.tags["storage_uri"] == summary["model_uri"]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+    assert {"plots/curves.png", "plots/confusion_matrix.png", "plots/per_class.png"} <= artifacts
+
+
+def test_plots_are_real_images(first_run: dict, tmp_path: Path) -> None:
+    from PIL import Image
+
+    workdir, summary = first_run["workdir"], first_run["summary"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    local = Path(client.download_artifacts(summary["mlflow_run_id"], "plots", str(tmp_path)))
+    sizes = {"curves.png": (800, 500), "confusion_matrix.png": (600, 600), "per_class.png": (800, 500)}
+    for name, size in sizes.items():
+        with Image.open(local / name) as image:
+            assert image.format == "PNG" and image.size == size
+            extrema = image.convert("L").getextrema()
+            assert extrema[0] < extrema[1]  # not a blank canvas
+
+
+def test_serving_url_answers_v1_predict_and_exposes_metrics(first_run: dict) -> None:
+    url = first_run["summary"]["serving_url"]
+    texts = ["这个手机质量很好，非常满意", "太差了，用了两天就坏了"]
+    response = httpx.post(f"{url}/v1/models/ernie-sentiment:predict", json={"instances": texts}, timeout=30)
+    assert response.status_code == 200
+    predictions = response.json()["predictions"]
+    assert len(predictions) == 2
+    for p in predictions:
+        assert p["label"] in {"negative", "positive"}
+        assert abs(sum(p["probabilities"].values()) - 1.0) < 1e-4
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    assert 'paddle_mlops_serving_requests_total{code="200",protocol="v1"}' in metrics
+    assert "paddle_mlops_serving_request_latency_seconds_bucket" in metrics
+
+
+def test_training_metrics_were_scraped_during_the_run(first_run: dict) -> None:
+    text = first_run["train_metrics"]
+    assert text is not None, "the trainer's /metrics never answered during the run"
+    values = {
+        line.split()[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("paddle_mlops_train_") and " " in line and "{" not in line.split()[0]
+    }
+    assert values["paddle_mlops_train_step"] >= 1
+    assert values["paddle_mlops_train_epoch"] >= 1
+    assert values["paddle_mlops_train_loss"] > 0
+    assert values["paddle_mlops_train_samples_per_second"] > 0
+
+
+def test_second_run_gates_against_the_champion(first_run: dict) -> None:
+    proc = _run(first_run["workdir"], "--from", "evaluate")
+    output, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, output[-3000:]
+    assert "champion v1" in output  # the gate names the champion it compared against
+    summary = json.loads((first_run["workdir"] / "last-run.json").read_text(encoding="utf-8"))
+    client = MlflowClient(tracking_uri=f"sqlite:///{first_run['workdir'] / 'mlflow.db'}")
+    assert client.get_run(summary["mlflow_run_id"]).data.tags["gate.champion_version"] == "1"
+
+
+def test_bad_data_fails_the_run_and_registers_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "reviews.csv"
+    bad.write_text("text,label\n好,1\n差,0\n", encoding="utf-8")
+    bad.write_bytes(bad.read_bytes() + b"\xff\xfe broken,1\n")
+    proc = _run(tmp_path / "work", "--set", f"data.source={bad}")
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 1
+    summary = json.loads((tmp_path / "work" / "last-run.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "failed" and summary["failed_step"]["name"] == "prepare-data"
+    assert "Step 'prepare-data' failed with exit code 2" in output
+    assert str(bad) in summary["failed_step"]["log_tail"] and "line 4" in summary["failed_step"]["log_tail"]
+    assert [s["name"] for s in summary["steps"]] == ["build-image", "prepare-data"]
+    assert summary["model_version"] is None and summary["serving_url"] is None
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}")
+    assert client.search_registered_models() == []
