@@ -304,3 +304,27 @@ def test_serve_cli_bad_model_dir_is_a_clear_error(tmp_path: Path, capsys: pytest
     assert serve.main(["--model-dir", str(tmp_path), "--port", "0"]) == 2
     assert "not a model exported by the train step" in capsys.readouterr().err
     assert serve.main(["--port", "0"]) == 2
+
+
+def test_a_lone_request_runs_without_waiting_for_companions() -> None:
+    # max_wait_ms only pays when others are queued; an idle server must not add it to latency.
+    batcher = serving.DynamicBatcher(lambda texts: [{"label": t} for t in texts], max_batch_size=8, max_wait_ms=2000)
+
+    async def go() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await batcher.submit(["only"])
+        return loop.time() - start
+
+    assert asyncio.run(go()) < 1.0
+
+
+def test_listening_socket_disables_nagle() -> None:
+    # Without TCP_NODELAY a keep-alive response's body waits for the client's delayed ACK (~40 ms).
+    import socket
+
+    sock = serving.bind_socket("127.0.0.1", 0)
+    try:
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        sock.close()

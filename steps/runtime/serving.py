@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import sys
 import tempfile
@@ -20,6 +21,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+# The model runs in a worker thread while the event loop parses requests on the same cores. Intel
+# OpenMP (Paddle's CPU runtime) keeps its threads spinning for 200 ms after every parallel region,
+# which starves the loop under concurrent load (measured in docs/benchmarks.md). Must be set before
+# paddle loads; an explicit setting in the environment wins.
+os.environ.setdefault("KMP_BLOCKTIME", "0")
 
 # kserve.model_server parses sys.argv when it is imported (parse_known_args at module level), and
 # argparse's prefix matching reads our `--config FILE` as its `--configure_logging`: hide ours.
@@ -140,8 +147,9 @@ def v2_texts(request: InferRequest, limits: Limits) -> list[str]:
 class DynamicBatcher:
     """Merge concurrent requests into one model call of at most `max_batch_size` texts.
 
-    One worker task per event loop takes the first waiting request, then keeps collecting for up to
-    `max_wait_ms` or until the next request would overflow the batch; a request is never split. The
+    One worker task per event loop takes the first waiting request and everything already queued
+    behind it; when others were queued it keeps collecting for up to `max_wait_ms`, until the next
+    request would overflow the batch (a request is never split). A lone request runs at once. The
     model runs in a thread (`run_in_executor`) so the loop keeps accepting requests meanwhile, and
     because only the worker calls the model, the predictor never sees two calls at once.
     """
@@ -176,11 +184,14 @@ class DynamicBatcher:
             carry = None
             batch = [first]
             size = len(first[0])
-            deadline = loop.time() + self._max_wait
+            # Waiting for companions pays only when requests arrive concurrently (others already
+            # queued); a request that finds the queue empty runs at once rather than paying
+            # max_wait_ms. Under load the queue fills while the model runs, so batches still form.
+            deadline = loop.time() + self._max_wait if not queue.empty() else None
             while size < self._max_batch:
-                remaining = deadline - loop.time()
+                remaining = -1.0 if deadline is None else deadline - loop.time()
                 try:
-                    item = queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(queue.get(), remaining)
+                    item = queue.get_nowait() if remaining <= 0 or not queue.empty() else await asyncio.wait_for(queue.get(), remaining)
                 except (asyncio.QueueEmpty, asyncio.TimeoutError):
                     break
                 if size + len(item[0]) > self._max_batch:
@@ -451,6 +462,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # uvicorn writes a response as two sends (headers, body); with Nagle on, the body waits for the
+    # client's delayed ACK, ~40 ms on every keep-alive request. Accepted sockets inherit this option.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
@@ -460,7 +474,8 @@ def serve(
     app: FastAPI, sock: socket.socket, on_started: Callable[[], None] | None = None
 ) -> None:
     """Run `app` under uvicorn on an already bound socket until SIGTERM/SIGINT."""
-    config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=10, access_log=False)
+    # One worker (one predictor, one batcher); httptools and uvloop when installed ("auto").
+    config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=10, access_log=False, http="auto", loop="auto")
     server = uvicorn.Server(config)
 
     async def run() -> None:
@@ -471,4 +486,6 @@ def serve(
             on_started()
         await task
 
-    asyncio.run(run())
+    # uvicorn picks the loop only when it runs the loop itself; we run it, so ask for its choice.
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(run())

@@ -1,0 +1,47 @@
+"""The benchmark scripts run end to end (--quick: tiny model, small files) and report their figures.
+
+Only that they work is tested here; the figures themselves are machine-dependent and recorded in
+docs/benchmarks.md, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import serving, upload
+
+pytestmark = pytest.mark.slow
+
+
+def test_upload_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "upload.json"
+    assert upload.main(["--quick", "--rounds", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "upload ratio: " in printed
+    assert figures["publish_mib_s"] > 0 and figures["put_object_mib_s"] > 0
+    assert figures["model_bytes"] > 8 * 1024 * 1024
+    # Publishing the same version again, or the same bytes as a new version, sends nothing.
+    assert figures["rerun_bytes_sent"] == 0
+    assert figures["new_version_bytes_sent"] == 0 and figures["new_version_objects_skipped"] == 6
+
+
+def test_serving_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "serving.json"
+    assert serving.main(["--quick", "--requests", "8", "--rounds", "2", "--clients", "4", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "latency ratio: " in printed and "throughput ratio: " in printed
+    assert set(figures["contenders"]) == {"in-process", "ours", "baseline"}
+    for contender in figures["contenders"].values():
+        assert contender["p50_ms"] > 0 and contender["texts_per_s"] > 0
+    assert figures["latency_ratio"] > 0 and figures["throughput_ratio"] > 0
+
+
+def test_serving_benchmark_rejects_bad_flags() -> None:
+    with pytest.raises(SystemExit) as exc:
+        serving.main(["--requests", "1", "--rounds", "4"])
+    assert exc.value.code == 2
