@@ -34,7 +34,7 @@ TINY = [
 
 
 def _run(workdir: Path, *extra: str, metrics_port: int | None = None) -> subprocess.Popen[str]:
-    sets = [*TINY, *(["training.metrics_port=%d" % metrics_port] if metrics_port else [])]
+    sets = [*TINY, *([f"training.metrics_port={metrics_port}"] if metrics_port else [])]
     args = [sys.executable, "-m", "paddle_mlops.cli", "run", "--workdir", str(workdir)]
     for item in sets:
         args += ["--set", item]
