@@ -205,3 +205,53 @@ def test_bad_inputs_are_clear_errors(tmp_path):
         objectstore.publish(tmp_path / "nope", str(tmp_path / "s"), "ernie", "v1", progress=False)
     with pytest.raises(StepError, match="not of the form"):
         objectstore.read_manifest("s3://bucket")
+
+
+KILLED_PUBLISHER = """
+import sys
+from boto3.s3.transfer import TransferConfig
+from steps.runtime import objectstore
+slow = TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024, max_concurrency=1)
+objectstore.publish(sys.argv[1], sys.argv[2], "ernie", "v1", {"git_sha": "abc"}, endpoint_url=sys.argv[3],
+                    progress=False, transfer_config=slow)
+"""
+
+
+def test_publisher_killed_mid_upload_leaves_no_manifest_and_the_next_run_completes(tmp_path, s3_endpoint):
+    """A real SIGKILL (no cleanup code runs) while a multipart upload is under way."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model = make_model(tmp_path / "model", big=96 * MiB)
+    bucket = f"models-{uuid.uuid4().hex[:12]}"
+    client = s3.client(s3_endpoint)
+    client.create_bucket(Bucket=bucket)
+    root = f"s3://{bucket}/published"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_PUBLISHER, str(model), root, s3_endpoint],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    deadline = time.monotonic() + 120
+    # Kill once the big file's multipart upload has started: some objects are stored, not all.
+    while time.monotonic() < deadline and proc.poll() is None:
+        if client.list_multipart_uploads(Bucket=bucket).get("Uploads"):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the publisher finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    with pytest.raises(StepError, match="not published"):
+        objectstore.read_manifest(f"{root}/ernie/v1", s3_endpoint)
+    # The interrupted multipart upload is not an object: nothing half-written is visible.
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="published/objects/").get("Contents", [])
+    sizes = {o["Key"].rsplit("/", 1)[-1]: o["Size"] for o in listed}
+    big_sha = objectstore.sha256_file(model / "big.bin")
+    assert big_sha not in sizes
+    result = objectstore.publish(model, root, "ernie", "v1", {"git_sha": "abc"}, endpoint_url=s3_endpoint, progress=False)
+    assert result.bytes_sent >= 96 * MiB
+    out = objectstore.fetch(result.model_uri, tmp_path / "out", s3_endpoint)
+    assert (out / "big.bin").read_bytes() == (model / "big.bin").read_bytes()
