@@ -1,0 +1,37 @@
+"""Structured logs: with LOG_FORMAT=json every step line is one JSON object a log stack can group."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_step_logs_are_json_with_workflow_step_rank_and_sha(tmp_path: Path) -> None:
+    data = tmp_path / "reviews.jsonl"
+    rows = [{"text": f"好评{i}号很满意", "label": "positive"} for i in range(20)]
+    rows += [{"text": f"差评{i}号很失望", "label": "negative"} for i in range(20)]
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    env = {
+        **os.environ,
+        "LOG_FORMAT": "json",
+        "ARGO_WORKFLOW_NAME": "train-deploy-abc12",
+        "GIT_SHA": "deadbeef",
+        "PYTHONPATH": str(ROOT),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "steps.prepare_data", "--config", str(ROOT / "configs/pipeline.yaml"), "--env", "local",
+         "--overrides", json.dumps([f"data.source={data}"]), "--output", str(tmp_path / "out")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert records, result.stderr
+    for record in records:
+        assert record["workflow"] == "train-deploy-abc12" and record["step"] == "prepare-data"
+        assert record["rank"] == "0" and record["git_sha"] == "deadbeef" and record["msg"]
+    assert any("prepared 40 examples" in r["msg"] for r in records)
