@@ -29,13 +29,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `rollout` WorkflowTemplate for this configuration (no side effects)."""
-    with WorkflowTemplate(
-        name=NAME,
-        entrypoint="main",
-        arguments=parameters(cfg),
-        on_exit="exit-handler",
-        **templates.workflow_settings(cfg),
-    ) as wt:
+    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
         rollout = templates.rollout(cfg)
         templates.exit_handler(cfg)
         with DAG(name="main"):

@@ -10,7 +10,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import yaml
-from hera.workflows import Container, EmptyDirVolume, Parameter, Resource, Resources, SecretVolume, UserContainer
+from hera.workflows import (
+    Container,
+    EmptyDirVolume,
+    Parameter,
+    Resource,
+    Resources,
+    SecretVolume,
+    UserContainer,
+    WorkflowTemplate,
+)
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
@@ -237,6 +246,13 @@ def exit_handler(cfg: PipelineConfig) -> Container:
             "--workspace", WORKSPACE,
         ],  # fmt: skip
         resources=k8s.EXIT_RESOURCES,
+    )
+
+
+def workflow_template(cfg: PipelineConfig, name: str, arguments: list[Parameter]) -> WorkflowTemplate:
+    """A WorkflowTemplate with the shared settings; its DAG is `main` and `exit-handler` runs on exit."""
+    return WorkflowTemplate(
+        name=name, entrypoint="main", arguments=arguments, on_exit="exit-handler", **workflow_settings(cfg)
     )
 
 

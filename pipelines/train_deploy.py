@@ -37,13 +37,7 @@ def task_output(task: str, name: str) -> str:
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `train-deploy` WorkflowTemplate for this configuration (no side effects)."""
-    with WorkflowTemplate(
-        name=NAME,
-        entrypoint="main",
-        arguments=parameters(cfg),
-        on_exit="exit-handler",
-        **templates.workflow_settings(cfg),
-    ) as wt:
+    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
         build_image = templates.build_image(cfg)
         prepare_data = templates.prepare_data(cfg)
         train = templates.train(cfg)
