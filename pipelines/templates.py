@@ -37,6 +37,9 @@ COMMON_ARGS = [
     "--git-sha", "{{workflow.parameters.git-sha}}",
 ]  # fmt: skip
 
+# Secret holding the image-signing key (`cosign generate-key-pair`); the public half is in
+# argo/policies.yaml for Kyverno.
+COSIGN_SECRET = "cosign-signing-key"
 # Where buildkitd (sidecar) and the build step (main container) meet: a socket in a shared emptyDir.
 BUILDKIT_SOCKET_DIR = "/run/user/1000/buildkit"
 BUILD_EXEMPT_REASON = (
@@ -120,6 +123,14 @@ def build_image(cfg: PipelineConfig) -> Container:
             m.EnvVar(name="BUILDKIT_HOST", value=f"unix://{BUILDKIT_SOCKET_DIR}/buildkitd.sock"),
             # buildctl reads registry push credentials from $DOCKER_CONFIG/config.json.
             m.EnvVar(name="DOCKER_CONFIG", value="/etc/registry-push"),
+            # cosign signs the pushed digest before the step outputs it (Kyverno verifies it).
+            *(
+                m.EnvVar(
+                    name=name,
+                    value_from=m.EnvVarSource(secret_key_ref=m.SecretKeySelector(name=COSIGN_SECRET, key=key)),
+                )
+                for name, key in (("COSIGN_PRIVATE_KEY", "cosign.key"), ("COSIGN_PASSWORD", "cosign.password"))
+            ),
         ],
         volumes=[
             EmptyDirVolume(name="buildkit-socket", mount_path=BUILDKIT_SOCKET_DIR),

@@ -1,9 +1,11 @@
-"""Build and push the project image with rootless BuildKit, and output its digest.
+"""Build and push the project image with rootless BuildKit, sign it with cosign, output its digest.
 
-On the cluster the step runs in the BuildKit image (`buildctl-daemonless.sh` on PATH, or a
-`BUILDKIT_HOST` daemon). The build context is the git repository at the exact commit, so the
-image is reproducible from `--git-sha` alone. Locally there is no BuildKit: the local executor
-runs the installed project, so the step says so and outputs the digest `local`.
+On the cluster the step runs in the tools image against a `BUILDKIT_HOST` daemon (or
+`buildctl-daemonless.sh`). The build context is the git repository at the exact commit, so the
+image is reproducible from `--git-sha` alone. When `COSIGN_PRIVATE_KEY` is set (from a Secret),
+the pushed digest is signed before it is output, so later steps only ever see signed images
+(the Kyverno policy in argo/policies.yaml refuses unsigned ones). Locally there is no BuildKit:
+the local executor runs the installed project, so the step says so and outputs the digest `local`.
 """
 
 from __future__ import annotations
@@ -56,6 +58,17 @@ def build_args(buildctl: list[str], git_repo: str, git_sha: str, dockerfile: str
     ]
 
 
+def sign_command(image_ref: str) -> list[str] | None:
+    """Keyed cosign signing of `image@digest` when a signing key is provided; None when it is not."""
+    if not os.environ.get("COSIGN_PRIVATE_KEY"):
+        return None
+    cosign = shutil.which("cosign")
+    if cosign is None:
+        raise StepError("COSIGN_PRIVATE_KEY is set but cosign is not on PATH; run the step in the tools image")
+    # --yes: no interactive prompt; --tlog-upload=false: an air-gapped cluster has no Rekor.
+    return [cosign, "sign", "--yes", "--tlog-upload=false", "--key", "env://COSIGN_PRIVATE_KEY", image_ref]
+
+
 def read_digest(metadata: Path) -> str:
     try:
         digest = json.loads(metadata.read_text(encoding="utf-8"))["containerimage.digest"]
@@ -86,6 +99,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[build-image] buildctl failed with exit code {result.returncode}; see the build log above", file=sys.stderr)
             return stepargs.EXIT_FAILED
         digest = read_digest(metadata)
+        reference = f"{args.image}@{digest}"
+        sign = sign_command(reference)
+        if sign is None:
+            stepargs.log.warning("%s is not signed (no COSIGN_PRIVATE_KEY); admission policies will refuse it", reference)
+        elif subprocess.run(sign, check=False).returncode != 0:
+            print(f"[build-image] cosign could not sign {reference}; no digest is output", file=sys.stderr)
+            return stepargs.EXIT_FAILED
+        else:
+            print(f"build-image: signed {reference}")
         stepargs.write_output(args.digest_out, digest)
         print(f"build-image: pushed {args.image}:{args.git_sha}@{digest}")
         return stepargs.EXIT_OK

@@ -1,0 +1,74 @@
+"""The build step drives buildctl, signs the pushed digest with cosign, and outputs only signed digests."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from steps import build_image
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _tool(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body, encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Stand-ins for buildctl and cosign that record their arguments (no daemon, no registry)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "calls.txt"
+    # buildctl writes the metadata file BuildKit writes after a push.
+    _tool(bin_dir, "buildctl", f'echo "buildctl $*" >> {record}\n'
+          f'while [ "$1" != "--metadata-file" ]; do shift; done\n'
+          f"echo '{json.dumps({'containerimage.digest': DIGEST})}' > \"$2\"\n")  # fmt: skip
+    _tool(bin_dir, "cosign", f'echo "cosign $*" >> {record}\nexit ${{COSIGN_EXIT:-0}}\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("BUILDKIT_HOST", "tcp://buildkitd.ml-build.svc:1234")
+    return record
+
+
+def _args(tmp_path: Path) -> list[str]:
+    return ["--env", "local", "--git-sha", "abc123", "--git-repo", "https://git.example.com/ml/p.git",
+            "--image", "registry.example.com/paddle-mlops/train", "--digest-out", str(tmp_path / "digest")]  # fmt: skip
+
+
+def test_builds_the_commit_signs_the_digest_and_outputs_it(tools: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COSIGN_PRIVATE_KEY", "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----")
+    assert build_image.main(_args(tmp_path)) == 0
+    build, sign = tools.read_text().splitlines()
+    assert "context=https://git.example.com/ml/p.git#abc123" in build
+    assert "name=registry.example.com/paddle-mlops/train:abc123,push=true" in build
+    assert sign.startswith("cosign sign --yes") and "--key env://COSIGN_PRIVATE_KEY" in sign
+    assert sign.endswith(f"registry.example.com/paddle-mlops/train@{DIGEST}")
+    assert (tmp_path / "digest").read_text() == DIGEST
+
+
+def test_a_failed_signature_outputs_no_digest(tools: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COSIGN_PRIVATE_KEY", "key")
+    monkeypatch.setenv("COSIGN_EXIT", "1")
+    assert build_image.main(_args(tmp_path)) == 1
+    assert not (tmp_path / "digest").exists()
+
+
+def test_without_a_key_the_image_is_pushed_unsigned_with_a_warning(tools: Path, tmp_path: Path, monkeypatch, caplog) -> None:
+    monkeypatch.delenv("COSIGN_PRIVATE_KEY", raising=False)
+    assert build_image.main(_args(tmp_path)) == 0
+    assert "cosign" not in tools.read_text()
+    assert "is not signed" in caplog.text
+
+
+def test_locally_the_build_is_skipped_and_says_why(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no buildctl anywhere
+    monkeypatch.delenv("BUILDKIT_HOST", raising=False)
+    assert build_image.main(_args(tmp_path)) == 0
+    assert "skipped — no BuildKit here" in capsys.readouterr().out
+    assert (tmp_path / "digest").read_text() == "local"
