@@ -12,12 +12,10 @@ from typing import Any
 import yaml
 from hera.workflows import (
     Container,
-    EmptyDirVolume,
     Parameter,
     Resource,
     Resources,
     SecretVolume,
-    UserContainer,
     WorkflowTemplate,
 )
 from hera.workflows import models as m
@@ -26,6 +24,7 @@ from paddle_mlops.config import PipelineConfig
 from pipelines import k8s
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import build_paddlejob
+from pipelines.platform import buildkit
 from pipelines.platform.rbac import ROLLOUT_SERVICE_ACCOUNT
 
 OUTPUTS = "/tmp/outputs"
@@ -40,13 +39,7 @@ COMMON_ARGS = [
 # Secret holding the image-signing key (`cosign generate-key-pair`); the public half is in
 # argo/policies.yaml for Kyverno.
 COSIGN_SECRET = "cosign-signing-key"
-# Where buildkitd (sidecar) and the build step (main container) meet: a socket in a shared emptyDir.
-BUILDKIT_SOCKET_DIR = "/run/user/1000/buildkit"
-BUILD_EXEMPT_REASON = (
-    "rootless BuildKit needs seccomp and AppArmor Unconfined (user namespaces, mounts) in its buildkitd "
-    "sidecar only; the step container itself is restricted. The namespace's pod-security admission must "
-    "allow this one pod (label the build namespace, see argo/README)."
-)
+BUILDKIT_CERTS_DIR = "/etc/buildkit/certs"
 
 
 def output(name: str) -> Parameter:
@@ -85,28 +78,11 @@ def step_container(
 
 
 def build_image(cfg: PipelineConfig) -> Container:
-    """`steps.build_image` drives a rootless buildkitd sidecar and writes the pushed image's digest."""
-    buildkitd = UserContainer(
-        name="buildkitd",
-        image=cfg.images.buildkit,
-        image_pull_policy="IfNotPresent",
-        command=["rootlesskit", "buildkitd"],
-        args=["--oci-worker-no-process-sandbox", f"--addr=unix://{BUILDKIT_SOCKET_DIR}/buildkitd.sock"],
-        resources=k8s.BUILD_RESOURCES,
-        security_context=m.SecurityContext(
-            allow_privilege_escalation=False,
-            capabilities=m.Capabilities(drop=["ALL"]),
-            run_as_non_root=True,
-            run_as_user=k8s.RUN_AS_USER,
-            # The exemption (see the template annotation): user namespaces need these unconfined.
-            seccomp_profile=m.SeccompProfile(type="Unconfined"),
-            app_armor_profile=m.AppArmorProfile(type="Unconfined"),
-        ),
-        volume_mounts=[
-            m.VolumeMount(name="buildkit-socket", mount_path=BUILDKIT_SOCKET_DIR),
-            m.VolumeMount(name="buildkit-state", mount_path="/home/user/.local/share/buildkit"),
-        ],
-    )
+    """`steps.build_image` drives the shared buildkitd (argo/buildkit.yaml) and writes the signed digest.
+
+    The step itself is an ordinary restricted pod: the daemon, which cannot be restricted, runs in
+    the build namespace (see pipelines/platform/buildkit.py for why).
+    """
     return step_container(
         cfg,
         "build-image",
@@ -120,7 +96,9 @@ def build_image(cfg: PipelineConfig) -> Container:
         outputs=["image-digest"],
         resources=k8s.TOOLS_RESOURCES,
         env=[
-            m.EnvVar(name="BUILDKIT_HOST", value=f"unix://{BUILDKIT_SOCKET_DIR}/buildkitd.sock"),
+            m.EnvVar(name="BUILDKIT_HOST", value=buildkit.address(cfg)),
+            # Mutual TLS to the daemon: ca.crt, tls.crt, tls.key.
+            m.EnvVar(name="BUILDKIT_TLS_DIR", value=BUILDKIT_CERTS_DIR),
             # buildctl reads registry push credentials from $DOCKER_CONFIG/config.json.
             m.EnvVar(name="DOCKER_CONFIG", value="/etc/registry-push"),
             # cosign signs the pushed digest before the step outputs it (Kyverno verifies it).
@@ -133,8 +111,12 @@ def build_image(cfg: PipelineConfig) -> Container:
             ),
         ],
         volumes=[
-            EmptyDirVolume(name="buildkit-socket", mount_path=BUILDKIT_SOCKET_DIR),
-            EmptyDirVolume(name="buildkit-state", mount_path="/tmp/buildkit-state"),
+            SecretVolume(
+                name="buildkit-client-certs",
+                secret_name=buildkit.CLIENT_CERTS,
+                mount_path=BUILDKIT_CERTS_DIR,
+                read_only=True,
+            ),
             SecretVolume(
                 name="registry-push",
                 secret_name="registry-push-credentials",
@@ -143,8 +125,6 @@ def build_image(cfg: PipelineConfig) -> Container:
                 read_only=True,
             ),
         ],
-        sidecars=[buildkitd],
-        annotations={"paddle-mlops/pod-security-exempt": BUILD_EXEMPT_REASON},
     )
 
 

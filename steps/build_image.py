@@ -42,7 +42,11 @@ def buildctl_command() -> list[str] | None:
     if daemonless:
         return [daemonless]
     if os.environ.get("BUILDKIT_HOST") and shutil.which("buildctl"):
-        return [shutil.which("buildctl") or "buildctl"]
+        command = [shutil.which("buildctl") or "buildctl"]
+        tls = os.environ.get("BUILDKIT_TLS_DIR")
+        if tls:  # mutual TLS to the shared daemon (argo/buildkit.yaml)
+            command += [f"--tlscacert={tls}/ca.crt", f"--tlscert={tls}/tls.crt", f"--tlskey={tls}/tls.key"]
+        return command
     return None
 
 

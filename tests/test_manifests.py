@@ -27,6 +27,7 @@ FLAVOURS = {
 CREDENTIAL_NAME = re.compile(r"KEY|SECRET|PASSWORD|TOKEN", re.IGNORECASE)
 DIGEST_PARAM = "@{{inputs.parameters.image-digest}}"
 BUILD_TEMPLATE = "build-image"
+BUILDKIT_DAEMON = "buildkitd"
 
 
 @pytest.fixture(scope="module", params=list(FLAVOURS))
@@ -158,16 +159,17 @@ def test_credentials_only_by_secret_reference(rendered: dict[str, list[dict[str,
         assert "value" not in var and var["valueFrom"]["secretKeyRef"]["name"], var
 
 
-def test_restricted_pod_security_everywhere_but_the_buildkit_sidecar(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_restricted_pod_security_everywhere_but_the_buildkit_daemon(rendered: dict[str, list[dict[str, Any]]]) -> None:
     pods = list(_pods(rendered))
     assert any(":spec." in where for where, _, _ in pods), "PaddleJob replica pods must be checked too"
     assert any(where.startswith("Deployment/") for where, _, _ in pods), "install-set Deployments too"
+    assert any(where.endswith(f"/{BUILD_TEMPLATE}") for where, _, _ in pods), "the build step is restricted too"
     for where, pod_security, containers in pods:
+        if where == f"Deployment/{BUILDKIT_DAEMON}":
+            continue  # the one exemption, checked below
         assert pod_security and pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] != 0, where
         assert pod_security["seccompProfile"]["type"] == "RuntimeDefault", where
         for container in containers:
-            if where.endswith(f"/{BUILD_TEMPLATE}") and container.get("name", "main") == "buildkitd":
-                continue
             sc = container["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False, (where, container.get("name", "main"))
             assert sc["capabilities"]["drop"] == ["ALL"], (where, container.get("name", "main"))
@@ -176,13 +178,23 @@ def test_restricted_pod_security_everywhere_but_the_buildkit_sidecar(rendered: d
             assert sc.get("seccompProfile", pod_security["seccompProfile"])["type"] == "RuntimeDefault"
 
 
-def test_the_one_exempt_pod_says_why(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    doc = rendered["train-deploy.yaml"][0]
-    build = next(t for t in _templates(doc) if t["name"] == BUILD_TEMPLATE)
-    assert "rootless BuildKit" in build["metadata"]["annotations"]["paddle-mlops/pod-security-exempt"]
-    sidecar = build["sidecars"][0]
-    assert sidecar["securityContext"]["allowPrivilegeEscalation"] is False
-    assert sidecar["securityContext"].get("privileged") is not True
+def test_the_one_exempt_pod_says_why_and_lives_outside_the_pipeline_namespace(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    cfg = default_compile_config()
+    build = next(t for t in _templates(rendered["train-deploy.yaml"][0]) if t["name"] == BUILD_TEMPLATE)
+    assert "sidecars" not in build and "paddle-mlops/pod-security-exempt" not in (build.get("metadata") or {}).get(
+        "annotations", {}
+    )
+    (daemon,) = [d for d in rendered["buildkit.yaml"] if d["kind"] == "Deployment"]
+    assert daemon["metadata"]["namespace"] == cfg.cluster.build_namespace != cfg.cluster.namespace
+    pod = daemon["spec"]["template"]
+    assert "rootless BuildKit" in pod["metadata"]["annotations"]["paddle-mlops/pod-security-exempt"]
+    sc = pod["spec"]["containers"][0]["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["runAsNonRoot"] is True and sc.get("privileged") is not True
+    env = {e["name"]: e.get("value") for e in build["container"]["env"]}
+    assert env["BUILDKIT_HOST"] == f"tcp://{BUILDKIT_DAEMON}.{cfg.cluster.build_namespace}.svc:1234"
 
 
 # --- the validator itself catches what it is for ---------------------------------------------

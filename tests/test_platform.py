@@ -44,6 +44,7 @@ def test_render_platform_files(files):
         "network-policies.yaml",
         "policies.yaml",
         "mlflow.yaml",
+        "buildkit.yaml",
     }
     assert all(files.values())
 

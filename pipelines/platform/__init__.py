@@ -1,5 +1,5 @@
 """The platform install set beside the pipelines: events, tenancy, RBAC, network and admission
-policies, the MLflow server. Plain dicts, one module per concept; `paddle-mlops compile` writes them
+policies, the MLflow server, the shared BuildKit daemon. Plain dicts, one module per concept; `paddle-mlops compile` writes them
 to argo/.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig, TeamConfig, load_teams
-from pipelines.platform import events, kyverno, mlflow_server, network, rbac, tenancy
+from pipelines.platform import buildkit, events, kyverno, mlflow_server, network, rbac, tenancy
 
 
 def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -21,6 +21,7 @@ def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = N
         "policies.yaml": kyverno.render(cfg, teams),
         "events.yaml": events.render(cfg),
         "mlflow.yaml": mlflow_server.render(cfg),
+        "buildkit.yaml": buildkit.render(cfg),
     }
 
 
