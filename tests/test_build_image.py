@@ -43,8 +43,10 @@ def _args(tmp_path: Path) -> list[str]:
 
 def test_builds_the_commit_signs_the_digest_and_outputs_it(tools: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("COSIGN_PRIVATE_KEY", "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----")
+    monkeypatch.setenv("BUILDKIT_TLS_DIR", "/etc/buildkit/certs")
     assert build_image.main(_args(tmp_path)) == 0
     build, sign = tools.read_text().splitlines()
+    assert "--tlscacert=/etc/buildkit/certs/ca.crt --tlscert=/etc/buildkit/certs/tls.crt" in build
     assert "context=https://git.example.com/ml/p.git#abc123" in build
     assert "name=registry.example.com/paddle-mlops/train:abc123,push=true" in build
     assert sign.startswith("cosign sign --yes") and "--key env://COSIGN_PRIVATE_KEY" in sign

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGES = ("train", "tools", "serve")
+IMAGES = ("train", "tools", "serve", "mlflow")
 
 
 @dataclass(frozen=True)

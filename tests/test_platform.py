@@ -311,7 +311,7 @@ def test_mlflow_server_secrets_by_reference_and_restricted(cfg, files):
     pod = deploy["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
-    assert container["image"] == mlflow_server.IMAGE and ":latest" not in container["image"]
+    assert container["image"] == f"{cfg.images.registry}/mlflow:{mlflow_server.IMAGE_TAG}"
     env = {e["name"]: e for e in container["env"]}
     assert env["MLFLOW_BACKEND_STORE_URI"]["valueFrom"]["secretKeyRef"] == mlflow_server.BACKEND_SECRET
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

@@ -15,10 +15,10 @@ from pipelines.platform.meta import metadata, restricted_container_security_cont
 from pipelines.platform.network import endpoint
 
 NAME = "mlflow"
-# Same version as the client pinned in uv.lock, so server and steps speak the same REST API.
-# NOTE: the upstream image ships neither psycopg2 nor boto3 (mlflow/mlflow#9513, #8342); the
-# platform must use a derived image with both pinned (see the platform README / lead's decision).
-IMAGE = "ghcr.io/mlflow/mlflow:v3.17.2"
+# Same MLflow version as the client pinned in uv.lock, so server and steps speak the same REST API;
+# built from images/mlflow/Dockerfile, which adds the PostgreSQL driver and boto3 the upstream
+# image lacks (mlflow/mlflow#9513, #8342).
+IMAGE_TAG = "3.17.2"
 BACKEND_SECRET = {"name": "mlflow-backend", "key": "MLFLOW_BACKEND_STORE_URI"}
 ARTIFACTS_DESTINATION = "s3://mlflow-artifacts"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "tracking-server"}
@@ -74,7 +74,7 @@ def deployment(cfg: PipelineConfig) -> dict[str, Any]:
                     "containers": [
                         {
                             "name": NAME,
-                            "image": IMAGE,
+                            "image": f"{cfg.images.registry}/mlflow:{IMAGE_TAG}",
                             "imagePullPolicy": "IfNotPresent",
                             "command": ["mlflow", "server"],
                             # Artifacts are proxied (the steps need no S3 credentials to log models).
