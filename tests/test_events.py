@@ -316,7 +316,7 @@ def test_pushes_need_a_jetstream_bus_for_at_least_once(docs):
 
 
 def test_branch_filter_follows_the_branch_list(monkeypatch):
-    monkeypatch.setattr(events, "BRANCHES", ("main", "release/2.x"))
-    rendered = {f"{d['kind']}/{d['metadata']['name']}": d for d in events.render(load_config())}
+    cfg = load_config(overrides=['trigger.branches=["main", "release/2.x"]'])
+    rendered = {f"{d['kind']}/{d['metadata']['name']}": d for d in events.render(cfg)}
     assert len(run_github(rendered, push(ref="refs/heads/release/2.x"))) == 1
     assert run_github(rendered, push(ref="refs/heads/release/22x")) == []

@@ -183,6 +183,18 @@ class ClusterConfig(Strict):
     retrain_schedule: str = Field("0 3 * * 1", description="CronWorkflow schedule for scheduled retraining")
 
 
+class TriggerConfig(Strict):
+    """Which pushes start the pipeline (Argo Events, argo/events.yaml)."""
+
+    branches: tuple[str, ...] = Field(("main",), min_length=1, description="branches whose pushes trigger a run")
+    bot_accounts: tuple[str, ...] = Field(
+        ("dependabot[bot]", "renovate[bot]", "paddle-mlops-bot"), description="pushers whose commits never trigger"
+    )
+    github_owner: str = "example-org"
+    github_repositories: tuple[str, ...] = ("paddle-mlops",)
+    webhook_url: str = Field("https://events.example.com", description="public URL the forges deliver webhooks to")
+
+
 class PipelineConfig(Strict):
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
@@ -193,6 +205,7 @@ class PipelineConfig(Strict):
     serving: ServingConfig = ServingConfig()
     images: ImagesConfig = ImagesConfig()
     cluster: ClusterConfig = ClusterConfig()
+    trigger: TriggerConfig = TriggerConfig()
 
     @model_validator(mode="after")
     def _digest_when_required(self) -> PipelineConfig:

@@ -19,12 +19,7 @@ from paddle_mlops.config import PipelineConfig
 from pipelines.platform.meta import metadata, restricted_container_security_context, restricted_pod_security_context
 
 API_VERSION = "argoproj.io/v1alpha1"
-BRANCHES: tuple[str, ...] = ("main",)
-BOT_ACCOUNTS: tuple[str, ...] = ("dependabot[bot]", "renovate[bot]", "paddle-mlops-bot")
 SKIP_MARKERS: tuple[str, ...] = ("[skip ci]", "[ci skip]")
-GITHUB_OWNER = "example-org"
-GITHUB_REPOSITORIES: tuple[str, ...] = ("paddle-mlops",)
-WEBHOOK_URL = "https://events.example.com"
 
 EVENT_BUS = "default"
 GITHUB_SOURCE = "github"
@@ -156,12 +151,12 @@ def github_event_source(cfg: PipelineConfig) -> dict[str, Any]:
             "service": {"ports": [{"port": GITHUB_PORT, "targetPort": GITHUB_PORT}]},
             "github": {
                 "push": {
-                    "repositories": [{"owner": GITHUB_OWNER, "names": list(GITHUB_REPOSITORIES)}],
+                    "repositories": [{"owner": cfg.trigger.github_owner, "names": list(cfg.trigger.github_repositories)}],
                     "webhook": {
                         "endpoint": "/push",
                         "port": str(GITHUB_PORT),
                         "method": "POST",
-                        "url": WEBHOOK_URL,
+                        "url": cfg.trigger.webhook_url,
                     },
                     "events": ["push"],
                     "webhookSecret": dict(GITHUB_SECRET),
@@ -191,7 +186,7 @@ def gitea_event_source(cfg: PipelineConfig) -> dict[str, Any]:
                     "endpoint": "/push",
                     "port": str(GITEA_PORT),
                     "method": "POST",
-                    "url": WEBHOOK_URL,
+                    "url": cfg.trigger.webhook_url,
                     "authSecret": dict(GITEA_TOKEN),
                     # A push payload is small; refusing big bodies bounds what an attacker can send.
                     "maxPayloadSize": 1048576,
@@ -201,7 +196,7 @@ def gitea_event_source(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def push_filters(source: str) -> dict[str, Any]:
+def push_filters(cfg: PipelineConfig, source: str) -> dict[str, Any]:
     """Data filters (AND-ed): branch allowed, pusher not a bot, no skip marker, not a branch deletion.
 
     Argo Events treats string values as regular expressions (unanchored match); with comparator
@@ -210,11 +205,11 @@ def push_filters(source: str) -> dict[str, Any]:
     return {
         "dataLogicalOperator": "and",
         "data": [
-            {"path": "body.ref", "type": "string", "value": [f"^refs/heads/{_regex_literal(b)}$" for b in BRANCHES]},
+            {"path": "body.ref", "type": "string", "value": [f"^refs/heads/{_regex_literal(b)}$" for b in cfg.trigger.branches]},
             {
                 "path": PAYLOAD_KEYS[source]["pusher"],
                 "type": "string",
-                "value": [_any_of(BOT_ACCOUNTS)],
+                "value": [_any_of(cfg.trigger.bot_accounts)],
                 "comparator": "!=",
             },
             {
@@ -308,7 +303,7 @@ def sensor(cfg: PipelineConfig) -> dict[str, Any]:
             "eventBusName": EVENT_BUS,
             "template": _pod_template(SENSOR_SERVICE_ACCOUNT),
             "dependencies": [
-                {"name": f"{s}-push", "eventSourceName": s, "eventName": "push", "filters": push_filters(s)}
+                {"name": f"{s}-push", "eventSourceName": s, "eventName": "push", "filters": push_filters(cfg, s)}
                 for s in sources
             ],
             "triggers": [_trigger(cfg, s) for s in sources],
