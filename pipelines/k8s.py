@@ -68,26 +68,23 @@ def shm_volume(size: str) -> EmptyDirVolume:
     return EmptyDirVolume(name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=size)
 
 
-def region_config(cfg: PipelineConfig) -> RegionConfig:
-    """`configs/regions/<cluster.region>.yaml`; an unknown region is a config error."""
-    regions = load_regions()
-    if cfg.cluster.region not in regions:
+def _named(kind: str, field: str, name: str, known: dict[str, Any]) -> Any:
+    """`configs/<kind>s/<name>.yaml`, loaded; an unknown name is a config error naming the field."""
+    if name not in known:
         raise ConfigError(
-            f"cluster.region '{cfg.cluster.region}' has no file configs/regions/{cfg.cluster.region}.yaml. "
-            f"Known regions: {', '.join(sorted(regions)) or 'none'}."
+            f"{field} '{name}' has no file configs/{kind}s/{name}.yaml. Known {kind}s: {', '.join(sorted(known)) or 'none'}."
         )
-    return regions[cfg.cluster.region]
+    return known[name]
+
+
+def region_config(cfg: PipelineConfig) -> RegionConfig:
+    """`configs/regions/<cluster.region>.yaml`: node labels and tolerations of the run's region."""
+    return _named("region", "cluster.region", cfg.cluster.region, load_regions())
 
 
 def team_config(cfg: PipelineConfig) -> TeamConfig:
     """`configs/teams/<cluster.team>.yaml`: priority class and quota of the submitting team."""
-    teams = load_teams()
-    if cfg.cluster.team not in teams:
-        raise ConfigError(
-            f"cluster.team '{cfg.cluster.team}' has no file configs/teams/{cfg.cluster.team}.yaml. "
-            f"Known teams: {', '.join(sorted(teams)) or 'none'}."
-        )
-    return teams[cfg.cluster.team]
+    return _named("team", "cluster.team", cfg.cluster.team, load_teams())
 
 
 def gpu_tolerations(region: RegionConfig) -> list[m.Toleration]:

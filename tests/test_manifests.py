@@ -113,22 +113,23 @@ def test_workflows_clean_up_and_end(rendered: dict[str, list[dict[str, Any]]]) -
         assert spec["podPriorityClassName"] == "team-nlp-training", name
 
 
-def _images(node: Any) -> Iterator[str]:
+def _values(node: Any, key: str, kind: type) -> Iterator[Any]:
+    """Every value of type `kind` under `key`, anywhere, including inside resource manifests."""
     if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "image" and isinstance(value, str):
+        for name, value in node.items():
+            if name == key and isinstance(value, kind):
                 yield value
-            elif key == "manifest" and isinstance(value, str):
-                yield from _images(yaml.safe_load(value))
+            elif name == "manifest" and isinstance(value, str):
+                yield from _values(yaml.safe_load(value), key, kind)
             else:
-                yield from _images(value)
+                yield from _values(value, key, kind)
     elif isinstance(node, list):
         for item in node:
-            yield from _images(item)
+            yield from _values(item, key, kind)
 
 
 def test_every_image_is_pinned(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    images = list(_images(_all_documents(rendered)))
+    images = list(_values(_all_documents(rendered), "image", str))
     assert len(images) >= 8
     for image in images:
         if image.endswith(DIGEST_PARAM):
@@ -137,22 +138,8 @@ def test_every_image_is_pinned(rendered: dict[str, list[dict[str, Any]]]) -> Non
         assert "@sha256:" in image or (name and "/" not in tag and tag != "latest"), image
 
 
-def _env_vars(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "env" and isinstance(value, list):
-                yield from value
-            elif key == "manifest" and isinstance(value, str):
-                yield from _env_vars(yaml.safe_load(value))
-            else:
-                yield from _env_vars(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _env_vars(item)
-
-
 def test_credentials_only_by_secret_reference(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    env = list(_env_vars(_all_documents(rendered)))
+    env = [var for env in _values(_all_documents(rendered), "env", list) for var in env]
     secret_like = [e for e in env if CREDENTIAL_NAME.search(e["name"])]
     assert {e["name"] for e in secret_like} >= {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     for var in secret_like:
