@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
 POSITIVE = ("很好", "满意", "喜欢", "不错", "推荐", "优秀", "舒服", "漂亮")
 NEGATIVE = ("很差", "失望", "讨厌", "糟糕", "退货", "垃圾", "难用", "坏了")
 SUBJECTS = ("手机", "酒店", "这本书", "服务", "质量", "快递", "屏幕", "电池")
@@ -66,3 +67,8 @@ def make_exported_model(
     ernie.export(model, tokenizer, dict(enumerate(labels)), cfg, directory)
     vocab_file.unlink()
     return directory
+
+
+def common(*overrides: str) -> list[str]:
+    """The common step arguments for the tiny configuration, plus `overrides`."""
+    return ["--config", CONFIG, "--env", "local", "--overrides", json.dumps([*TINY_OVERRIDES, *overrides])]

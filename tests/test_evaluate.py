@@ -6,16 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures_ernie import TINY_OVERRIDES, make_exported_model, sentiment_rows, write_jsonl
+from fixtures_ernie import common, make_exported_model, sentiment_rows, write_jsonl
 
 from steps import evaluate, prepare_data
 
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
 MODEL_NAME = "ernie-sentiment"
-
-
-def common(*overrides: str) -> list[str]:
-    return ["--config", CONFIG, "--env", "local", "--overrides", json.dumps([*TINY_OVERRIDES, *overrides])]
 
 
 @pytest.fixture(scope="module")

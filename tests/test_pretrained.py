@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures_ernie import common
 from s3server import moto_s3_server
-from test_train import common, write_workspace
+from test_train import write_workspace
 
 from steps import train
 

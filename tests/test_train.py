@@ -11,18 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_ernie import NEGATIVE, POSITIVE, SUBJECTS, TINY_OVERRIDES, sentiment_rows, write_jsonl
+from fixtures_ernie import NEGATIVE, POSITIVE, SUBJECTS, common, sentiment_rows, write_jsonl
 
 from steps import prepare_data, train
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = str(ROOT / "configs" / "pipeline.yaml")
 
 pytestmark = pytest.mark.slow
-
-
-def common(*overrides: str) -> list[str]:
-    return ["--config", CONFIG, "--env", "local", "--overrides", json.dumps([*TINY_OVERRIDES, *overrides])]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_train import assert_same_params, common, write_workspace
+from fixtures_ernie import common
+from test_train import assert_same_params, write_workspace
 
 from steps import train
 
