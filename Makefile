@@ -3,9 +3,15 @@ PYTHON ?= python3
 VENV   := .venv
 UV_VERSION := 0.13.8
 STAMP  := $(VENV)/.installed-stamp
+# Parameter-server training needs a paddlepaddle built WITH_PSCORE; the last CPU wheel with it is
+# 3.0.0 (3.1+ CPU wheels dropped it). .venv-ps holds the same locked runtime set with that paddle,
+# for the PS test in `make test` and for local PS runs (see docs/training.md).
+PS_VENV  := .venv-ps
+PS_PADDLE := 3.0.0
+PS_STAMP := $(PS_VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: install run test lint compile clean
+.PHONY: install ps-env run test lint compile clean
 
 $(STAMP): pyproject.toml uv.lock
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -16,10 +22,19 @@ $(STAMP): pyproject.toml uv.lock
 
 install: $(STAMP)
 
+$(PS_STAMP): $(STAMP)
+	@test -x $(PS_VENV)/bin/python || $(VENV)/bin/uv venv -q --python $(VENV)/bin/python $(PS_VENV)
+	$(VENV)/bin/uv export --frozen --no-hashes --no-dev --no-emit-project --format requirements-txt -q \
+	  | sed 's/^paddlepaddle==.*;/paddlepaddle==$(PS_PADDLE) ;/' > $(PS_VENV)/requirements.txt
+	$(VENV)/bin/uv pip install -q --python $(PS_VENV)/bin/python -r $(PS_VENV)/requirements.txt
+	@touch $(PS_STAMP)
+
+ps-env: $(PS_STAMP)
+
 run: install
 	$(VENV)/bin/paddle-mlops run $(ARGS)
 
-test: install
+test: install ps-env
 	$(VENV)/bin/python -m pytest $(ARGS)
 
 lint: install
@@ -30,4 +45,4 @@ compile: install
 	$(VENV)/bin/paddle-mlops compile
 
 clean:
-	rm -rf $(VENV) .paddle-mlops .pytest_cache
+	rm -rf $(VENV) $(PS_VENV) .paddle-mlops .pytest_cache

@@ -328,3 +328,36 @@ def test_listening_socket_disables_nagle() -> None:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         sock.close()
+
+
+def test_a_staggered_wave_after_a_full_batch_is_gathered_again_and_a_lone_client_stops_waiting() -> None:
+    # 16 clients get their answers together and send their next requests a few ms apart. The
+    # batcher must gather that wave into one batch (not run the first request alone and the rest
+    # after it), and once the load is gone a lone client must stop paying max_wait_ms.
+    seen: list[int] = []
+
+    def run(texts: list[str]) -> list[dict[str, Any]]:
+        seen.append(len(texts))
+        return [{"label": t} for t in texts]
+
+    batcher = serving.DynamicBatcher(run, max_batch_size=8, max_wait_ms=400)
+
+    async def go() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*[batcher.submit([f"a{i}"]) for i in range(8)])
+
+        async def later(i: int) -> None:
+            await asyncio.sleep(0.01 * i)
+            await batcher.submit([f"b{i}"])
+
+        await asyncio.gather(*[later(i) for i in range(8)])
+        start = loop.time()
+        await batcher.submit(["lone-1"])  # waits up to max_wait_ms for companions that never come
+        first_lone = loop.time() - start
+        start = loop.time()
+        await batcher.submit(["lone-2"])  # the previous batch held one text: no waiting any more
+        return first_lone, loop.time() - start
+
+    first_lone, second_lone = asyncio.run(go())
+    assert seen == [8, 8, 1, 1]
+    assert first_lone < 1.0 and second_lone < 0.2

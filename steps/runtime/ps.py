@@ -9,13 +9,17 @@ classifier over the same `data/` as the ERNIE trainer. It does not export an ERN
 Launch: `python -m paddle.distributed.launch --run_mode ps --server_num S --trainer_num T steps/train.py …`
 (the launcher sets TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID … that
 `fleet.init(is_collective=False)` reads). Needs a paddlepaddle build with the parameter server
-compiled in (WITH_PSCORE, e.g. the Linux GPU wheels); `available()` says whether this one has it.
+compiled in (WITH_PSCORE: the Linux GPU wheels, and CPU wheels up to 3.0.0; the 3.1+ CPU wheels
+dropped it); `available()` says whether this one has it. `make ps-env` builds `.venv-ps`, the locked
+runtime set with paddlepaddle 3.0.0, where `make test` runs a 1-server, 2-trainer job.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from steps.runtime.stepargs import StepError
 
 log = logging.getLogger("steps.train.ps")
 EMBEDDING_DIM = 64
+SERVER_WAIT_S = 600.0
 
 
 def available() -> bool:
@@ -47,6 +52,27 @@ def require() -> None:
         )
 
 
+def wait_for_servers(endpoints: list[str], timeout_s: float) -> None:
+    """Block until every `host:port` accepts a TCP connection; StepError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(endpoints)
+    while waiting:
+        host, _, port = waiting[0].rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            waiting.pop(0)
+            continue
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise StepError(
+                f"parameter servers {', '.join(waiting)} not listening after {timeout_s:.0f}s; "
+                "check the server pods' logs (serverlog.* locally)"
+            )
+        log.info("waiting for parameter servers: %s", ", ".join(waiting))
+        time.sleep(1)
+
+
 def build_program(vocab_size: int, num_labels: int, learning_rate: float, pad_id: int) -> tuple[Any, Any, Any]:
     """(main, startup, loss) with fleet's asynchronous PS optimizer applied. Call after fleet.init."""
     import paddle
@@ -55,19 +81,23 @@ def build_program(vocab_size: int, num_labels: int, learning_rate: float, pad_id
 
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
-        # [batch, length, 1]: the PS lookup_table op wants ids in a trailing unit dimension
-        ids = paddle.static.data("input_ids", [None, None, 1], "int64")
+        # Token ids flattened to [batch * length, 1]: the 2-D, trailing-unit shape that both
+        # lookup_table and fleet's distributed_lookup_table (which the PS pass swaps in) accept.
+        ids = paddle.static.data("input_ids", [None, 1], "int64")
         label = paddle.static.data("label", [None, 1], "int64")
         # held by the servers, rows pulled and pushed on demand: what PS mode is for
         emb = paddle.static.nn.sparse_embedding(ids, size=[vocab_size, EMBEDDING_DIM], padding_idx=pad_id)
         # padding rows of the table are zero, so the mean is a length-normalised bag of words
-        bag = paddle.mean(emb, axis=1)
+        bag = paddle.mean(paddle.reshape(emb, [paddle.shape(label)[0], -1, EMBEDDING_DIM]), axis=1)
         logits = paddle.static.nn.fc(bag, num_labels)
         loss = F.cross_entropy(logits, label).mean()
         strategy = fleet.DistributedStrategy()
         strategy.a_sync = True  # trainers push gradients without waiting for each other
         optimizer = fleet.distributed_optimizer(paddle.optimizer.Adam(learning_rate), strategy)
         optimizer.minimize(loss)
+        # fleet's PS passes rewrite clones: the trainer (or server) programs to run are the ones
+        # minimize() leaves on the loss and as the default startup program.
+        main, startup = loss.block.program, paddle.static.default_startup_program()
     return main, startup, loss
 
 
@@ -101,6 +131,10 @@ def _serve_or_train(cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenize
         return None
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(startup)
+    # init_worker pushes the dense parameters to the servers before it waits for them to listen
+    # (and Paddle 3.0's wait_server_ready is a no-op), so a trainer that starts faster than the
+    # servers fails with "push dense param failed": wait for every server endpoint first.
+    wait_for_servers(fleet.server_endpoints(), SERVER_WAIT_S)
     fleet.init_worker()
     rows = data.read_split(data_dir / "train.jsonl")
     ids = ernie.encode(tokenizer, [t for t, _ in rows], cfg.model.max_seq_len)
@@ -117,8 +151,13 @@ def _serve_or_train(cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenize
             if len(losses) >= limit:
                 break
             input_ids, _ = ernie.pad_batch([ids[i] for i in indices], tokenizer.pad_token_id)
-            (value,) = exe.run(main, feed={"input_ids": input_ids[..., None], "label": targets[indices]}, fetch_list=[loss])
+            (value,) = exe.run(main, feed={"input_ids": input_ids.reshape(-1, 1), "label": targets[indices]}, fetch_list=[loss])
             losses.append(float(np.asarray(value)))
+    fleet.barrier_worker()  # every trainer has sent its last gradients
+    if fleet.is_first_worker():
+        # Paddle 3.0's stop_worker() no longer tells the servers to stop, and the launcher (like a
+        # PaddleJob) waits for every process: without this, run_server() never returns.
+        fleet.fleet._runtime_handle._worker.stop_server()
     fleet.stop_worker()
     summary = {"topology": "ps", "trainers": fleet.worker_num(), "steps": len(losses),
                "first_loss": float(np.mean(losses[:3])), "last_loss": float(np.mean(losses[-3:]))}

@@ -12,21 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import socket
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-
-# The model runs in a worker thread while the event loop parses requests on the same cores. Intel
-# OpenMP (Paddle's CPU runtime) keeps its threads spinning for 200 ms after every parallel region,
-# which starves the loop under concurrent load (measured in docs/benchmarks.md). Must be set before
-# paddle loads; an explicit setting in the environment wins.
-os.environ.setdefault("KMP_BLOCKTIME", "0")
 
 # kserve.model_server parses sys.argv when it is imported (parse_known_args at module level), and
 # argparse's prefix matching reads our `--config FILE` as its `--configure_logging`: hide ours.
@@ -148,10 +142,13 @@ class DynamicBatcher:
     """Merge concurrent requests into one model call of at most `max_batch_size` texts.
 
     One worker task per event loop takes the first waiting request and everything already queued
-    behind it; when others were queued it keeps collecting for up to `max_wait_ms`, until the next
-    request would overflow the batch (a request is never split). A lone request runs at once. The
-    model runs in a thread (`run_in_executor`) so the loop keeps accepting requests meanwhile, and
-    because only the worker calls the model, the predictor never sees two calls at once.
+    behind it, then keeps collecting for up to `max_wait_ms` while the batch is smaller than the
+    previous one (the recent concurrency), until the next request would overflow the batch (a
+    request is never split). So a lone client never waits (its previous batch held one text), while
+    16 clients whose answers all went out together are gathered into one batch again instead of
+    alternating between a batch of 1 and a batch of 15. The model runs in one dedicated thread so
+    the loop keeps accepting requests meanwhile; the predictor never sees two calls at once, and
+    Paddle's OpenMP team stays bound to that one thread.
     """
 
     def __init__(self, run_batch: Callable[[list[str]], list[dict[str, Any]]], max_batch_size: int, max_wait_ms: float):
@@ -161,6 +158,8 @@ class DynamicBatcher:
         self._queue: asyncio.Queue[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._expected = 1  # texts in the previous batch: how many to wait for
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
 
     def _ensure_worker(self) -> asyncio.Queue[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]]:
         loop = asyncio.get_running_loop()
@@ -184,12 +183,13 @@ class DynamicBatcher:
             carry = None
             batch = [first]
             size = len(first[0])
-            # Waiting for companions pays only when requests arrive concurrently (others already
-            # queued); a request that finds the queue empty runs at once rather than paying
-            # max_wait_ms. Under load the queue fills while the model runs, so batches still form.
-            deadline = loop.time() + self._max_wait if not queue.empty() else None
+            # Wait for companions only while the batch is smaller than the previous one: a lone
+            # client's request runs at once; under load the answers of one batch come back as the
+            # requests of the next, and waiting briefly for them beats running a batch of one.
+            target = min(self._max_batch, self._expected)
+            deadline = loop.time() + self._max_wait
             while size < self._max_batch:
-                remaining = -1.0 if deadline is None else deadline - loop.time()
+                remaining = deadline - loop.time() if size < target else -1.0
                 try:
                     item = queue.get_nowait() if remaining <= 0 or not queue.empty() else await asyncio.wait_for(queue.get(), remaining)
                 except (asyncio.QueueEmpty, asyncio.TimeoutError):
@@ -199,13 +199,14 @@ class DynamicBatcher:
                     break
                 batch.append(item)
                 size += len(item[0])
+            self._expected = size
             await self._run(batch, size)
 
     async def _run(self, batch: list[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]], size: int) -> None:
         texts = [t for item, _ in batch for t in item]
         BATCH_SIZE.observe(size)
         try:
-            results = await asyncio.get_running_loop().run_in_executor(None, self._run_batch, texts)
+            results = await asyncio.get_running_loop().run_in_executor(self._executor, self._run_batch, texts)
             if len(results) != len(texts):
                 raise RuntimeError(f"model returned {len(results)} results for {len(texts)} texts")
         except Exception as exc:  # noqa: BLE001 — every waiting request must learn of the failure
