@@ -150,9 +150,10 @@ def test_parameter_server_training_lowers_the_loss(env: dict[str, str], tmp_path
     ws = write_workspace(tmp_path / "ws")
     # 1 server, 2 trainers: the launcher starts all three and sets their roles and endpoints.
     cmd = [python, "-m", "paddle.distributed.launch", "--run_mode", "ps", "--server_num", "1", "--trainer_num", "2",
-           "--log_dir", str(tmp_path / "log"), "steps/train.py",
+           "--log_dir", str(tmp_path / "log"), str(ROOT / "steps" / "train.py"),
            *common("training.topology=ps", "training.epochs=30", "training.learning_rate=0.05"), "--workspace", str(ws)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # cwd outside the checkout: fleet's gloo rendezvous server writes http.log into it
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     code, logs = finish(proc, tmp_path / "log")
     assert code == 0, logs[-4000:]
     summary = json.loads((ws / "model" / "ps_training.json").read_text())
