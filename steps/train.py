@@ -269,6 +269,7 @@ class Trainer:
         latest = self.checkpoints.latest() if tcfg.checkpoint_every else None
         if latest is not None:
             state, meta = Checkpoints.load(latest)
+            self._check_layout(latest, meta)
             self.model.set_state_dict(state["model"])
             optimizer.set_state_dict(state["optimizer"])
             best_state = state.get("best")
@@ -409,12 +410,30 @@ class Trainer:
             return None
         return {"fp16": "float16", "bf16": "bfloat16"}[mode]
 
+    def _layout(self) -> dict[str, int]:
+        """What the data position (epoch, batches done) in a checkpoint means: a resume needs the same."""
+        tcfg = self.cfg.training
+        return {"world_size": self.world, "batch_size": tcfg.batch_size,
+                "grad_accumulation": tcfg.grad_accumulation, "seed": tcfg.seed}
+
+    def _check_layout(self, path: Path, meta: dict[str, Any]) -> None:
+        saved = meta.get("layout", {"world_size": meta.get("world_size", self.world)})
+        now = self._layout()
+        changed = {key: (value, now[key]) for key, value in saved.items() if key in now and now[key] != value}
+        if changed:
+            what = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changed.items())
+            raise StepError(
+                f"checkpoint {path} was written with a different batch layout ({what}): resuming would "
+                "skip the wrong samples. Run with the checkpoint's settings, or delete "
+                f"{path.parent} (and the checkpoint prefix in the object store) to start over."
+            )
+
     def _checkpoint(self, step: int, epoch: int, batches_done: int, optimizer: Any, best: dict, best_state: Any) -> None:
         state: dict[str, Any] = {"model": self.model.state_dict(), "optimizer": optimizer.state_dict()}
         if best_state is not None:
             state["best"] = best_state
         meta = {"step": step, "epoch": epoch, "batches_done": batches_done, "best": best,
-                "python_rng": random.getstate(), "world_size": self.world}
+                "python_rng": random.getstate(), "world_size": self.world, "layout": self._layout()}
         path = self.checkpoints.save(step, state, meta)
         log.info("checkpoint saved: %s", path)
 

@@ -194,3 +194,19 @@ def test_grad_accumulation_matches_a_larger_batch(tracking: str, tmp_path: Path)
         training = json.loads((ws / "model" / "training.json").read_text())
         assert training["global_steps"] == 6 and training["steps_run"] == 6
     assert_same_params(dumps[1], dumps[2])
+
+
+def test_resume_with_a_different_batch_layout_is_a_clear_error(
+    tracking: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The checkpoint's data position counts batches of one size over one number of processes; with
+    # another batch size it would skip the wrong samples. Refuse, say why, keep the checkpoint.
+    ws = write_workspace(tmp_path / "ws", n_train=64, n_dev=16, n_test=16)
+    first = ["training.batch_size=8", "training.checkpoint_every=2", "training.max_steps=2"]
+    assert train.main([*common(*first), "--workspace", str(ws)]) == 0
+    capsys.readouterr()
+    changed = ["training.batch_size=16", "training.checkpoint_every=2", "training.max_steps=4"]
+    assert train.main([*common(*changed), "--workspace", str(ws)]) == 2
+    err = capsys.readouterr().err
+    assert "batch_size 8 -> 16" in err and "step-2" in err and "Traceback" not in err
+    assert (ws / "checkpoints" / "step-2" / "meta.json").is_file()
