@@ -159,3 +159,24 @@ def test_paddlejob_becomes_a_local_launch(tmp_path: Path, project_root: Path, se
     assert Path(script).is_file()  # the worker's relative script path now points into this checkout
     assert cmd[cmd.index("--workspace") + 1] == f"{tmp_path}/runs/{executor.scope.workflow_name}"
     assert json.loads(cmd[cmd.index("--overrides") + 1]) == sets
+
+
+def test_parameter_server_jobs_use_the_ps_interpreter(
+    tmp_path: Path, project_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The project's paddlepaddle has no parameter server; PS jobs launch under PADDLE_MLOPS_PS_PYTHON
+    # (or the checkout's .venv-ps), collective jobs under this interpreter.
+    import sys
+
+    from pipelines import train_deploy
+
+    monkeypatch.setenv("PADDLE_MLOPS_PS_PYTHON", "/opt/ps/bin/python")
+    first = {}
+    for sets in ([], ["training.topology=ps"]):
+        cfg = load_config(project_root / "configs/pipeline.yaml", "local", sets)
+        opts = RunOptions(config_path=project_root / "configs/pipeline.yaml", env="local", overrides=sets, workdir=tmp_path, git_sha="abc")
+        executor = LocalExecutor(cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w")))
+        executor.scope.task_outputs["build-image"] = {"image-digest": "local"}
+        train = next(t for t in executor.workflow.tasks if t.name == "train")
+        first[bool(sets)] = executor.command_for(train)[0]
+    assert first == {False: sys.executable, True: "/opt/ps/bin/python"}

@@ -72,6 +72,16 @@ def _git_sha() -> str:
         return "local"
 
 
+def ps_python() -> str:
+    """The interpreter for parameter-server jobs: PADDLE_MLOPS_PS_PYTHON, else the checkout's
+    `.venv-ps` (`make ps-env`: paddlepaddle 3.0.0, the last CPU wheel built WITH_PSCORE), else this one."""
+    chosen = os.environ.get("PADDLE_MLOPS_PS_PYTHON")
+    if chosen:
+        return chosen
+    candidate = PROJECT_ROOT / ".venv-ps" / "bin" / "python"
+    return str(candidate) if candidate.exists() else sys.executable
+
+
 class LocalExecutor:
     def __init__(self, cfg: PipelineConfig, workflow_doc: dict[str, Any], opts: RunOptions, console: Console):
         self.cfg = cfg
@@ -173,6 +183,7 @@ class LocalExecutor:
             out[at : at + 2] = ["--server_num", servers, "--trainer_num", str(tcfg.nproc)]
             if "--run_mode" not in out:
                 out[at:at] = ["--run_mode", "ps"]
+            out[0] = ps_python()
         return out
 
     # -- running --------------------------------------------------------------------------------
