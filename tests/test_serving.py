@@ -361,3 +361,24 @@ def test_a_staggered_wave_after_a_full_batch_is_gathered_again_and_a_lone_client
     first_lone, second_lone = asyncio.run(go())
     assert seen == [8, 8, 1, 1]
     assert first_lone < 1.0 and second_lone < 0.2
+
+
+def test_a_lone_request_runs_on_the_loop_thread_and_batches_on_the_model_thread() -> None:
+    import threading
+
+    threads: list[tuple[int, str]] = []
+
+    def run(texts: list[str]) -> list[dict[str, Any]]:
+        threads.append((len(texts), threading.current_thread().name))
+        return [{"label": t} for t in texts]
+
+    batcher = serving.DynamicBatcher(run, max_batch_size=8, max_wait_ms=50)
+
+    async def go() -> str:
+        await batcher.submit(["lone"])
+        await asyncio.gather(*[batcher.submit([f"t{i}"]) for i in range(4)])
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(go())
+    assert threads[0] == (1, loop_thread)
+    assert threads[1][0] == 4 and threads[1][1].startswith("model")
