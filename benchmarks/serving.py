@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import random
-import signal
 import socket
 import statistics
 import subprocess
@@ -42,6 +41,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+
+from steps.runtime.processes import stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -292,13 +293,7 @@ def process(cmd: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc, 15)
 
 
 def _wait(check: Callable[[], str | None], proc: subprocess.Popen[bytes], log_path: Path, what: str, timeout: float = 300) -> str:

@@ -34,6 +34,7 @@ from paddle_mlops.config.loader import load_regions
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
 from steps.runtime import inference_service as isvc
 from steps.runtime import stepargs
+from steps.runtime.processes import stop_group
 from steps.runtime.stepargs import StepError
 
 log = stepargs.log
@@ -306,17 +307,6 @@ def wait_local_ready(proc: subprocess.Popen[bytes], ready_file: Path, probe: Any
     raise RolloutFailed(f"model server not ready within {cfg.serving.ready_timeout_seconds}s; see {log_path}")
 
 
-def _stop_child(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-
 def rollout_local(
     cfg: PipelineConfig, model_uri: str, version: str, home: Path, registry: Registry, common: list[str], probe: Any = None
 ) -> Outcome:
@@ -328,7 +318,7 @@ def rollout_local(
         url = wait_local_ready(proc, ready_file, probe, cfg, log_path)
         probe.smoke(url, cfg.serving.model_name, cfg.serving.smoke_texts)
     except RolloutFailed as exc:
-        _stop_child(proc)
+        stop_group(proc)
         return Outcome(ROLLED_BACK, url=(previous or {}).get("url", ""), reason=str(exc))
     registry.promote(version)
     port = int(url.rsplit(":", 1)[1])

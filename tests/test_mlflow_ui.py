@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +14,8 @@ import httpx
 import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
+
+from steps.runtime.processes import stop_group
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -109,8 +110,4 @@ def test_mlflow_ui_shows_experiment_run_metrics_and_model(tmp_path: Path) -> Non
         if keep:  # how docs/img/mlflow-run.png is refreshed
             shutil.copy(shot, Path(keep) / "mlflow-run.png")
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        stop_group(server, 20)

@@ -17,6 +17,7 @@ import pytest
 from paddle_mlops.config import PipelineConfig
 from steps import close_run
 from steps.runtime import registry
+from steps.runtime.processes import stop_group
 from steps.runtime.stepargs import StepError
 from tests.s3server import free_port
 
@@ -54,11 +55,7 @@ def mlflow_server(tmp_path_factory):
             time.sleep(0.5)
         yield uri
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc, 15)
         log.close()
 
 
