@@ -382,3 +382,25 @@ def test_a_lone_request_runs_on_the_loop_thread_and_batches_on_the_model_thread(
     loop_thread = asyncio.run(go())
     assert threads[0] == (1, loop_thread)
     assert threads[1][0] == 4 and threads[1][1].startswith("model")
+
+
+def test_serving_inline_lone_requests_false_keeps_every_model_call_off_the_loop_thread() -> None:
+    import threading
+
+    threads: list[str] = []
+
+    class Recording:
+        def predict(self, texts: list[str]) -> list[dict[str, Any]]:
+            threads.append(threading.current_thread().name)
+            return [{"label": "positive", "probabilities": {"positive": 1.0}} for _ in texts]
+
+    cfg = ServingConfig(inline_lone_requests=False)
+    model = serving.ErnieModel("m", cfg, model_dir="unused", classifier_factory=lambda _d, _c: Recording())
+    model.load()
+
+    async def go() -> None:
+        await model.predict(["lone"])
+        await model.predict(["again"])
+
+    asyncio.run(go())
+    assert len(threads) == 2 and all(name.startswith("model") for name in threads)

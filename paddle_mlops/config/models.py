@@ -141,6 +141,11 @@ class ServingConfig(Strict):
     use_gpu: bool = False
     max_batch_size: int = Field(16, ge=1)
     max_wait_ms: float = Field(5.0, ge=0)
+    inline_lone_requests: bool = Field(
+        True,
+        description="a lone request on an idle server runs on the event loop thread (two thread wake-ups "
+        "quicker); false: every model call on the model thread, so the loop never blocks on inference",
+    )
     max_request_bytes: int = Field(1_000_000, gt=0)
     max_instances: int = Field(64, ge=1)
     max_text_chars: int = Field(512, ge=1)

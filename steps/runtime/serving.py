@@ -38,10 +38,13 @@ try:
     from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
     from kserve.protocol.model_repository_extension import ModelRepositoryExtension
     from kserve.protocol.rest.server import metrics_handler
-    from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
+    from kserve.protocol.rest.v1_endpoints import V1Endpoints, register_v1_endpoints
     from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
     from prometheus_client import Counter, Histogram
     from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
 
     from paddle_mlops.config.models import ServingConfig
 finally:
@@ -283,7 +286,7 @@ class ErnieModel(kserve.Model):
         self.endpoint_url = endpoint_url
         self._factory = classifier_factory
         self.classifier: Classifier | None = None
-        self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch_size, cfg.max_wait_ms)
+        self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch_size, cfg.max_wait_ms, cfg.inline_lone_requests)
 
     def load(self) -> bool:
         directory = resolve_model_dir(self.model_uri, self.model_dir, self.endpoint_url)
@@ -456,6 +459,15 @@ def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> FastAP
     app.add_api_route("/metrics", metrics_handler, methods=["GET"])
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
+    # The hot path first, as a plain Starlette route to kserve's own V1 handler: routing stops at
+    # the first route and FastAPI's per-request dependency solving is skipped (the handler takes
+    # the raw request anyway). Same handler, same answers as kserve's route behind it.
+    v1 = V1Endpoints(dataplane, extension)
+
+    async def v1_predict(request: Request) -> Response:
+        return await v1.predict(request.path_params["model_name"], request)
+
+    app.router.routes.insert(0, Route("/v1/models/{model_name}:predict", v1_predict, methods=["POST"]))
     for exc_type, handler in (
         (kerrors.InvalidInput, kerrors.invalid_input_handler),
         (kerrors.InferenceError, kerrors.inference_error_handler),
