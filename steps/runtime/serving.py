@@ -498,22 +498,27 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def uvicorn_server(app: FastAPI) -> uvicorn.Server:
+    """One worker (one predictor, one batcher); httptools and uvloop when installed ("auto")."""
+    config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=10, access_log=False, http="auto", loop="auto")
+    return uvicorn.Server(config)
+
+
+async def run_server(server: uvicorn.Server, sock: socket.socket, on_started: Callable[[], None] | None = None) -> None:
+    """Serve on the running event loop until the server exits; `on_started` once it listens."""
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started and on_started is not None:
+        on_started()
+    await task
+
+
 def serve(
     app: FastAPI, sock: socket.socket, on_started: Callable[[], None] | None = None
 ) -> None:
     """Run `app` under uvicorn on an already bound socket until SIGTERM/SIGINT."""
-    # One worker (one predictor, one batcher); httptools and uvloop when installed ("auto").
-    config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=10, access_log=False, http="auto", loop="auto")
-    server = uvicorn.Server(config)
-
-    async def run() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.02)
-        if server.started and on_started is not None:
-            on_started()
-        await task
-
+    server = uvicorn_server(app)
     # uvicorn picks the loop only when it runs the loop itself; we run it, so ask for its choice.
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(run())
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(run_server(server, sock, on_started))
