@@ -298,6 +298,25 @@ def test_health_endpoints() -> None:
     assert asyncio.run(go()) == [200, 200, 200, 404]
 
 
+def test_v1_predict_route_keeps_kserve_answers_for_unknown_and_not_ready_models() -> None:
+    fake = FakeClassifier()
+    cfg = ServingConfig()
+    ready = serving.ErnieModel(NAME, cfg, model_dir=".", classifier_factory=lambda _d, _c: fake)
+    ready.load()
+    loading = serving.ErnieModel("loading", cfg, model_dir=".", classifier_factory=lambda _d, _c: fake)
+    app = serving.create_app([ready, loading], cfg.max_request_bytes)
+
+    async def go() -> list[httpx.Response]:
+        async with client(app) as c:
+            return [await c.post(f"/v1/models/{name}:predict", json={"instances": ["好"]}) for name in ("nope", "loading", NAME)]
+
+    unknown, not_ready, ok = asyncio.run(go())
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+    assert not_ready.status_code == 503 and "loading" in not_ready.json()["error"]
+    assert ok.status_code == 200 and ok.json()["predictions"][0]["label"] == "positive"
+    assert fake.calls == [1]
+
+
 def test_serve_cli_bad_model_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from steps import serve
 
