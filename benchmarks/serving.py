@@ -9,10 +9,10 @@ vocabulary 40 000, random weights) at sequence length 64 it measures, in one run
       batched throughput over batch sizes 1..32 (the machine's limit) -> `throughput ratio`
   (c) both figures for the plain one-request-one-inference `kserve.Model` a user would write.
 
-All three use ONE loaded predictor: a host process loads the model once, serves it through our
-server and through the plain kserve.Model (each on its own thread and event loop, each on its own
-127.0.0.1 socket) and runs the in-process calls on its main thread, while this process only sends
-commands and HTTP requests. Separate processes loading the same model run it at different speeds
+All three use ONE loaded predictor: a host process loads the model once and serves it through our
+server and through the plain kserve.Model (both on one event loop in one thread, each on its own
+127.0.0.1 socket); the in-process calls are handed to that same thread, so every batch-1 call runs
+on one thread. This process only sends commands and HTTP requests. Separate processes loading the same model run it at different speeds
 (identical processes: p50 40.3-43.1 ms on one 2-core machine), which would swamp a serving overhead
 of a few per cent; sharing the predictor leaves only the serving path to measure.
 
@@ -21,7 +21,7 @@ block for the previous contender's OpenMP threads to stop spinning, so a change 
 load hits all of them alike and the ratios stay meaningful on a shared machine. All traffic goes to
 127.0.0.1; every process started here is stopped before the script exits.
 
-    python -m benchmarks.serving                  # the full benchmark (~3-5 minutes on 2 cores)
+    python -m benchmarks.serving                  # the full benchmark (~6 minutes on 2 cores)
     python -m benchmarks.serving --quick          # a smoke run on a tiny model
 """
 
@@ -45,7 +45,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -198,7 +198,7 @@ class HttpContender:
     """A load generator that costs the shared CPUs as little as possible.
 
     Batch-1 latency uses one keep-alive `http.client` connection (the leanest client in Python:
-    ~0.1 ms a request, against ~0.7 ms for httpx); throughput uses aiohttp with one keep-alive
+    ~0.2 ms of CPU a request, against ~0.7 ms for httpx); throughput uses aiohttp with one keep-alive
     connection per concurrent client. Both send the body in one write with the headers.
     """
 
@@ -430,10 +430,11 @@ def run_host(args: argparse.Namespace) -> int:
                 runner.run(both())
 
         threading.Thread(target=run_loop, name="servers", daemon=True).start()
+        # Ours is listening (with its model loaded) once `started` is set; kserve's server only
+        # says so over HTTP.
         if not started.wait(120):
             raise RuntimeError("our server did not start within 120 s")
         urls = {"ours": f"http://127.0.0.1:{sock.getsockname()[1]}", "baseline": f"http://127.0.0.1:{base_port}"}
-        _wait_http(f"{urls['ours']}/v1/models/{MODEL_NAME}")
         _wait_http(f"{urls['baseline']}/v1/models/{BASELINE_NAME}")
     except Exception as exc:  # noqa: BLE001 — the orchestrator reports it with this log's tail
         answer({"error": f"{type(exc).__name__}: {exc}"})
@@ -570,10 +571,9 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
                 result.seconds += seconds
                 result.per_round.append(done / seconds)
         best = max(sizes, key=lambda size: limit[size].throughput)
-        results["in-process"].texts, results["in-process"].seconds = limit[best].texts, limit[best].seconds
-        results["in-process"].per_round = limit[best].per_round
-        results["in-process"].note = f"batch {best}" + (
-            " of " + ", ".join(f"{s}: {limit[s].throughput:.1f}" for s in sizes) if len(sizes) > 1 else "")
+        results["in-process"] = replace(
+            limit[best], name="in-process", latencies=results["in-process"].latencies,
+            note=f"batch {best}" + (" of " + ", ".join(f"{s}: {limit[s].throughput:.1f}" for s in sizes) if len(sizes) > 1 else ""))
 
     return report(args, shape, results, rates)
 

@@ -417,6 +417,7 @@ class Trainer:
                 "grad_accumulation": tcfg.grad_accumulation, "seed": tcfg.seed}
 
     def _check_layout(self, path: Path, meta: dict[str, Any]) -> None:
+        # Checkpoints from before "layout" recorded only the world size, at the top level.
         saved = meta.get("layout", {"world_size": meta.get("world_size", self.world)})
         now = self._layout()
         changed = {key: (value, now[key]) for key, value in saved.items() if key in now and now[key] != value}
@@ -433,7 +434,7 @@ class Trainer:
         if best_state is not None:
             state["best"] = best_state
         meta = {"step": step, "epoch": epoch, "batches_done": batches_done, "best": best,
-                "python_rng": random.getstate(), "world_size": self.world, "layout": self._layout()}
+                "python_rng": random.getstate(), "layout": self._layout()}
         path = self.checkpoints.save(step, state, meta)
         log.info("checkpoint saved: %s", path)
 

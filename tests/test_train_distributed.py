@@ -116,13 +116,15 @@ def ps_available() -> bool:
 def ps_python() -> str | None:
     """An interpreter whose paddlepaddle has the parameter server, or None.
 
-    The project's paddlepaddle 3.3.1 CPU wheel is built without WITH_PSCORE; the last CPU wheel with
-    it is 3.0.0. `make test` builds `.venv-ps` (the locked runtime set with paddlepaddle 3.0.0,
-    see `make ps-env`) so that PS training runs in the suite; PADDLE_MLOPS_PS_PYTHON overrides.
+    The one local runs launch PS jobs with (`executor.ps_python()`: PADDLE_MLOPS_PS_PYTHON, else
+    the checkout's `.venv-ps`, which `make test` builds with paddlepaddle 3.0.0, the last CPU wheel
+    with WITH_PSCORE; else this interpreter), checked for the parameter server.
     """
-    if ps_available():
-        return sys.executable
-    candidate = os.environ.get("PADDLE_MLOPS_PS_PYTHON") or str(ROOT / ".venv-ps" / "bin" / "python")
+    from paddle_mlops.local.executor import ps_python as executor_ps_python
+
+    candidate = executor_ps_python()
+    if candidate == sys.executable:
+        return candidate if ps_available() else None
     if not Path(candidate).exists():
         return None
     probe = subprocess.run([candidate, "-W", "ignore", "-c", "from steps.runtime import ps; print(ps.available())"],
