@@ -16,12 +16,15 @@ on one thread. This process only sends commands and HTTP requests. Separate proc
 (identical processes: p50 40.3-43.1 ms on one 2-core machine), which would swamp a serving overhead
 of a few per cent; sharing the predictor leaves only the serving path to measure.
 
-The contenders are measured in interleaved blocks whose order rotates, with a pause before each
-block for the previous contender's OpenMP threads to stop spinning, so a change in background
-load hits all of them alike and the ratios stay meaningful on a shared machine. All traffic goes to
+On a shared machine the speed of every contender dips by 20-40 % for a few seconds at a time
+(other guests), so the contenders are interleaved as finely as each measurement allows: batch-1
+latency one request at a time, each contender in turn, so that a dip falls on all three alike;
+throughput in many short rounds whose order rotates, with a pause before each round for the
+previous contender's OpenMP threads to stop spinning, each contender's throughput being the median
+of its rounds (a round caught in a dip is an outlier, not half the sample). All traffic goes to
 127.0.0.1; every process started here is stopped before the script exits.
 
-    python -m benchmarks.serving                  # the full benchmark (~6 minutes on 2 cores)
+    python -m benchmarks.serving                  # the full benchmark (~7 minutes on 2 cores)
     python -m benchmarks.serving --quick          # a smoke run on a tiny model
 """
 
@@ -87,8 +90,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=None,
-                        help="batch-1 requests per contender, and the least texts per contender for throughput (default 320; 24 with --quick)")
-    parser.add_argument("--rounds", type=int, default=12, help="interleaved throughput rounds (default 12)")
+                        help="batch-1 requests per contender (default 320; 24 with --quick)")
+    parser.add_argument("--rounds", type=int, default=40, help="interleaved throughput rounds (default 40)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients for throughput (default 16)")
     parser.add_argument("--cpu-threads", type=int, default=None,
                         help="Paddle math threads for every contender (default: the CPU count, at most 4)")
@@ -104,8 +107,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.requests = 24 if args.quick else 320
     if args.cpu_threads is None:
         args.cpu_threads = max(1, min(4, os.cpu_count() or 1))
-    if args.requests < args.rounds or args.rounds < 1 or args.clients < 1:
-        parser.error("--requests must be at least --rounds, and --rounds and --clients at least 1")
+    if args.requests < 2 or args.rounds < 1 or args.clients < 1:
+        parser.error("--requests must be at least 2, and --rounds and --clients at least 1")
     return args
 
 
@@ -159,6 +162,11 @@ class Result:
     note: str = ""
     per_round: list[float] = field(default_factory=list)  # texts/s in each throughput round
 
+    def add_round(self, done: int, seconds: float) -> None:
+        self.texts += done
+        self.seconds += seconds
+        self.per_round.append(done / seconds)
+
     def pct(self, q: float) -> float:
         return statistics.quantiles(self.latencies, n=100, method="inclusive")[q - 1] if len(self.latencies) > 1 else self.latencies[0]
 
@@ -168,13 +176,13 @@ class Result:
 
     @property
     def throughput(self) -> float:
-        """Texts/s over all rounds together."""
-        return self.texts / self.seconds if self.seconds else 0.0
+        """Texts/s: the median round (a round caught in one of the machine's slow spells is an outlier)."""
+        return statistics.median(self.per_round) if self.per_round else 0.0
 
     @property
-    def fastest_round(self) -> float:
-        """Texts/s of the fastest round: other load on the machine only ever slows a round down."""
-        return max(self.per_round, default=0.0)
+    def total_throughput(self) -> float:
+        """Texts/s over all rounds together."""
+        return self.texts / self.seconds if self.seconds else 0.0
 
 
 class InProcess:
@@ -183,8 +191,11 @@ class InProcess:
     def __init__(self, host: Host) -> None:
         self.host = host
 
-    def latency(self, texts: Sequence[str]) -> list[float]:
-        return self.host.call(op="latency", texts=list(texts))["latencies"]
+    def open(self, text: str) -> None:
+        self.time_one(text)
+
+    def time_one(self, text: str) -> float:
+        return self.host.call(op="time", texts=[text])["seconds"]
 
     def throughput(self, texts: Sequence[str], batch: int) -> tuple[int, float]:
         reply = self.host.call(op="throughput", texts=list(texts), batch=batch)
@@ -207,6 +218,7 @@ class HttpContender:
         self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
         self.path = f"/v1/models/{model_name}:predict"
         self.url = f"{url}{self.path}"
+        self.ready_url = f"{url}/v1/models/{model_name}"
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
 
     def close(self) -> None:
@@ -231,17 +243,15 @@ class HttpContender:
         self.conn.close()
         self._send(json.dumps({"instances": list(texts)}, ensure_ascii=False).encode())
 
-    def latency(self, texts: Sequence[str]) -> list[float]:
-        # A fresh connection per round (servers close idle keep-alive connections after a few
-        # seconds), opened by one untimed request.
+    def open(self, text: str) -> None:
+        """A fresh keep-alive connection (servers close idle ones after a few seconds), opened by one untimed request."""
         self.conn.close()
-        self._post(texts[0])
-        out = []
-        for text in texts:
-            start = time.perf_counter()
-            self._post(text)
-            out.append(time.perf_counter() - start)
-        return out
+        self._post(text)
+
+    def time_one(self, text: str) -> float:
+        start = time.perf_counter()
+        self._post(text)
+        return time.perf_counter() - start
 
     def throughput(self, texts: Sequence[str], clients: int) -> tuple[int, float]:
         import uvloop
@@ -270,8 +280,13 @@ class HttpContender:
                     sent += 1
                 return sent
 
-            # Open every connection first, so connection set-up is not part of the measurement.
-            await asyncio.gather(*(post(t) for t in texts[:clients]))
+            # Open every connection first (with the model's readiness check, no inference), so
+            # connection set-up is not part of the measurement.
+            async def ready() -> None:
+                async with session.get(self.ready_url) as response:
+                    await response.read()
+
+            await asyncio.gather(*(ready() for _ in range(clients)))
             start = time.perf_counter()
             counts = await asyncio.gather(*(worker() for _ in range(clients)))
             return sum(counts), time.perf_counter() - start
@@ -397,7 +412,7 @@ def run_host(args: argparse.Namespace) -> int:
 
     # kserve parses sys.argv when imported (parse_known_args at module level): hand it none of ours.
     sys.argv = sys.argv[:1]
-    from steps.runtime import serving
+    from steps.runtime import openmp, serving
     from steps.runtime.ernie import ExportedClassifier
 
     try:
@@ -422,6 +437,10 @@ def run_host(args: argparse.Namespace) -> int:
         # team and its per-thread buffers: the same predictor called from two threads differed by
         # up to 5 %, more than the serving overhead being measured.
         async def both() -> None:
+            # The in-process calls get what a process of their own would: Intel OpenMP's default
+            # spin (200 ms). This process has more OpenMP threads than CPUs (the loop's team and
+            # our model thread's), where the runtime would otherwise drop it to 0 on this thread.
+            openmp.set_blocktime(OPENMP_DEFAULT_SPIN_MS)
             loop_ready.append(asyncio.get_running_loop())
             await asyncio.gather(serving.run_server(ours_server, sock, started.set), base_server.start())
 
@@ -449,14 +468,10 @@ def run_host(args: argparse.Namespace) -> int:
 
         return asyncio.run_coroutine_threadsafe(call(), loop_ready[0]).result()
 
-    def latency(texts: list[str]) -> list[float]:
-        clf.predict([texts[0]])  # untimed, as the HTTP contenders' connection-opening request
-        latencies = []
-        for text in texts:
-            start = time.perf_counter()
-            clf.predict([text])
-            latencies.append(time.perf_counter() - start)
-        return latencies
+    def time_one(texts: list[str]) -> float:
+        start = time.perf_counter()
+        clf.predict(texts)
+        return time.perf_counter() - start
 
     def throughput(texts: list[str], batch: int) -> dict:
         start = time.perf_counter()
@@ -468,8 +483,8 @@ def run_host(args: argparse.Namespace) -> int:
         command = json.loads(line)
         texts = command.get("texts", [])
         try:
-            if command["op"] == "latency":
-                answer({"latencies": on_loop_thread(partial(latency, texts))})
+            if command["op"] == "time":
+                answer({"seconds": on_loop_thread(partial(time_one, texts))})
             elif command["op"] == "throughput":
                 answer(on_loop_thread(partial(throughput, texts, command["batch"])))
             elif command["op"] == "predict":
@@ -497,13 +512,30 @@ def batch_rates(inproc: InProcess, texts: list[str], quick: bool) -> dict[int, f
     return rates
 
 
-LATENCY_BLOCK = 10  # requests per contender per latency block
+OPENMP_DEFAULT_SPIN_MS = 200  # Intel OpenMP's KMP_BLOCKTIME default
 SETTLE_S = 0.25  # > Intel OpenMP's 200 ms spin after a parallel region (KMP_BLOCKTIME)
 
 
 def settle() -> None:
     """Let the previous contender's OpenMP threads stop spinning before the next one is timed."""
     time.sleep(SETTLE_S)
+
+
+def batch_sizes(url: str) -> dict[int, int]:
+    """How many model calls of each size our server has made so far, from its `/metrics`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    buckets: list[tuple[float, float]] = []
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        if family.name == "paddle_mlops_serving_batch_size":
+            buckets = sorted((float(s.labels["le"]), s.value) for s in family.samples if s.name.endswith("_bucket"))
+    # cumulative buckets (1, 2, 4, ... 16, ...) -> calls with size in (previous bound, bound]
+    out, below = {}, 0.0
+    for bound, cumulative in buckets:
+        if bound != float("inf"):
+            out[int(bound)] = int(cumulative - below)
+            below = cumulative
+    return out
 
 
 def rotated(items: Sequence[T], r: int) -> list[T]:
@@ -531,21 +563,24 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
         # here; every contender runs one such batch too, so all carry the same history into the
         # batch-1 timings.
         for contender in (inproc, ours, base):
-            contender.latency(texts[:3])
+            contender.open(texts[0])
+            for text in texts[1:4]:
+                contender.time_one(text)
         for contender in (ours, base):
             contender.throughput(texts[: 2 * args.clients], args.clients)
         for contender in (inproc, ours, base):
             contender.predict_many(texts[: args.clients])
 
-        # Latency in short blocks, the contenders' order rotating from block to block, so that a
-        # drift in the machine's speed (shared hosts) falls on all of them alike.
-        blocks = max(args.rounds, args.requests // LATENCY_BLOCK)
-        per_block = args.requests // blocks
-        for r in range(blocks):
-            chunk = texts[(r * per_block) % len(texts) :][:per_block]
-            for name, contender in rotated(contenders, r):
-                settle()
-                results[name].latencies += contender.latency(chunk)
+        # Latency one request at a time, each contender in turn (the order rotating), so that the
+        # machine's slow spells (seconds long on a shared host) fall on all three alike. Every
+        # call runs on the host's one loop thread with its OpenMP team still spinning from the
+        # call before, whichever contender made it: the steady state of back-to-back requests.
+        for contender in (inproc, ours, base):
+            contender.open(texts[0])
+        for i in range(args.requests):
+            text = texts[i % len(texts)]
+            for name, contender in rotated(contenders, i):
+                results[name].latencies.append(contender.time_one(text))
 
         rates = batch_rates(inproc, texts, args.quick)
         print("in-process texts/s by batch size: " + ", ".join(f"{b}: {v:.1f}" for b, v in rates.items()), flush=True)
@@ -556,20 +591,25 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
         server_batch = min(args.clients, args.max_batch_size or ServingConfig().max_batch_size)
         sizes = sorted({max(rates, key=rates.__getitem__), server_batch})
         limit = {size: Result(f"in-process@{size}") for size in sizes}
-        tp_round = max(args.requests // args.rounds, 4 * args.clients, 2 * max(sizes))
+        # Short rounds (two waves of `clients` requests), many of them: a slow spell of the machine
+        # spoils one round of one contender, and the median round leaves it out.
+        tp_round = max(2 * args.clients, max(sizes))
         measured: list[tuple[Result, Callable[[list[str]], tuple[int, float]]]] = [
             *((limit[size], lambda c, size=size: inproc.throughput(c, size)) for size in sizes),
             (results["ours"], lambda c: ours.throughput(c, args.clients)),
             (results["baseline"], lambda c: base.throughput(c, args.clients)),
         ]
+        batches_before = batch_sizes(urls["ours"])
         for r in range(args.rounds):
             chunk = [texts[(r * tp_round + i) % len(texts)] for i in range(tp_round)]
             for result, run in rotated(measured, r):
                 settle()
-                done, seconds = run(chunk)
-                result.texts += done
-                result.seconds += seconds
-                result.per_round.append(done / seconds)
+                result.add_round(*run(chunk))
+        ours_batches = {size: n - batches_before.get(size, 0) for size, n in batch_sizes(urls["ours"]).items()}
+        # Each round is tp_round / clients waves; a wave that is not gathered into one batch shows here.
+        results["ours"].note = (f"{args.clients} clients; {sum(ours_batches.values())} model calls for "
+                                f"{args.rounds * tp_round // args.clients} waves; sizes " + ", ".join(
+                                    f"<={size}: {n}" for size, n in sorted(ours_batches.items()) if n))
         best = max(sizes, key=lambda size: limit[size].throughput)
         results["in-process"] = replace(
             limit[best], name="in-process", latencies=results["in-process"].latencies,
@@ -585,19 +625,19 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
     for r in (inproc, ours, base):
         extra = f" ({r.note})" if r.note else f" ({args.clients} clients)"
         print(f"  {r.name:<11} batch-1 p50 {r.p50 * 1e3:7.2f} ms  p99 {r.pct(99) * 1e3:7.2f} ms  "
-              f"throughput {r.throughput:7.2f} texts/s (fastest round {r.fastest_round:6.2f}){extra}")
+              f"throughput {r.throughput:7.2f} texts/s (all rounds together {r.total_throughput:6.2f}){extra}")
     figures = {
         "latency_ratio": ours.p50 / inproc.p50,
         "throughput_ratio": ours.throughput / inproc.throughput,
         "baseline_latency_ratio": base.p50 / inproc.p50,
         "baseline_throughput_ratio": base.throughput / inproc.throughput,
-        "fastest_round_throughput_ratio": ours.fastest_round / inproc.fastest_round,
-        "baseline_fastest_round_throughput_ratio": base.fastest_round / inproc.fastest_round,
+        "total_throughput_ratio": ours.total_throughput / inproc.total_throughput,
+        "baseline_total_throughput_ratio": base.total_throughput / inproc.total_throughput,
     }
     print(f"latency ratio: {figures['latency_ratio']:.2f}  (target <= 1.05; baseline {figures['baseline_latency_ratio']:.2f})")
     print(f"throughput ratio: {figures['throughput_ratio']:.2f}  (target >= 0.95; baseline {figures['baseline_throughput_ratio']:.2f})")
-    print(f"throughput ratio of the fastest rounds: {figures['fastest_round_throughput_ratio']:.2f}  "
-          f"(baseline {figures['baseline_fastest_round_throughput_ratio']:.2f})")
+    print(f"throughput ratio of all rounds together: {figures['total_throughput_ratio']:.2f}  "
+          f"(baseline {figures['baseline_total_throughput_ratio']:.2f})")
     print(f"baseline latency ratio: {figures['baseline_latency_ratio']:.2f}")
     print(f"baseline throughput ratio: {figures['baseline_throughput_ratio']:.2f}")
     return {
@@ -609,7 +649,7 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
         "in_process_by_batch": rates,
         "contenders": {
             r.name: {"p50_ms": r.p50 * 1e3, "p99_ms": r.pct(99) * 1e3, "texts_per_s": r.throughput,
-                     "fastest_round_texts_per_s": r.fastest_round, "note": r.note,
+                     "all_rounds_texts_per_s": r.total_throughput, "note": r.note,
                      "texts_per_s_by_round": r.per_round}
             for r in (inproc, ours, base)
         },

@@ -317,6 +317,58 @@ def test_v1_predict_route_keeps_kserve_answers_for_unknown_and_not_ready_models(
     assert fake.calls == [1]
 
 
+def test_v1_fast_path_answers_as_kserve_does_and_times_kserve_stages_others_go_to_kserve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kserve
+    from kserve.protocol.dataplane import DataPlane
+
+    through_dataplane: list[str] = []
+    infer = DataPlane.infer
+
+    async def counting_infer(self: Any, model_name: str, *args: Any, **kwargs: Any) -> Any:
+        through_dataplane.append(model_name)
+        return await infer(self, model_name, *args, **kwargs)
+
+    monkeypatch.setattr(DataPlane, "infer", counting_infer)
+
+    class Echo(kserve.Model):  # not ours: kserve's own V1 handler must serve it
+        def __init__(self) -> None:
+            super().__init__("echo")
+            self.ready = True
+
+        def predict(self, payload: dict, headers: dict[str, str] | None = None) -> dict:
+            return {"predictions": payload["instances"]}
+
+    fake = FakeClassifier()
+    cfg = ServingConfig()
+    ours = serving.ErnieModel(NAME, cfg, model_dir=".", classifier_factory=lambda _d, _c: fake)
+    ours.load()
+    app = serving.create_app([ours, Echo()], cfg.max_request_bytes)
+    cloudevent = {"ce-specversion": "1.0", "ce-type": "predict", "ce-source": "test", "ce-id": "1",
+                  "content-type": "application/json"}
+
+    async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response, str]:
+        async with client(app) as c:
+            fast = await c.post(V1, json={"instances": ["好", "坏"]})
+            via_kserve = await c.post(V1, content=json.dumps({"instances": ["好", "坏"]}), headers=cloudevent)
+            echo = await c.post("/v1/models/echo:predict", json={"instances": ["x"]})
+            return fast, via_kserve, echo, (await c.get("/metrics")).text
+
+    before = asyncio.run(_scrape(app))
+    fast, via_kserve, echo, after = asyncio.run(go())
+    assert fast.status_code == 200 and fast.headers["content-type"] == "application/json"
+    # a binary CloudEvent goes through kserve's DataPlane (it answers with a CloudEvent), to the same model
+    assert via_kserve.status_code == 200 and via_kserve.headers.get("ce-specversion") == "1.0"
+    assert json.loads(via_kserve.content)["predictions"] == fast.json()["predictions"]
+    assert len(fast.json()["predictions"]) == 2 and fake.calls == [2, 2]
+    assert echo.status_code == 200 and echo.json() == {"predictions": ["x"]}
+    for stage in ("request_preprocess_seconds", "request_predict_seconds", "request_postprocess_seconds"):
+        assert metric(after, f"{stage}_count", model_name=NAME) - metric(before, f"{stage}_count", model_name=NAME) == 2
+    assert metric(after, "request_predict_seconds_count", model_name="echo") >= 1
+    assert through_dataplane == [NAME, "echo"]  # the plain JSON request to ours skipped kserve's DataPlane
+
+
 def test_serve_cli_bad_model_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from steps import serve
 
@@ -382,6 +434,30 @@ def test_a_staggered_wave_after_a_full_batch_is_gathered_again_and_a_lone_client
     assert first_lone < 1.0 and second_lone < 0.2
 
 
+def test_a_wave_that_arrives_slower_than_max_wait_ms_is_still_one_batch_while_requests_keep_coming() -> None:
+    # On a busy CPU the 16 requests of a wave can spread over more than max_wait_ms; the wait
+    # restarts with each arrival, so the wave is not split into two model calls.
+    seen: list[int] = []
+
+    def run(texts: list[str]) -> list[dict[str, Any]]:
+        seen.append(len(texts))
+        return [{"label": t} for t in texts]
+
+    batcher = serving.DynamicBatcher(run, max_batch_size=6, max_wait_ms=100)
+
+    async def go() -> None:
+        await asyncio.gather(*[batcher.submit([f"a{i}"]) for i in range(6)])
+
+        async def later(i: int) -> None:
+            await asyncio.sleep(0.04 * i)  # 200 ms from first to last: twice max_wait_ms
+            await batcher.submit([f"b{i}"])
+
+        await asyncio.gather(*[later(i) for i in range(6)])
+
+    asyncio.run(go())
+    assert seen == [6, 6]
+
+
 def test_a_lone_request_runs_on_the_loop_thread_and_batches_on_the_model_thread() -> None:
     import threading
 
@@ -423,3 +499,59 @@ def test_serving_inline_lone_requests_false_keeps_every_model_call_off_the_loop_
 
     asyncio.run(go())
     assert len(threads) == 2 and all(name.startswith("model") for name in threads)
+
+
+@pytest.mark.parametrize("spin_ms", [3, None])
+def test_every_thread_that_runs_the_model_sets_serving_openmp_spin_ms(spin_ms: int | None) -> None:
+    import threading
+
+    import paddle  # noqa: F401 — loads Paddle's Intel OpenMP runtime, as the real classifier does
+
+    from steps.runtime import openmp
+
+    seen: list[tuple[str, int | None]] = []
+
+    class Recording:
+        def predict(self, texts: list[str]) -> list[dict[str, Any]]:
+            seen.append((threading.current_thread().name, openmp.get_blocktime()))
+            return [{"label": "positive", "probabilities": {"positive": 1.0}} for _ in texts]
+
+    cfg = ServingConfig(openmp_spin_ms=spin_ms, max_wait_ms=50)
+    model = serving.ErnieModel("m", cfg, model_dir="unused", classifier_factory=lambda _d, _c: Recording())
+    model.load()
+
+    async def go() -> None:
+        await model.predict(["lone"])  # inline, on the loop thread
+        await asyncio.gather(*(model.predict([f"t{i}"]) for i in range(4)))  # a batch, on the model thread
+
+    def fresh_thread_blocktime() -> int | None:
+        plain: list[int | None] = []
+        thread = threading.Thread(target=lambda: plain.append(openmp.get_blocktime()))
+        thread.start()
+        thread.join()
+        return plain[0]
+
+    runner = threading.Thread(target=lambda: asyncio.run(go()), name="loop")
+    runner.start()
+    runner.join()
+    assert openmp.loaded_runtime() is not None
+    assert [name.startswith("model") for name, _ in seen] == [False, True]
+    if spin_ms is None:  # the runtime's own setting on both, as on any other new thread
+        assert {bt for _, bt in seen} == {fresh_thread_blocktime()}
+    else:
+        assert [bt for _, bt in seen] == [spin_ms, spin_ms]
+
+
+def test_openmp_runtime_is_found_in_the_process_maps_or_reported_absent(tmp_path: Path) -> None:
+    from steps.runtime import openmp
+
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n"
+        "7f0000002000-7f0000003000 r-xp 00000000 08:01 2 /opt/paddle/libs/libiomp5.so\n"
+        "7ffd00000000-7ffd00001000 rw-p 00000000 00:00 0 [stack]\n"
+    )
+    assert openmp.loaded_runtime(maps) == "/opt/paddle/libs/libiomp5.so"
+    maps.write_text("7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n")
+    assert openmp.loaded_runtime(maps) is None
+    assert openmp.loaded_runtime(tmp_path / "absent") is None

@@ -140,11 +140,24 @@ class ServingConfig(Strict):
     cpu_threads: int = Field(1, ge=1)
     use_gpu: bool = False
     max_batch_size: int = Field(16, ge=1)
-    max_wait_ms: float = Field(5.0, ge=0)
+    max_wait_ms: float = Field(
+        5.0,
+        ge=0,
+        description="while a batch is smaller than the previous one, how long to wait for the next "
+        "request (restarting with each arrival, at most 4x in all); a lone client never waits",
+    )
     inline_lone_requests: bool = Field(
         True,
         description="a lone request on an idle server runs on the event loop thread (two thread wake-ups "
         "quicker); false: every model call on the model thread, so the loop never blocks on inference",
+    )
+    openmp_spin_ms: int | None = Field(
+        200,
+        ge=0,
+        description="how long Paddle's Intel OpenMP workers spin after each parallel region, set on "
+        "every thread that runs the model; Intel OpenMP's default is 200 but it drops to 0 when a "
+        "process has more OpenMP threads than CPUs, as a server with a loop and a model thread does; "
+        "null: the runtime's own setting (KMP_BLOCKTIME)",
     )
     max_request_bytes: int = Field(1_000_000, gt=0)
     max_instances: int = Field(64, ge=1)

@@ -28,11 +28,13 @@ _argv, sys.argv = sys.argv, sys.argv[:1]
 try:
     import kserve
     import numpy as np
+    import orjson
     import uvicorn
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, ORJSONResponse
     from kserve import errors as kerrors
+    from kserve.metrics import POST_HIST_TIME, PRE_HIST_TIME, PREDICT_HIST_TIME, get_labels
     from kserve.model_repository import ModelRepository
     from kserve.protocol.dataplane import DataPlane
     from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
@@ -40,6 +42,7 @@ try:
     from kserve.protocol.rest.server import metrics_handler
     from kserve.protocol.rest.v1_endpoints import V1Endpoints, register_v1_endpoints
     from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
+    from kserve.utils.utils import is_structured_cloudevent
     from prometheus_client import Counter, Histogram
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
@@ -47,6 +50,7 @@ try:
     from starlette.routing import Route
 
     from paddle_mlops.config.models import ServingConfig
+    from steps.runtime import openmp
 finally:
     sys.argv = _argv
 
@@ -141,12 +145,16 @@ def v2_texts(request: InferRequest, limits: Limits) -> list[str]:
 # --------------------------------------------------------------------------- dynamic batching
 
 
+GATHER_CAP = 4  # a batch waits for its wave at most this many max_wait_ms in all
+
+
 class DynamicBatcher:
     """Merge concurrent requests into one model call of at most `max_batch_size` texts.
 
     One worker task per event loop takes the first waiting request and everything already queued
-    behind it, then keeps collecting for up to `max_wait_ms` while the batch is smaller than the
-    previous one (the recent concurrency), until the next request would overflow the batch (a
+    behind it, then keeps collecting while the batch is smaller than the previous one (the recent
+    concurrency) and the next request comes within `max_wait_ms` of the last (at most
+    `GATHER_CAP` x `max_wait_ms` in all), until the next request would overflow the batch (a
     request is never split). So a lone client never waits (its previous batch held one text), while
     16 clients whose answers all went out together are gathered into one batch again instead of
     alternating between a batch of 1 and a batch of 15. Batches run in one dedicated model thread
@@ -161,7 +169,10 @@ class DynamicBatcher:
         max_batch_size: int,
         max_wait_ms: float,
         inline_lone: bool = True,
+        thread_initializer: Callable[[], object] | None = None,
     ):
+        """`thread_initializer` runs once on every thread that will call `run_batch`: the model
+        thread, and the event loop's thread when lone requests run inline."""
         self._run_batch = run_batch
         self._max_batch = max_batch_size
         self._max_wait = max_wait_ms / 1000.0
@@ -170,11 +181,14 @@ class DynamicBatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._expected = 1  # texts in the previous batch: how many to wait for
         self._inline_lone = inline_lone
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._thread_initializer = thread_initializer
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model", initializer=thread_initializer)
 
     def _ensure_worker(self) -> asyncio.Queue[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]]:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._worker is None or self._worker.done():
+            if self._loop is not loop and self._inline_lone and self._thread_initializer is not None:
+                self._thread_initializer()
             self._loop = loop
             self._queue = asyncio.Queue()
             self._worker = loop.create_task(self._work(self._queue))
@@ -198,7 +212,11 @@ class DynamicBatcher:
             # client's request runs at once; under load the answers of one batch come back as the
             # requests of the next, and waiting briefly for them beats running a batch of one.
             target = min(self._max_batch, self._expected)
-            deadline = loop.time() + self._max_wait
+            # The wait restarts with every arrival (the wave is still coming in), within a cap: a
+            # wave of 16 arrives over a few ms, more on a busy CPU, and a wave split in two costs
+            # a whole extra model call.
+            started = loop.time()
+            deadline, cap = started + self._max_wait, started + GATHER_CAP * self._max_wait
             while size < self._max_batch:
                 remaining = deadline - loop.time() if size < target else -1.0
                 try:
@@ -210,6 +228,7 @@ class DynamicBatcher:
                     break
                 batch.append(item)
                 size += len(item[0])
+                deadline = min(loop.time() + self._max_wait, cap)
             # A lone request on an idle server runs on the loop thread itself: two thread wake-ups
             # fewer, which measured ~1.5 ms (3 %) of batch-1 latency on 2 CPUs while Paddle's
             # OpenMP workers spin. Anything batched runs on the model thread (loop stays free).
@@ -286,13 +305,23 @@ class ErnieModel(kserve.Model):
         self.endpoint_url = endpoint_url
         self._factory = classifier_factory
         self.classifier: Classifier | None = None
-        self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch_size, cfg.max_wait_ms, cfg.inline_lone_requests)
+        self.batcher = DynamicBatcher(
+            self._run_batch, cfg.max_batch_size, cfg.max_wait_ms, cfg.inline_lone_requests, self._init_model_thread
+        )
 
     def load(self) -> bool:
         directory = resolve_model_dir(self.model_uri, self.model_dir, self.endpoint_url)
         self.classifier = self._factory(directory, self.cfg)
         self.ready = True
         return self.ready
+
+    def _init_model_thread(self) -> None:
+        # Intel OpenMP drops its spin-wait to 0 once the process has more OpenMP threads than
+        # CPUs (the loop thread's and the model thread's teams do, on a small node), and then every
+        # parallel region inside an inference wakes its workers afresh: batches of 16 ran 5 %
+        # slower at 0 than at the default 200 ms. Set explicitly, the setting holds.
+        if self.cfg.openmp_spin_ms is not None:
+            openmp.set_blocktime(self.cfg.openmp_spin_ms)
 
     def _run_batch(self, texts: list[str]) -> list[dict[str, Any]]:
         assert self.classifier is not None, "load() must run before predictions"
@@ -336,6 +365,62 @@ class ErnieModel(kserve.Model):
 
 
 # --------------------------------------------------------------------------- the app
+
+
+class V1Predict:
+    """`POST /v1/models/{name}:predict` for our models, on the shortest path through them.
+
+    kserve's V1 handler runs every request through its generic DataPlane (decode with CloudEvent
+    detection, model lookup, `Model.__call__` with its stage timers, encode). For an `ErnieModel`
+    and a plain JSON body this handler makes the same calls itself — `preprocess`, `predict`,
+    `postprocess`, each timed into kserve's own `request_{pre,post}process_seconds` /
+    `request_predict_seconds` histograms, kserve's error types for kserve's handlers to answer —
+    and nothing else: 75 instead of 120-160 us per request on a warm CPU, and about 0.4 ms less
+    on a CPU whose caches the model has just flushed. Anything else (unknown or other models,
+    CloudEvents, non-JSON content types) goes to kserve's handler unchanged.
+    """
+
+    def __init__(self, repository: ModelRepository, fallback: V1Endpoints) -> None:
+        self.repository = repository
+        self.fallback = fallback
+        self._timers: dict[str, tuple[Any, Any, Any]] = {}
+
+    def _stage_timers(self, name: str) -> tuple[Any, Any, Any]:
+        if name not in self._timers:
+            labels = get_labels(name)
+            self._timers[name] = (PRE_HIST_TIME.labels(**labels), PREDICT_HIST_TIME.labels(**labels), POST_HIST_TIME.labels(**labels))
+        return self._timers[name]
+
+    async def handle(self, request: Request) -> Response:
+        name = request.path_params["model_name"]
+        model = self.repository.get_model(name)
+        content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if (
+            not isinstance(model, ErnieModel)
+            or content_type not in ("application/json", "application/cloudevents+json")
+            or "ce-specversion" in request.headers
+        ):
+            return await self.fallback.predict(name, request)
+        if not model.ready:
+            raise kerrors.ModelNotReady(name)
+        body = await request.body()
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise kerrors.InvalidInput(f"Unrecognized request format: {exc}") from exc
+        if isinstance(payload, dict) and is_structured_cloudevent(payload):
+            return await self.fallback.predict(name, request)
+        pre, predict, post = self._stage_timers(name)
+        start = time.perf_counter()
+        texts = await model.preprocess(payload)
+        mid = time.perf_counter()
+        pre.observe(mid - start)
+        result = await model.predict(texts)
+        end = time.perf_counter()
+        predict.observe(end - mid)
+        result = await model.postprocess(result)
+        post.observe(time.perf_counter() - end)
+        return Response(orjson.dumps(result), media_type="application/json")
 
 
 def _protocol_of(path: str) -> str | None:
@@ -459,15 +544,11 @@ def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> FastAP
     app.add_api_route("/metrics", metrics_handler, methods=["GET"])
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
-    # The hot path first, as a plain Starlette route to kserve's own V1 handler: routing stops at
-    # the first route and FastAPI's per-request dependency solving is skipped (the handler takes
-    # the raw request anyway). Same handler, same answers as kserve's route behind it.
-    v1 = V1Endpoints(dataplane, extension)
-
-    async def v1_predict(request: Request) -> Response:
-        return await v1.predict(request.path_params["model_name"], request)
-
-    app.router.routes.insert(0, Route("/v1/models/{model_name}:predict", v1_predict, methods=["POST"]))
+    # The hot path first, as a plain Starlette route: routing stops at the first route and
+    # FastAPI's per-request dependency solving is skipped. kserve's route behind it is never
+    # reached for POST; V1Predict hands everything but our models' JSON requests to its handler.
+    v1_predict = V1Predict(repository, V1Endpoints(dataplane, extension))
+    app.router.routes.insert(0, Route("/v1/models/{model_name}:predict", v1_predict.handle, methods=["POST"]))
     for exc_type, handler in (
         (kerrors.InvalidInput, kerrors.invalid_input_handler),
         (kerrors.InferenceError, kerrors.inference_error_handler),

@@ -1,0 +1,49 @@
+"""Per-thread control of Intel OpenMP's spin-wait, the runtime Paddle's CPU kernels run on.
+
+After a parallel region Intel OpenMP (`libiomp5`, which the paddlepaddle wheels ship and load)
+keeps its worker threads spinning for `KMP_BLOCKTIME` (default 200 ms) so that the next region
+starts without a wake-up. Inside one inference that is what makes it fast; after a batch in a
+server, it holds the CPUs that the server needs to answer that batch and read the next one.
+`kmp_set_blocktime` sets the spin time for the teams the *calling* thread forks, so a model
+thread can give its CPUs back quickly while other threads keep the default.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def loaded_runtime(maps: Path = Path("/proc/self/maps")) -> str | None:
+    """Path of the Intel OpenMP runtime mapped into this process, or None (not loaded, not Linux)."""
+    try:
+        lines = maps.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(maxsplit=5)  # address perms offset device inode [path]
+        if len(fields) == 6 and Path(fields[5]).name.startswith("libiomp5"):
+            return fields[5]
+    return None
+
+
+def set_blocktime(ms: int) -> bool:
+    """Spin `ms` milliseconds after each parallel region this thread forks; False if no libiomp5."""
+    path = loaded_runtime()
+    if path is None:
+        log.debug("no Intel OpenMP runtime loaded; blocktime left as is")
+        return False
+    runtime = ctypes.CDLL(path)  # already mapped: dlopen hands back the loaded library
+    runtime.kmp_set_blocktime(ctypes.c_int(ms))
+    return True
+
+
+def get_blocktime() -> int | None:
+    """The calling thread's blocktime in milliseconds, or None without libiomp5."""
+    path = loaded_runtime()
+    if path is None:
+        return None
+    return int(ctypes.CDLL(path).kmp_get_blocktime())
