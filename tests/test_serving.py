@@ -351,6 +351,9 @@ def test_v1_fast_path_answers_as_kserve_does_and_times_kserve_stages_others_go_t
     async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response, str]:
         async with client(app) as c:
             fast = await c.post(V1, json={"instances": ["好", "坏"]})
+            charset = await c.post(V1, content=json.dumps({"instances": ["好"]}),
+                                   headers={"content-type": "application/json; charset=utf-8"})
+            assert charset.status_code == 200, charset.text
             via_kserve = await c.post(V1, content=json.dumps({"instances": ["好", "坏"]}), headers=cloudevent)
             echo = await c.post("/v1/models/echo:predict", json={"instances": ["x"]})
             return fast, via_kserve, echo, (await c.get("/metrics")).text
@@ -361,12 +364,12 @@ def test_v1_fast_path_answers_as_kserve_does_and_times_kserve_stages_others_go_t
     # a binary CloudEvent goes through kserve's DataPlane (it answers with a CloudEvent), to the same model
     assert via_kserve.status_code == 200 and via_kserve.headers.get("ce-specversion") == "1.0"
     assert json.loads(via_kserve.content)["predictions"] == fast.json()["predictions"]
-    assert len(fast.json()["predictions"]) == 2 and fake.calls == [2, 2]
+    assert len(fast.json()["predictions"]) == 2 and fake.calls == [2, 1, 2]
     assert echo.status_code == 200 and echo.json() == {"predictions": ["x"]}
     for stage in ("request_preprocess_seconds", "request_predict_seconds", "request_postprocess_seconds"):
-        assert metric(after, f"{stage}_count", model_name=NAME) - metric(before, f"{stage}_count", model_name=NAME) == 2
+        assert metric(after, f"{stage}_count", model_name=NAME) - metric(before, f"{stage}_count", model_name=NAME) == 3
     assert metric(after, "request_predict_seconds_count", model_name="echo") >= 1
-    assert through_dataplane == [NAME, "echo"]  # the plain JSON request to ours skipped kserve's DataPlane
+    assert through_dataplane == [NAME, "echo"]  # the plain JSON requests to ours skipped kserve's DataPlane
 
 
 def test_serve_cli_bad_model_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -375,9 +375,10 @@ class V1Predict:
     and a plain JSON body this handler makes the same calls itself — `preprocess`, `predict`,
     `postprocess`, each timed into kserve's own `request_{pre,post}process_seconds` /
     `request_predict_seconds` histograms, kserve's error types for kserve's handlers to answer —
-    and nothing else: 75 instead of 120-160 us per request on a warm CPU, and about 0.4 ms less
-    on a CPU whose caches the model has just flushed. Anything else (unknown or other models,
-    CloudEvents, non-JSON content types) goes to kserve's handler unchanged.
+    and nothing else: 75 instead of 120-160 us per request on a warm CPU, and 0.67 instead of
+    0.87 ms on a CPU whose caches the model has just flushed. `application/json` with a charset
+    parameter is JSON here (kserve's handler compares the whole header and refuses it). Anything
+    else (unknown or other models, CloudEvents, other content types) goes to kserve's handler.
     """
 
     def __init__(self, repository: ModelRepository, fallback: V1Endpoints) -> None:
