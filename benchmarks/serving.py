@@ -24,7 +24,7 @@ previous contender's OpenMP threads to stop spinning, each contender's throughpu
 of its rounds (a round caught in a dip is an outlier, not half the sample). All traffic goes to
 127.0.0.1; every process started here is stopped before the script exits.
 
-    python -m benchmarks.serving                  # the full benchmark (~7 minutes on 2 cores)
+    python -m benchmarks.serving                  # the full benchmark (~5 minutes on 2 cores)
     python -m benchmarks.serving --quick          # a smoke run on a tiny model
 """
 

@@ -404,27 +404,37 @@ def test_listening_socket_disables_nagle() -> None:
         sock.close()
 
 
-def test_a_staggered_wave_after_a_full_batch_is_gathered_again_and_a_lone_client_stops_waiting() -> None:
-    # 16 clients get their answers together and send their next requests a few ms apart. The
-    # batcher must gather that wave into one batch (not run the first request alone and the rest
-    # after it), and once the load is gone a lone client must stop paying max_wait_ms.
+def recording_batcher(max_batch_size: int, max_wait_ms: float) -> tuple[serving.DynamicBatcher, list[int]]:
+    """A batcher whose model records the size of every call."""
     seen: list[int] = []
 
     def run(texts: list[str]) -> list[dict[str, Any]]:
         seen.append(len(texts))
         return [{"label": t} for t in texts]
 
-    batcher = serving.DynamicBatcher(run, max_batch_size=8, max_wait_ms=400)
+    return serving.DynamicBatcher(run, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms), seen
+
+
+async def full_batch_then_staggered_wave(batcher: serving.DynamicBatcher, size: int, spacing_s: float) -> None:
+    """One full batch of `size` requests, then a wave of `size` sent `spacing_s` apart."""
+    await asyncio.gather(*[batcher.submit([f"a{i}"]) for i in range(size)])
+
+    async def later(i: int) -> None:
+        await asyncio.sleep(spacing_s * i)
+        await batcher.submit([f"b{i}"])
+
+    await asyncio.gather(*[later(i) for i in range(size)])
+
+
+def test_a_staggered_wave_after_a_full_batch_is_gathered_again_and_a_lone_client_stops_waiting() -> None:
+    # 16 clients get their answers together and send their next requests a few ms apart. The
+    # batcher must gather that wave into one batch (not run the first request alone and the rest
+    # after it), and once the load is gone a lone client must stop paying max_wait_ms.
+    batcher, seen = recording_batcher(max_batch_size=8, max_wait_ms=400)
 
     async def go() -> tuple[float, float]:
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*[batcher.submit([f"a{i}"]) for i in range(8)])
-
-        async def later(i: int) -> None:
-            await asyncio.sleep(0.01 * i)
-            await batcher.submit([f"b{i}"])
-
-        await asyncio.gather(*[later(i) for i in range(8)])
+        await full_batch_then_staggered_wave(batcher, 8, 0.01)
         start = loop.time()
         await batcher.submit(["lone-1"])  # waits up to max_wait_ms for companions that never come
         first_lone = loop.time() - start
@@ -440,24 +450,8 @@ def test_a_staggered_wave_after_a_full_batch_is_gathered_again_and_a_lone_client
 def test_a_wave_that_arrives_slower_than_max_wait_ms_is_still_one_batch_while_requests_keep_coming() -> None:
     # On a busy CPU the 16 requests of a wave can spread over more than max_wait_ms; the wait
     # restarts with each arrival, so the wave is not split into two model calls.
-    seen: list[int] = []
-
-    def run(texts: list[str]) -> list[dict[str, Any]]:
-        seen.append(len(texts))
-        return [{"label": t} for t in texts]
-
-    batcher = serving.DynamicBatcher(run, max_batch_size=6, max_wait_ms=100)
-
-    async def go() -> None:
-        await asyncio.gather(*[batcher.submit([f"a{i}"]) for i in range(6)])
-
-        async def later(i: int) -> None:
-            await asyncio.sleep(0.04 * i)  # 200 ms from first to last: twice max_wait_ms
-            await batcher.submit([f"b{i}"])
-
-        await asyncio.gather(*[later(i) for i in range(6)])
-
-    asyncio.run(go())
+    batcher, seen = recording_batcher(max_batch_size=6, max_wait_ms=100)
+    asyncio.run(full_batch_then_staggered_wave(batcher, 6, 0.04))  # 200 ms first to last: twice max_wait_ms
     assert seen == [6, 6]
 
 

@@ -30,20 +30,22 @@ def loaded_runtime(maps: Path = Path("/proc/self/maps")) -> str | None:
     return None
 
 
+def _runtime() -> ctypes.CDLL | None:
+    path = loaded_runtime()
+    return ctypes.CDLL(path) if path else None  # already mapped: dlopen hands back the loaded library
+
+
 def set_blocktime(ms: int) -> bool:
     """Spin `ms` milliseconds after each parallel region this thread forks; False if no libiomp5."""
-    path = loaded_runtime()
-    if path is None:
+    runtime = _runtime()
+    if runtime is None:
         log.debug("no Intel OpenMP runtime loaded; blocktime left as is")
         return False
-    runtime = ctypes.CDLL(path)  # already mapped: dlopen hands back the loaded library
     runtime.kmp_set_blocktime(ctypes.c_int(ms))
     return True
 
 
 def get_blocktime() -> int | None:
     """The calling thread's blocktime in milliseconds, or None without libiomp5."""
-    path = loaded_runtime()
-    if path is None:
-        return None
-    return int(ctypes.CDLL(path).kmp_get_blocktime())
+    runtime = _runtime()
+    return None if runtime is None else int(runtime.kmp_get_blocktime())

@@ -306,7 +306,7 @@ class ErnieModel(kserve.Model):
         self._factory = classifier_factory
         self.classifier: Classifier | None = None
         self.batcher = DynamicBatcher(
-            self._run_batch, cfg.max_batch_size, cfg.max_wait_ms, cfg.inline_lone_requests, self._init_model_thread
+            self._run_batch, cfg.max_batch_size, cfg.max_wait_ms, cfg.inline_lone_requests, self._pin_openmp_spin
         )
 
     def load(self) -> bool:
@@ -315,7 +315,7 @@ class ErnieModel(kserve.Model):
         self.ready = True
         return self.ready
 
-    def _init_model_thread(self) -> None:
+    def _pin_openmp_spin(self) -> None:
         # Intel OpenMP drops its spin-wait to 0 once the process has more OpenMP threads than
         # CPUs (the loop thread's and the model thread's teams do, on a small node), and then every
         # parallel region inside an inference wakes its workers afresh: batches of 16 ran 5 %
