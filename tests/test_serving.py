@@ -474,6 +474,8 @@ def test_a_lone_request_runs_on_the_loop_thread_and_batches_on_the_model_thread(
     loop_thread = asyncio.run(go())
     assert threads[0] == (1, loop_thread)
     assert threads[1][0] == 4 and threads[1][1].startswith("model")
+    # Work that must match the batches' conditions runs on that same model thread.
+    assert batcher.run_on_model_thread(lambda n: (n, threading.current_thread().name), 7).result(5) == (7, threads[1][1])
 
 
 def test_serving_inline_lone_requests_false_keeps_every_model_call_off_the_loop_thread() -> None:

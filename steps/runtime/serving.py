@@ -17,10 +17,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 # kserve.model_server parses sys.argv when it is imported (parse_known_args at module level), and
 # argparse's prefix matching reads our `--config FILE` as its `--configure_logging`: hide ours.
@@ -55,6 +55,7 @@ finally:
     sys.argv = _argv
 
 log = logging.getLogger("steps.serving")
+T = TypeVar("T")
 
 # Module-level: prometheus_client's default registry is what kserve's `/metrics` handler exports,
 # and a collector may be registered there only once per process.
@@ -183,6 +184,15 @@ class DynamicBatcher:
         self._inline_lone = inline_lone
         self._thread_initializer = thread_initializer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model", initializer=thread_initializer)
+
+    def run_on_model_thread(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Run `fn(*args)` on the thread that runs the batches, after any batch already running.
+
+        Calls of one Paddle predictor from two threads can differ in speed by several per cent
+        for the life of the process (each thread has its own OpenMP team and per-thread buffers),
+        so work that must match the batches' conditions (a warm-up, a reference timing) runs here.
+        """
+        return self._executor.submit(fn, *args)
 
     def _ensure_worker(self) -> asyncio.Queue[tuple[list[str], asyncio.Future[list[dict[str, Any]]]]]:
         loop = asyncio.get_running_loop()
