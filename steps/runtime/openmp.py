@@ -2,10 +2,10 @@
 
 After a parallel region Intel OpenMP (`libiomp5`, which the paddlepaddle wheels ship and load)
 keeps its worker threads spinning for `KMP_BLOCKTIME` (default 200 ms) so that the next region
-starts without a wake-up. Inside one inference that is what makes it fast; after a batch in a
-server, it holds the CPUs that the server needs to answer that batch and read the next one.
-`kmp_set_blocktime` sets the spin time for the teams the *calling* thread forks, so a model
-thread can give its CPUs back quickly while other threads keep the default.
+starts without a wake-up; inside one inference that is what makes it fast. The runtime silently
+drops the spin to 0 once a process has more OpenMP threads than CPUs (a server's loop thread and
+model thread each fork a team). `kmp_set_blocktime` sets the spin for the teams the *calling*
+thread forks, and a value set that way holds, so each thread that runs the model sets its own.
 """
 
 from __future__ import annotations
