@@ -625,12 +625,14 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
         # sweep, our batcher expects lone clients, and the first wave of 16 is split (its first
         # request runs alone, then the few already parsed, then the rest): a transition worth two
         # model calls that the steady state under 16 clients does not have.
-        first = [texts[i % len(texts)] for i in range(tp_round)]
+        def round_texts(r: int) -> list[str]:
+            return [texts[(r * tp_round + i) % len(texts)] for i in range(tp_round)]
+
         for contender in (ours, base):
-            contender.throughput(first, args.clients)
+            contender.throughput(round_texts(0), args.clients)
         batches_before = batch_sizes(urls["ours"])
         for r in range(args.rounds):
-            chunk = [texts[(r * tp_round + i) % len(texts)] for i in range(tp_round)]
+            chunk = round_texts(r)
             for result, run in rotated(measured, r):
                 settle()
                 result.add_round(*run(chunk))
