@@ -4,8 +4,12 @@ Pods are rendered from Argo Workflow/WorkflowTemplate/CronWorkflow templates (co
 templates with their sidecars and init containers; resource templates' embedded manifests),
 Deployments/StatefulSets/DaemonSets/Jobs/CronJobs/Pods, PaddleJobs of both operators,
 InferenceServices, and Argo Events EventSource/Sensor pod templates (their image is the
-controller's, so only the other rules apply). Argo's own `init`/`wait` executor containers are
-configured in the workflow-controller, not in these manifests, and are not checked.
+controller's, so only the other rules apply). Argo's own executor containers are modelled as the
+controller adds them (argo-workflows v4.1.2 workflow/controller/workflowpod.go): `init` in every
+pod, `wait` beside a container/script/containerSet template's main, and a resource template's
+`main` running argoexec. Their securityContext and resources come from the controller's `executor`
+setting, read from a `workflow-controller-configmap` among the linted documents; without one they
+are nil, as upstream's default is (resource pods then get upstream's locked-down default).
 
 Rules: the six Pod Security "restricted" controls, pinned images (a digest when `--env prod`),
 requests and limits, secrets only by reference, retry and deadline on every pod-creating Argo
@@ -25,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from pipelines.platform.argo_controller import CONTROLLER_CONFIGMAP
 
 EXEMPT_ANNOTATION = "paddle-mlops/pod-security-exempt"
 RESTRICTED_RULES = (
@@ -49,6 +55,20 @@ SECRET_WORDS = {"KEY", "SECRET", "PASSWORD", "PASSWD", "TOKEN", "CREDENTIALS"}
 ARGO_WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate"}
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
 POD_TEMPLATE_TYPES = ("container", "script", "resource", "containerSet")
+# What argoexec's containers get when a resource template runs without an executor securityContext
+# (argo-workflows v4.1.2 workflow/common/security_context.go MinimalCtrSC; readOnlyRootFilesystem
+# left out: no rule here reads it).
+ARGO_RESOURCE_DEFAULT_SECURITY_CONTEXT: dict[str, Any] = {
+    "capabilities": {"drop": ["ALL"]},
+    "privileged": False,
+    "runAsNonRoot": True,
+    "runAsUser": 8737,
+    "allowPrivilegeEscalation": False,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# Marks the modelled argoexec containers, whose fix belongs in the controller's config.
+EXECUTOR_MARK = "x-paddle-mlops-argo-executor"
+EXECUTOR_FIX = f"in the `executor` setting of the Argo {CONTROLLER_CONFIGMAP} (argo/argo-controller.yaml)"
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 
@@ -136,13 +156,52 @@ def _from_pod_template(label: str, template: dict[str, Any]) -> Pod:
     return _pod(label, template.get("spec") or {}, (template.get("metadata") or {}).get("annotations"))
 
 
-def _argo_pods(doc: dict[str, Any], spec: dict[str, Any]) -> Iterator[Pod]:
+def controller_executor(docs: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The `executor` setting of a workflow-controller ConfigMap among `docs`, None when none is.
+
+    Read as the controller reads it (config/controller.go parseConfigMap): a lone `config` key with
+    the whole YAML, or one key per setting.
+    """
+    for doc in docs:
+        if doc.get("kind") != "ConfigMap" or (doc.get("metadata") or {}).get("name") != CONTROLLER_CONFIGMAP:
+            continue
+        data = doc.get("data") or {}
+        try:
+            if "config" in data:
+                settings = yaml.safe_load(data["config"])
+            else:
+                settings = {"executor": yaml.safe_load(data.get("executor") or "null")}
+        except yaml.YAMLError as exc:
+            raise LintInputError(f"{_name(doc)}: its executor setting is not valid YAML ({exc}).") from None
+        executor = (settings or {}).get("executor")
+        return executor if isinstance(executor, dict) else {}
+    return None
+
+
+def _executor_container(name: str, executor: dict[str, Any] | None, resource_template: bool) -> dict[str, Any]:
+    """One argoexec container as workflowpod.go newExecContainer builds it (its image is the controller's)."""
+    executor = executor or {}
+    security = executor.get("securityContext")
+    if security is None and resource_template:
+        security = ARGO_RESOURCE_DEFAULT_SECURITY_CONTEXT
+    container: dict[str, Any] = {"name": name, EXECUTOR_MARK: True}
+    if security is not None:
+        container["securityContext"] = security
+    if executor.get("resources") is not None:
+        container["resources"] = executor["resources"]
+    return container
+
+
+def _argo_pods(doc: dict[str, Any], spec: dict[str, Any], executor: dict[str, Any] | None = None) -> Iterator[Pod]:
     defaults = spec.get("templateDefaults") or {}
     for template in spec.get("templates", []):
         kind = next((t for t in POD_TEMPLATE_TYPES if t in template), None)
         if kind is None:
             continue
         label = f"template {template.get('name', '?')}"
+        # The pod securityContext applies to every pod the template makes (addSchedulingConstraints).
+        pod_security = template.get("securityContext", spec.get("securityContext", {}))
+        exempt = (template.get("metadata") or {}).get("annotations") or {}
         if kind == "resource":
             manifest = template["resource"].get("manifest")
             if manifest:
@@ -154,22 +213,39 @@ def _argo_pods(doc: dict[str, Any], spec: dict[str, Any]) -> Iterator[Pod]:
                     for pod in pods_of(embedded):
                         pod.label = f"{label} > {_name(embedded)} {pod.label}"
                         yield pod
-            # The resource template itself runs in an executor pod: only its retry/deadline count.
-            yield Pod(label, {}, {}, [], argo_template=template, argo_defaults=defaults, service_account="(executor)")
+            # The resource template itself runs argoexec as `main` beside `init`; no `wait` (build:
+            # needsAuxCtr is false for resource templates unless they save logs as an artifact).
+            yield Pod(
+                label,
+                {"securityContext": pod_security},
+                exempt,
+                [_executor_container(n, executor, resource_template=True) for n in ("init", "main")],
+                argo_template=template,
+                argo_defaults=defaults,
+                service_account="(executor)",
+            )
             continue
         if kind == "containerSet":
             main = list(template["containerSet"].get("containers", []))
         else:
             main = [dict(template[kind], name=template[kind].get("name") or "main")]
         pod_spec = {
-            "securityContext": template.get("securityContext", spec.get("securityContext", {})),
+            "securityContext": pod_security,
             "volumes": [*spec.get("volumes", []), *template.get("volumes", [])],
         }
+        # `init` comes first among the init containers, then the template's; `wait` is the first
+        # container (build: newInitContainers, then auxContainer before the main containers).
         yield Pod(
             label,
             pod_spec,
-            (template.get("metadata") or {}).get("annotations") or {},
-            [*template.get("initContainers", []), *main, *template.get("sidecars", [])],
+            exempt,
+            [
+                _executor_container("init", executor, resource_template=False),
+                *template.get("initContainers", []),
+                _executor_container("wait", executor, resource_template=False),
+                *main,
+                *template.get("sidecars", []),
+            ],
             argo_template=template,
             argo_defaults=defaults,
             service_account=template.get("serviceAccountName") or spec.get("serviceAccountName"),
@@ -191,13 +267,14 @@ def _inference_service_pods(spec: dict[str, Any]) -> Iterator[Pod]:
         yield _pod(component, pod_spec)
 
 
-def pods_of(doc: dict[str, Any]) -> Iterator[Pod]:
-    """Every pod one manifest will create (nested manifests of resource templates included)."""
+def pods_of(doc: dict[str, Any], executor: dict[str, Any] | None = None) -> Iterator[Pod]:
+    """Every pod one manifest will create (nested manifests of resource templates included);
+    `executor` is the workflow controller's executor setting (see `controller_executor`)."""
     kind, spec = doc.get("kind"), doc.get("spec") or {}
     if kind in ARGO_WORKFLOW_KINDS:
-        yield from _argo_pods(doc, spec)
+        yield from _argo_pods(doc, spec, executor)
     elif kind == "CronWorkflow":
-        yield from _argo_pods(doc, spec.get("workflowSpec") or {})
+        yield from _argo_pods(doc, spec.get("workflowSpec") or {}, executor)
     elif kind in WORKLOAD_KINDS:
         yield _from_pod_template("pod", spec.get("template") or {})
     elif kind == "CronJob":
@@ -335,8 +412,6 @@ def check_pod(pod: Pod, prod: bool = False) -> Iterator[tuple[str, str, str, str
     if pod.argo_template is not None:
         for finding in _argo(pod):
             yield (pod.label, *finding)
-    if not pod.containers and pod.argo_template is not None:
-        return  # the resource template's own executor pod
     for finding in _service_account(pod):
         yield (pod.label, *finding)
     if not pod.exempt:
@@ -348,14 +423,24 @@ def check_pod(pod: Pod, prod: bool = False) -> Iterator[tuple[str, str, str, str
         if not pod.exempt:
             checks.insert(0, _restricted(pod, container))
         for check in checks:
-            for finding in check:
-                yield (where, *finding)
+            for rule, message, fix in check:
+                yield (where, rule, message, f"{fix} {EXECUTOR_FIX}" if container.get(EXECUTOR_MARK) else fix)
 
 
-def lint_documents(docs: Iterable[dict[str, Any]], file: str = "-", env: str | None = None) -> list[Finding]:
+def lint_documents(
+    docs: Iterable[dict[str, Any]],
+    file: str = "-",
+    env: str | None = None,
+    executor: dict[str, Any] | None = None,
+) -> list[Finding]:
+    """Findings for `docs`; Argo's executor containers get `executor`, or the controller ConfigMap's
+    setting when one is among `docs`, or none (upstream's default)."""
+    docs = list(docs)
+    if executor is None:
+        executor = controller_executor(docs)
     findings = []
     for doc in docs:
-        for pod in pods_of(doc):
+        for pod in pods_of(doc, executor):
             for container, rule, message, fix in check_pod(pod, prod=env == "prod"):
                 findings.append(Finding(file, _name(doc), container, rule, message, fix))
     return findings
@@ -363,9 +448,12 @@ def lint_documents(docs: Iterable[dict[str, Any]], file: str = "-", env: str | N
 
 def lint_paths(paths: Sequence[str | Path], env: str | None = None) -> list[Finding]:
     """Every finding in the YAML files under `paths`; `env='prod'` also requires image digests."""
+    loaded = [(path, _load(path)) for path in _yaml_files(paths)]
+    # The controller's executor setting applies to the workflows of every file linted with it.
+    executor = controller_executor(doc for _, docs in loaded for doc in docs)
     findings = []
-    for path in _yaml_files(paths):
-        findings += lint_documents(_load(path), str(path), env)
+    for path, docs in loaded:
+        findings += lint_documents(docs, str(path), env, executor)
     return findings
 
 

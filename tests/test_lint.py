@@ -15,10 +15,18 @@ import yaml
 
 from paddle_mlops import lint
 from paddle_mlops.lint import Finding, lint_documents, lint_paths, main, pods_of
+from pipelines.platform import argo_controller
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "registry.example.com/paddle-mlops/tools:0.1.0"
 DIGEST = "registry.example.com/paddle-mlops/tools@sha256:" + "a" * 64
+# The controller's executor setting the install ships (argo/argo-controller.yaml).
+SHIPPED_EXECUTOR = argo_controller.executor()
+
+
+def lint_argo(docs: list[dict[str, Any]]) -> list[Finding]:
+    """Lint Argo documents as they run under the shipped controller settings."""
+    return lint_documents(docs, executor=SHIPPED_EXECUTOR)
 
 
 def good_container(name: str = "main") -> dict[str, Any]:
@@ -180,23 +188,64 @@ def test_default_service_account_only_when_a_token_is_mounted():
 def test_argo_template_needs_retry_and_deadline():
     template = argo_container()
     del template["retryStrategy"], template["activeDeadlineSeconds"]
-    assert rules(lint_documents([workflow_template(template)])) == [
+    assert rules(lint_argo([workflow_template(template)])) == [
         ("template step", "retry"),
         ("template step", "deadline"),
     ]
     defaults = {"retryStrategy": {"limit": 1}, "activeDeadlineSeconds": 60}
-    assert lint_documents([workflow_template(template, templateDefaults=defaults)]) == []
+    assert lint_argo([workflow_template(template, templateDefaults=defaults)]) == []
 
 
 def test_argo_workflow_security_context_and_service_account_apply_to_templates():
     template = argo_container()
     del template["container"]["securityContext"]["runAsNonRoot"]
     doc = workflow_template(template)
-    assert rules(lint_documents([doc])) == [("template step/main", "run-as-non-root")]
+    assert rules(lint_argo([doc])) == [("template step/main", "run-as-non-root")]
     doc["spec"]["securityContext"] = {"runAsNonRoot": True}
-    assert lint_documents([doc]) == []
+    assert lint_argo([doc]) == []
     del doc["spec"]["serviceAccountName"]
-    assert rules(lint_documents([doc])) == [("template step", "service-account")]
+    assert rules(lint_argo([doc])) == [("template step", "service-account")]
+
+
+def test_argo_executor_containers_take_the_controller_settings_or_none():
+    """argo-workflows v4.1.2 workflow/controller/workflowpod.go: `init` and `wait` get the controller's
+    `executor` securityContext and resources, nil without one; the shipped ConfigMap sets both."""
+    doc = workflow_template(argo_container())
+    bare = rules(lint_documents([doc]))
+    for container in ("template step/init", "template step/wait"):
+        assert (container, "allow-privilege-escalation") in bare and (container, "capabilities") in bare
+        assert (container, "resources") in bare
+    assert not any(c == "template step/main" for c, _ in bare)
+    assert all("workflow-controller-configmap" in f.fix for f in lint_documents([doc]))  # the fix says where
+    configmap = argo_controller.controller_configmap(None)  # type: ignore[arg-type]
+    assert lint_documents([configmap, doc]) == []
+    # The single-`config`-key form (the Helm chart's) is read too.
+    single = dict(configmap, data={"config": yaml.safe_dump(argo_controller.controller_settings())})
+    assert lint_documents([single, doc]) == []
+
+
+def test_resource_template_executor_pod_gets_upstreams_locked_down_default():
+    template = {
+        "name": "train",
+        "resource": {"action": "create", "manifest": yaml.safe_dump(_paddlejob(good_container()))},
+        "retryStrategy": {"limit": 1},
+        "activeDeadlineSeconds": 60,
+    }
+    # common.MinimalCtrSC passes the restricted rules; only the (unset) resources remain.
+    assert rules(lint_documents([workflow_template(template)])) == [
+        ("template train/init", "resources"),
+        ("template train/init", "resources"),
+        ("template train/main", "resources"),
+        ("template train/main", "resources"),
+    ]
+    assert lint_argo([workflow_template(template)]) == []
+
+
+def test_lint_paths_applies_a_controller_configmap_from_another_file(tmp_path):
+    (tmp_path / "wf.yaml").write_text(yaml.safe_dump(workflow_template(argo_container())))
+    assert any(f.container == "template step/wait" for f in lint_paths([tmp_path]))
+    (tmp_path / "controller.yaml").write_text(yaml.safe_dump(argo_controller.controller_configmap(None)))  # type: ignore[arg-type]
+    assert lint_paths([tmp_path]) == []
 
 
 def test_exempt_template_skips_only_the_restricted_rules():
@@ -205,12 +254,12 @@ def test_exempt_template_skips_only_the_restricted_rules():
     sidecar["image"] = "moby/buildkit:latest"
     template = argo_container(sidecars=[sidecar])
     doc = workflow_template(template)
-    assert rules(lint_documents([doc])) == [
+    assert rules(lint_argo([doc])) == [
         ("template step/buildkitd", "seccomp"),
         ("template step/buildkitd", "image-pinned"),
     ]
     template["metadata"] = {"annotations": {lint.EXEMPT_ANNOTATION: "rootless BuildKit"}}
-    assert rules(lint_documents([doc])) == [("template step/buildkitd", "image-pinned")]
+    assert rules(lint_argo([doc])) == [("template step/buildkitd", "image-pinned")]
 
 
 def _paddlejob(container: dict[str, Any]) -> dict[str, Any]:
@@ -237,7 +286,7 @@ def test_resource_template_manifest_is_rendered():
         "retryStrategy": {"limit": 1},
         "activeDeadlineSeconds": 60,
     }
-    (finding,) = lint_documents([workflow_template(template)])
+    (finding,) = lint_argo([workflow_template(template)])
     assert finding.container == "template train > PaddleJob/train- replica Worker/main"
     assert finding.rule == "allow-privilege-escalation"
 
@@ -277,7 +326,7 @@ def test_cron_workflow_and_job_kinds_are_rendered():
         "metadata": {"name": "c"},
         "spec": {"workflowSpec": workflow_template(template)["spec"]},
     }
-    assert rules(lint_documents([cron])) == [("template step", "retry")]
+    assert rules(lint_argo([cron])) == [("template step", "retry")]
     cronjob = {
         "kind": "CronJob",
         "metadata": {"name": "cj"},

@@ -1,6 +1,6 @@
-"""The platform install set beside the pipelines: events, tenancy, RBAC, network and admission
-policies, the MLflow server, the shared BuildKit daemon. Plain dicts, one module per concept; `paddle-mlops compile` writes them
-to argo/.
+"""The platform install set beside the pipelines: the Argo and Knative controller settings, events, tenancy, RBAC,
+network and admission policies, the MLflow server, the shared BuildKit daemon. Plain dicts, one
+module per concept; `paddle-mlops compile` writes them to argo/.
 """
 
 from __future__ import annotations
@@ -8,13 +8,25 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig, TeamConfig, load_teams
-from pipelines.platform import buildkit, events, kyverno, mlflow_server, network, rbac, tenancy
+from pipelines.platform import (
+    argo_controller,
+    buildkit,
+    events,
+    knative,
+    kyverno,
+    mlflow_server,
+    network,
+    rbac,
+    tenancy,
+)
 
 
 def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> dict[str, list[dict[str, Any]]]:
     """File name under argo/ → the documents it holds (teams default to `configs/teams/*.yaml`)."""
     teams = load_teams() if teams is None else teams
     return {
+        "argo-controller.yaml": argo_controller.render(cfg),
+        "knative.yaml": knative.render(cfg),
         "tenancy.yaml": tenancy.render(cfg, teams),
         "rbac.yaml": rbac.render(cfg),
         "network-policies.yaml": network.render(cfg),

@@ -1,0 +1,118 @@
+"""The Argo Workflows controller settings the pipeline needs: executor containers and metrics.
+
+Argo adds its own `init` and `wait` executor containers to every workflow pod (argo-workflows
+v4.1.2 workflow/controller/workflowpod.go: `newExecContainer`), and their securityContext and
+resources come only from the controller's `executor` setting, nil by default. Under Pod Security
+"restricted" in the pipeline namespace, a nil securityContext (no allowPrivilegeEscalation: false,
+no capabilities drop) gets every container step refused. This module writes that setting, and the
+metrics setting the ServiceMonitor relies on, as a `workflow-controller-configmap` document and as
+the equivalent values of the argo/argo-workflows Helm chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from paddle_mlops.config import PipelineConfig
+from pipelines import k8s
+from pipelines.platform.meta import metadata
+
+# Names of the upstream install (manifests/base/workflow-controller/workflow-controller-configmap.yaml,
+# namespace `argo` in manifests/install.yaml); `paddle-mlops preflight` reads the live one by these.
+CONTROLLER_CONFIGMAP = "workflow-controller-configmap"
+CONTROLLER_NAMESPACE = "argo"
+
+METRICS_PORT = 9090
+METRICS_PATH = "/metrics"
+# Said explicitly: the controller's default flipped from plain HTTP (v3.5 controller.go
+# `GetSecure(false)`) to a self-signed TLS listener (v3.6+ `GetSecure(true)`), and the Helm chart
+# writes `secure: false` unless told otherwise. The ServiceMonitor scrapes https (observability.py).
+METRICS_SECURE = True
+
+# Requests and limits so quota'd team namespaces admit the pod on the executor containers' own
+# terms (a LimitRange default would otherwise size them); argoexec init/wait stay small.
+EXECUTOR_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "64Mi"},
+    "limits": {"cpu": "500m", "memory": "256Mi"},
+}
+
+
+def executor_security_context() -> dict[str, Any]:
+    """The 'restricted' container controls for argoexec's init, wait and resource-main containers.
+
+    No readOnlyRootFilesystem: upstream leaves it off for init and wait even in its own locked-down
+    default for resource pods (workflowpod.go, "always set RO FS once #10787 is fixed").
+    """
+    return {
+        "runAsNonRoot": True,
+        # The project's uid: wait reads the files main writes under the shared /var/run/argo.
+        "runAsUser": k8s.RUN_AS_USER,
+        "runAsGroup": k8s.RUN_AS_GROUP,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def executor() -> dict[str, Any]:
+    """The controller's `executor` setting (a core/v1 Container, image left to the install)."""
+    return {"resources": EXECUTOR_RESOURCES, "securityContext": executor_security_context()}
+
+
+def metrics_config() -> dict[str, Any]:
+    """The controller's `metricsConfig` setting (config/config.go MetricsConfig)."""
+    return {"enabled": True, "path": METRICS_PATH, "port": METRICS_PORT, "secure": METRICS_SECURE}
+
+
+def controller_settings() -> dict[str, Any]:
+    """Top-level controller config keys (config/config.go `Config` json names) → their values."""
+    return {"executor": executor(), "metricsConfig": metrics_config()}
+
+
+def controller_configmap(cfg: PipelineConfig) -> dict[str, Any]:
+    """`workflow-controller-configmap` with one data key per setting, as the controller reads it.
+
+    config/controller.go parseConfigMap: either a lone `config` key holding the whole YAML, or one
+    key per top-level field, joined and strictly unmarshalled (an unknown key stops the controller
+    from loading its config). Per-key data is what lets `kubectl apply` add these two keys to an
+    existing ConfigMap without touching the others.
+    """
+    del cfg  # the settings do not depend on the pipeline configuration (yet); kept for one signature
+    data = {
+        key: yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
+        for key, value in controller_settings().items()
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(CONTROLLER_CONFIGMAP, CONTROLLER_NAMESPACE),
+        "data": data,
+    }
+
+
+def helm_values() -> dict[str, Any]:
+    """The same settings as values of the argo/argo-workflows chart (argoproj/argo-helm,
+    charts/argo-workflows/values.yaml, templates/controller/workflow-controller-config-map.yaml).
+
+    The chart writes one `config` key into `<release>-workflow-controller-configmap`; with Helm, use
+    these values instead of argo/argo-controller.yaml (a per-key patch beside `config` is refused by
+    the controller). `scheme: https` is the chart's own ServiceMonitor, should it be enabled.
+    """
+    return {
+        "executor": {"resources": EXECUTOR_RESOURCES, "securityContext": executor_security_context()},
+        "controller": {
+            "metricsConfig": {
+                "enabled": True,
+                "path": METRICS_PATH,
+                "port": METRICS_PORT,
+                "secure": METRICS_SECURE,
+                "scheme": "https" if METRICS_SECURE else "http",
+            }
+        },
+    }
+
+
+def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    return [controller_configmap(cfg)]
