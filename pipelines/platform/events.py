@@ -4,7 +4,8 @@ EventSources receive the forge's webhook (GitHub: HMAC-signed; Gitea: bearer tok
 filters pushes (configured branches, no bot pushers, no `[skip ci]`, no branch deletions) and
 submits a Workflow from the `train-deploy` WorkflowTemplate with named parameters taken from the
 payload. The trigger is at-least-once: retried with backoff, then a dead-letter ConfigMap keeps
-the payload so nothing is lost silently.
+the payload so nothing is lost silently. Written for Argo Events 1.9.10+ (paddle_mlops/versions.py);
+tests/test_upstream_argo_events.py encodes the controller code this relies on.
 
 Lead: these constants want config fields (proposed `events.branches`, `events.bot_accounts`,
 `events.github_owner`, `events.github_repositories`, `events.webhook_url`).
@@ -22,6 +23,14 @@ API_VERSION = "argoproj.io/v1alpha1"
 SKIP_MARKERS: tuple[str, ...] = ("[skip ci]", "[ci skip]")
 
 EVENT_BUS = "default"
+# EventBus `jetstream.version` is looked up by exact string in the controller's version list
+# (argo-events pkg/reconciler/config.go GetJetStreamVersion), which ships in the ConfigMap below,
+# key CONTROLLER_CONFIG_KEY, at `eventBus.jetstream.versions[].version`. 2.10.29 is listed from
+# Argo Events v1.9.10 on (v1.9.9 and older list 2.10.10 instead); "latest" is listed too, but it
+# names a different NATS image in each release, and the install pins images.
+JETSTREAM_VERSION = "2.10.29"
+CONTROLLER_CONFIGMAP = "argo-events-controller-config"
+CONTROLLER_CONFIG_KEY = "controller-config.yaml"
 GITHUB_SOURCE = "github"
 GITEA_SOURCE = "gitea"
 SENSOR = "train-deploy-on-push"
@@ -37,6 +46,8 @@ GITEA_PORT = 12001
 # writes `spec.arguments.parameters.<index>.value`, so this order is the contract.
 WORKFLOW_PARAMETERS: tuple[str, ...] = ("git-sha", "git-repo", "git-branch", "pusher")
 # Where each parameter comes from in the forge's push payload (gjson paths into the event data).
+# `git-branch` is passed as the short name (`main`, like the template default and the CronWorkflow),
+# not as the payload's `refs/heads/main`: BRANCH_TEMPLATE strips the prefix (see _source).
 PAYLOAD_KEYS: dict[str, dict[str, str]] = {
     GITHUB_SOURCE: {
         "git-sha": "body.after",
@@ -105,8 +116,8 @@ def event_bus(cfg: PipelineConfig) -> dict[str, Any]:
         "metadata": metadata(EVENT_BUS, cfg.cluster.namespace),
         "spec": {
             "jetstream": {
-                # A key of the controller's version map (argo-events-controller-config), not an image tag.
-                "version": "2.10.10",
+                # A key of the controller's version list (see JETSTREAM_VERSION), not an image tag.
+                "version": JETSTREAM_VERSION,
                 "replicas": 3,
                 "persistence": {"accessMode": "ReadWriteOnce", "volumeSize": "10Gi"},
                 "securityContext": pod,
@@ -241,6 +252,19 @@ def workflow_resource(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
+# Sprig's trimPrefix in a trigger parameter's dataTemplate (argo-events pkg/sensors/triggers/params.go
+# getValueWithTemplate: Go text/template over the event data as `.Input`).
+BRANCH_TEMPLATE = '{{ trimPrefix "refs/heads/" .Input.body.ref }}'
+
+
+def _source(dependency: str, source: str, name: str) -> dict[str, str]:
+    """Trigger parameter source for workflow parameter `name` from `source`'s push payload."""
+    if name == "git-branch":
+        # The data filter already required `body.ref` to be `refs/heads/<branch>`.
+        return {"dependencyName": dependency, "dataTemplate": BRANCH_TEMPLATE}
+    return {"dependencyName": dependency, "dataKey": PAYLOAD_KEYS[source][name]}
+
+
 def _dlq_trigger(cfg: PipelineConfig, dependency: str) -> dict[str, Any]:
     """After the retries, keep the undelivered payload in a ConfigMap for a human (or a replay)."""
     return {
@@ -263,6 +287,10 @@ def _dlq_trigger(cfg: PipelineConfig, dependency: str) -> dict[str, Any]:
                 "parameters": [{"src": {"dependencyName": dependency, "dataKey": "body"}, "dest": "data.payload"}],
             },
         },
+        # Without it the sensor runs the dead-letter trigger fire-and-forget (listener.go triggerActions),
+        # so its retryStrategy never applies, and the controller refuses the whole Sensor
+        # (pkg/reconciler/sensor/validate.go validateDlqTrigger).
+        "atLeastOnce": True,
         "retryStrategy": {"steps": 5, "duration": "5s", "factor": 2, "jitter": 0.2},
     }
 
@@ -277,16 +305,16 @@ def _trigger(cfg: PipelineConfig, source: str) -> dict[str, Any]:
                 "operation": "submit",
                 "source": {"resource": workflow_resource(cfg)},
                 "parameters": [
-                    {
-                        "src": {"dependencyName": dependency, "dataKey": PAYLOAD_KEYS[source][name]},
-                        "dest": f"spec.arguments.parameters.{index}.value",
-                    }
+                    {"src": _source(dependency, source, name), "dest": f"spec.arguments.parameters.{index}.value"}
                     for index, name in enumerate(WORKFLOW_PARAMETERS)
                 ],
             },
         },
         "atLeastOnce": True,
         # API server hiccups and admission timeouts are transient: back off for about five minutes.
+        # Each attempt reruns all of `argo submit` (GET the WorkflowTemplate, create) and the sensor's
+        # LIST of what it created, so a step that fails after the create makes another Workflow:
+        # the sensor Role grants every call (pipelines/platform/rbac.py) so none fails for want of it.
         "retryStrategy": {"steps": 6, "duration": "10s", "factor": 2, "jitter": 0.2},
         "dlqTrigger": _dlq_trigger(cfg, dependency),
     }

@@ -1,13 +1,15 @@
 """Least privilege: one ServiceAccount per role, each with a namespaced Role listing only what that
-role's code calls. No ClusterRoles.
+role's code calls (tests/test_upstream_rbac.py lists each call and the upstream file that makes it).
+No ClusterRoles: nothing below calls a cluster-scoped API.
 
 - workflow executor (`cluster.service_account`): Argo >= 3.4's executor reports outputs through
-  `workflowtaskresults` (create, patch); the `train` resource template creates and watches the
-  PaddleJob of the configured operator.
+  `workflowtaskresults` (create, patch); the `train` resource template creates its PaddleJob, then
+  polls it (get) for the success/failure condition; its exit hook deletes the run's jobs by label.
 - training (`paddle-mlops-train`): no API access at all; its token is not even mounted.
 - rollout (`paddle-mlops-rollout`): the rollout step's KServe calls (get/create/replace/delete of
   InferenceServices) plus the executor's task results, since the executor runs as the pod's account.
-- sensor: submits Workflows and writes dead-letter ConfigMaps; event sources: nothing.
+- sensor: `argo submit` of the Workflow (reads the WorkflowTemplate to validate, creates), the
+  trigger's list of what it created, and dead-letter ConfigMaps; event sources: nothing.
 """
 
 from __future__ import annotations
@@ -57,30 +59,39 @@ def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
     group = PADDLEJOB_GROUPS[cfg.training.paddlejob.operator]
     return [
         TASK_RESULTS,
-        # create: the resource template; get/list/watch: its success/failure conditions;
-        # patch/delete: Argo's cleanup of a job whose step was stopped or timed out.
-        {
-            "apiGroups": [group],
-            "resources": ["paddlejobs"],
-            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
-        },
+        # `train`: `kubectl create -f`, then GET polls for the success/failure condition
+        # (argo-workflows workflow/executor/resource.go). `delete-train-jobs` (the train task's exit
+        # hook): `kubectl delete --selector … --wait=false` lists the workflow's jobs, deletes each.
+        {"apiGroups": [group], "resources": ["paddlejobs"], "verbs": ["create", "get", "list", "delete"]},
+        # setOwnerReference adds a controller reference with blockOwnerDeletion, which clusters running
+        # the OwnerReferencesPermissionEnforcement admission plugin (OpenShift does) allow only to
+        # whoever may update the owner's finalizers (kubernetes plugin/pkg/admission/gc/gc_admission.go).
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows/finalizers"], "verbs": ["update"]},
     ]
 
 
 def rollout_rules() -> list[dict[str, Any]]:
     return [
         TASK_RESULTS,
+        # steps/rollout.py KServeRollout: get, create, replace (= update), delete; it polls, never watches.
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices"],
-            "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+            "verbs": ["get", "create", "update", "delete"],
         },
     ]
 
 
 def sensor_rules() -> list[dict[str, Any]]:
     return [
-        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]},
+        # `argo submit` (the CLI in the sensor image) validates the Workflow against the
+        # WorkflowTemplate it references (get), then creates it; the trigger then lists Workflows by
+        # its own labels to report what it made (argo-events argo-workflow.go Execute). The CLI asks
+        # whether it may read ClusterWorkflowTemplates (a SelfSubjectAccessReview, which every
+        # account may make) and, told no, skips them: no ClusterRole.
+        {"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["get"]},
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create", "list"]},
+        # The dead-letter trigger (k8s operation create).
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     ]
 
