@@ -4,13 +4,21 @@ The cosign public key lives in one ConfigMap (`kyverno/paddle-mlops-cosign`); th
 is a PLACEHOLDER that matches nothing, so signed images are refused until an operator replaces it
 with the real `cosign.pub` (e.g. `kubectl -n kyverno create configmap paddle-mlops-cosign
 --from-file=cosign.pub --dry-run=client -o yaml | kubectl apply -f -`).
+
+Every image is signed with that key pair and without a transparency-log entry: the train image by
+the build step (steps/build_image.py) per build, the images the pipeline never builds (`release_images`)
+by scripts/sign-images.sh at release, with the same flags.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Sequence
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, TeamConfig, load_teams
+from paddle_mlops.config import ConfigError, PipelineConfig, TeamConfig, load_config, load_teams
+from pipelines.platform import mlflow_server
 from pipelines.platform.meta import metadata
 
 POLICY_NAME = "paddle-mlops-images"
@@ -21,6 +29,15 @@ PLACEHOLDER_KEY = (
     "-----BEGIN PUBLIC KEY-----\nREPLACE-ME-WITH-THE-COSIGN-PUBLIC-KEY-OF-THE-IMAGE-SIGNER\n-----END PUBLIC KEY-----\n"
 )
 ALL_CONTAINERS = "request.object.spec.[ephemeralContainers, initContainers, containers][]"
+
+
+def release_images(cfg: PipelineConfig) -> list[str]:
+    """Images from the project registry that pods run but no pipeline builds: signed at release.
+
+    The train image is signed by the build step, per build and by digest. BuildKit's image is
+    upstream's and runs in the build namespace, which this policy does not match.
+    """
+    return [cfg.images.tools, cfg.images.serve, f"{cfg.images.registry}/{mlflow_server.NAME}:{mlflow_server.IMAGE_TAG}"]
 
 
 def workload_namespaces(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> list[str]:
@@ -47,6 +64,19 @@ def _match(namespaces: list[str]) -> dict[str, Any]:
     return {"any": [{"resources": {"kinds": ["Pod"], "namespaces": namespaces}}]}
 
 
+def signature_keys() -> dict[str, Any]:
+    """The key attestor, checking signatures the way they are made: with our key, and no log entry."""
+    return {
+        "publicKeys": f'{{{{ cosign.data."{KEY_FIELD}" }}}}',
+        # Signed with --tlog-upload=false (an air-gapped cluster has no Rekor): without `rekor`, Kyverno
+        # looks every signature up in the public Rekor log and finds none.
+        "rekor": {"ignoreTlog": True},
+        # A key signature has no certificate and so no SCT; without this Kyverno still fetches the
+        # public CT log keys from Sigstore's TUF repository, which an air-gapped cluster cannot reach.
+        "ctlog": {"ignoreSCT": True},
+    }
+
+
 def verify_rule(cfg: PipelineConfig, namespaces: list[str]) -> dict[str, Any]:
     """Signature check of every image from our registry; the tag is replaced by the verified digest."""
     return {
@@ -59,9 +89,7 @@ def verify_rule(cfg: PipelineConfig, namespaces: list[str]) -> dict[str, Any]:
                 "mutateDigest": True,
                 "verifyDigest": True,
                 "required": True,
-                "attestors": [
-                    {"count": 1, "entries": [{"keys": {"publicKeys": f'{{{{ cosign.data."{KEY_FIELD}" }}}}'}}]}
-                ],
+                "attestors": [{"count": 1, "entries": [{"keys": signature_keys()}]}],
             }
         ],
     }
@@ -153,3 +181,18 @@ def cluster_policy(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> dict[st
 def render(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> list[dict[str, Any]]:
     teams = load_teams() if teams is None else teams
     return [key_configmap(), cluster_policy(cfg, teams)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print `release_images`, one per line, for scripts/sign-images.sh."""
+    parser = argparse.ArgumentParser(description="The images to sign at release (scripts/sign-images.sh).")
+    parser.add_argument("--config", default=None, help="pipeline config file (default configs/pipeline.yaml)")
+    parser.add_argument("--env", default=None, help="environment overlay, e.g. prod")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.env)
+    except ConfigError as exc:
+        print(f"release images: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(release_images(cfg)))
+    return 0
