@@ -2,7 +2,9 @@
 
 `training.paddlejob.operator` picks Kubeflow's `kubeflow.org/v1` (training-operator) or the Paddle
 operator's `batch.paddlepaddle.org/v1`; both get the same pod: pinned image, restricted security,
-GPU placement, /dev/shm and credentials by Secret reference.
+GPU placement, /dev/shm and credentials by Secret reference. The Argo step judges each job by the
+state its operator reports as final (Kubeflow's Succeeded/Failed conditions, the Paddle operator's
+phase), never by pod counts that also move while the operator restarts a pod.
 """
 
 from __future__ import annotations
@@ -18,10 +20,16 @@ from pipelines.platform.network import TRAIN_POD_LABELS
 from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
 
 IMAGE_DIGEST = "{{inputs.parameters.image-digest}}"
+# The commit build-image built (the train template's `git-sha` input; see templates.COMMIT).
+GIT_SHA = "{{inputs.parameters.git-sha}}"
 WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
 # Kubeflow's Paddle controller finds the job's container and rendezvous port by these names.
 KUBEFLOW_CONTAINER = "paddle"
 KUBEFLOW_PORT = 37777
+# Every job carries its workflow's name: the train step's exit hook deletes the workflow's jobs by it.
+WORKFLOW_LABEL = "paddle-mlops/workflow"
+# training-operator v1.9.0 pkg/apis/kubeflow.org/v1/common_types.go, JobConditionType: all of them.
+KUBEFLOW_CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Suspended", "Failed")
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,11 @@ class PaddleJobSpec:
     manifest: dict[str, Any]
     success_condition: str
     failure_condition: str
+
+    @property
+    def resource(self) -> str:
+        """`paddlejobs.<group>`, the name kubectl resolves to this job's kind."""
+        return "paddlejobs." + self.manifest["apiVersion"].split("/", 1)[0]
 
 
 def train_image(cfg: PipelineConfig) -> str:
@@ -60,7 +73,7 @@ def worker_command(cfg: PipelineConfig) -> list[str]:
         "--config", "{{workflow.parameters.config}}",
         "--env", "{{workflow.parameters.env}}",
         "--overrides", "{{workflow.parameters.overrides}}",
-        "--git-sha", "{{workflow.parameters.git-sha}}",
+        "--git-sha", GIT_SHA,
         "--workspace", WORKSPACE,
     ]  # fmt: skip
 
@@ -97,7 +110,7 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
         "imagePullPolicy": "IfNotPresent",
         "workingDir": k8s.PROJECT_DIR,
         "command": worker_command(cfg),
-        "env": k8s.as_k8s(k8s.runtime_env(cfg) + _nccl_env()),
+        "env": k8s.as_k8s(k8s.runtime_env(cfg, GIT_SHA) + _nccl_env()),
         "resources": _resources(cfg, gpus),
         "securityContext": k8s.as_k8s(k8s.container_security_context()),
         "volumeMounts": [
@@ -133,7 +146,7 @@ def _metadata() -> dict[str, Any]:
     # generateName: an Argo retry of the train step creates a fresh job instead of colliding.
     return {
         "generateName": "{{workflow.name}}-train-",
-        "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/workflow": "{{workflow.name}}"},
+        "labels": {"app.kubernetes.io/part-of": "paddle-mlops", WORKFLOW_LABEL: "{{workflow.name}}"},
     }
 
 
@@ -176,18 +189,33 @@ def kubeflow_job(cfg: PipelineConfig) -> PaddleJobSpec:
             },
         },
     }
-    # The controller counts succeeded/failed pods per replica type; a job succeeds when every
-    # worker has, and fails once any pod reaches Failed after the restart policy gave up.
-    success = f"status.replicaStatuses.Worker.succeeded > {job.workers - 1}"
-    failure = "status.replicaStatuses.Worker.failed > 0"
-    if job.ps_replicas > 0:
-        failure += ",status.replicaStatuses.Master.failed > 0"
-    return PaddleJobSpec(manifest, success, failure)
+    return PaddleJobSpec(manifest, *kubeflow_conditions())
 
 
-# Kubeflow's policy names (the config's) mapped onto the Paddle operator's: keep failed pods for
-# debugging unless everything is to be cleaned.
-_PADDLE_CLEAN_POD_POLICY = {"None": "Never", "Running": "OnCompletion", "All": "Always"}
+def kubeflow_conditions() -> tuple[str, str]:
+    """(success, failure) from the job's Succeeded/Failed conditions, in the form Argo can evaluate.
+
+    Argo parses them with Kubernetes' label-selector parser, so a key is a plain gjson path: an
+    array query such as `status.conditions.#(type=="Failed")` does not parse. The operator keeps
+    one condition per type (pkg/util/status.go setCondition), so Failed sits at one of
+    len(KUBEFLOW_CONDITION_TYPES) positions; Argo fails the step when any failure requirement
+    matches. The operator writes completionTime in the same status update as Succeeded or Failed
+    (common/job.go, paddlepaddle_controller.go UpdateJobStatus), and Argo checks the failure
+    requirements first, so completionTime without a Failed condition means Succeeded.
+    """
+    failure = ",".join(f"status.conditions.{i}.type == Failed" for i in range(len(KUBEFLOW_CONDITION_TYPES)))
+    return "status.completionTime", failure
+
+
+# Kubeflow's policy names (the config's) mapped onto the Paddle operator's, which deletes all of a
+# job's pods or none (controllers/paddlejob_controller.go Reconcile). "Running" (no pod left running
+# once the job ends) is OnFailure: a Completed job has only Succeeded pods, a Failed one still has
+# the other workers running, holding their GPUs.
+_PADDLE_CLEAN_POD_POLICY = {"None": "Never", "Running": "OnFailure", "All": "Always"}
+# v0.3.5 api/v1/paddlejob_types.go lists more phases, but controllers/paddlejob_helper.go
+# getPaddleJobPhase sets only Pending, Starting, Running, Completed, Failed and Terminating (deleted).
+PADDLE_SUCCESS = "status.phase == Completed"
+PADDLE_FAILURE = "status.phase in (Failed, Terminating)"
 
 
 def paddle_operator_job(cfg: PipelineConfig) -> PaddleJobSpec:
@@ -204,12 +232,21 @@ def paddle_operator_job(cfg: PipelineConfig) -> PaddleJobSpec:
             "queue": job.queue,
             "minAvailable": job.workers + job.ps_replicas,
         },
-        "worker": {"replicas": job.workers, "template": pod_template(cfg, "train", job.gpus_per_worker, [])},
+        "worker": {"replicas": job.workers, "template": _paddle_pod(cfg, job.gpus_per_worker)},
     }
     if job.ps_replicas > 0:
-        spec["ps"] = {"replicas": job.ps_replicas, "template": pod_template(cfg, "train", 0, [])}
+        spec["ps"] = {"replicas": job.ps_replicas, "template": _paddle_pod(cfg, 0)}
     manifest = {"apiVersion": "batch.paddlepaddle.org/v1", "kind": "PaddleJob", "metadata": _metadata(), "spec": spec}
-    return PaddleJobSpec(manifest, "status.phase in (Completed, Succeed)", "status.phase in (Failed, Aborted)")
+    return PaddleJobSpec(manifest, PADDLE_SUCCESS, PADDLE_FAILURE)
+
+
+def _paddle_pod(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
+    # The Paddle operator has no job deadline, and its pods restart never (restartPolicy Never):
+    # the kubelet fails a pod past activeDeadlineSeconds, which fails the job and, by the clean
+    # policy, deletes its other pods. So a job whose step was abandoned still ends.
+    template = pod_template(cfg, "train", gpus, [])
+    template["spec"]["activeDeadlineSeconds"] = cfg.training.paddlejob.active_deadline_seconds
+    return template
 
 
 def build_paddlejob(cfg: PipelineConfig) -> PaddleJobSpec:

@@ -23,18 +23,29 @@ from hera.workflows import models as m
 from paddle_mlops.config import PipelineConfig
 from pipelines import k8s
 from pipelines.observability import argo_template_metrics
-from pipelines.paddlejob import build_paddlejob
+from pipelines.paddlejob import WORKFLOW_LABEL, build_paddlejob
 from pipelines.platform import buildkit
 from pipelines.platform.rbac import ROLLOUT_SERVICE_ACCOUNT
 
 OUTPUTS = "/tmp/outputs"
 WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
-COMMON_ARGS = [
-    "--config", "{{workflow.parameters.config}}",
-    "--env", "{{workflow.parameters.env}}",
-    "--overrides", "{{workflow.parameters.overrides}}",
-    "--git-sha", "{{workflow.parameters.git-sha}}",
-]  # fmt: skip
+# The commit a run records. The submitted `git-sha` may be empty (the scheduled retrain has no push:
+# build-image resolves the branch head), so every template after build-image takes the commit that
+# build-image actually built as its `git-sha` input; only build-image and the exit handler read the
+# submitted parameter.
+SUBMITTED_GIT_SHA = "{{workflow.parameters.git-sha}}"
+COMMIT = "{{inputs.parameters.git-sha}}"
+
+
+def common_args(git_sha: str) -> list[str]:
+    """The arguments every step takes (contracts.md): the configuration and the commit."""
+    return [
+        "--config", "{{workflow.parameters.config}}",
+        "--env", "{{workflow.parameters.env}}",
+        "--overrides", "{{workflow.parameters.overrides}}",
+        "--git-sha", git_sha,
+    ]  # fmt: skip
+
 
 # Secret holding the image-signing key (`cosign generate-key-pair`); the public half is in
 # argo/policies.yaml for Kyverno.
@@ -54,17 +65,21 @@ def step_container(
     inputs: Sequence[str] = (),
     outputs: Sequence[str] = (),
     resources: Resources = k8s.TOOLS_RESOURCES,
+    commit_input: bool = True,
     **extra: Any,
 ) -> Container:
-    """A restricted container running one step module from the tools image."""
+    """A restricted container running one step module from the tools image; with `commit_input` it
+    takes the built commit as its `git-sha` input, else it reads the submitted parameter."""
+    git_sha = COMMIT if commit_input else SUBMITTED_GIT_SHA
+    inputs = ["git-sha", *inputs] if commit_input else list(inputs)
     return Container(
         name=name,
         image=extra.pop("image", cfg.images.tools),
         image_pull_policy="IfNotPresent",
         command=["python", "-m", f"steps.{module}"],
-        args=[*COMMON_ARGS, *args],
+        args=[*common_args(git_sha), *args],
         working_dir=k8s.PROJECT_DIR,
-        env=k8s.runtime_env(cfg) + extra.pop("env", []),
+        env=k8s.runtime_env(cfg, git_sha) + extra.pop("env", []),
         inputs=[Parameter(name=i) for i in inputs] or None,
         outputs=[output(o) for o in outputs] or None,
         resources=resources,
@@ -88,12 +103,16 @@ def build_image(cfg: PipelineConfig) -> Container:
         "build-image",
         "build_image",
         args=[
-            # --git-sha is among the common arguments.
+            # --git-sha (the submitted one; empty means the head of --git-branch) is among the common
+            # arguments; the commit really built leaves as the `git-sha` output.
             "--git-repo", "{{workflow.parameters.git-repo}}",
+            "--git-branch", "{{workflow.parameters.git-branch}}",
             "--image", f"{cfg.images.registry}/train",
             "--digest-out", f"{OUTPUTS}/image-digest",
+            "--git-sha-out", f"{OUTPUTS}/git-sha",
         ],  # fmt: skip
-        outputs=["image-digest"],
+        outputs=["image-digest", "git-sha"],
+        commit_input=False,
         resources=k8s.TOOLS_RESOURCES,
         env=[
             m.EnvVar(name="BUILDKIT_HOST", value=buildkit.address(cfg)),
@@ -132,26 +151,71 @@ def prepare_data(cfg: PipelineConfig) -> Container:
     return step_container(cfg, "prepare-data", "prepare_data", args=["--output", f"{WORKSPACE}/data"])
 
 
+DELETE_TRAIN_JOBS = "delete-train-jobs"
+
+
+class TrainResource(Resource):
+    """The train template; every DAG task that runs it carries an exit hook deleting the workflow's
+    PaddleJobs unless the task succeeded.
+
+    Argo only owner-references what a resource template creates (argo-workflows v4.1.2
+    workflow/controller/operator.go executeResource): a step that fails, times out or is stopped
+    leaves its job running, on its GPUs, until the Workflow object is deleted.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = kwargs.get("name", self.name)
+        # The exit hook runs once the task (with its retries) has ended, also after `argo stop` and
+        # past the workflow deadline; `tasks.<name>.status` is set for it (workflow/controller/dag.go).
+        kwargs.setdefault(
+            "hooks",
+            {"exit": m.LifecycleHook(template=DELETE_TRAIN_JOBS, expression=f'tasks["{name}"].status != "Succeeded"')},
+        )
+        return super().__call__(*args, **kwargs)
+
+
 def train(cfg: PipelineConfig) -> Resource:
-    """Create the PaddleJob and wait for its success or failure condition.
+    """Create the PaddleJob and wait for its success or failure condition; also defines the
+    `delete-train-jobs` template its tasks' exit hook runs.
 
     The template deadline covers the gang-scheduling wait plus the job's own deadline, so a job
     stuck Pending fails the step instead of holding the workflow until the workflow deadline.
     """
     job = build_paddlejob(cfg)
     deadline = cfg.training.paddlejob.schedule_timeout_seconds + cfg.training.paddlejob.active_deadline_seconds
-    return Resource(
+    template = TrainResource(
         name="train",
         action="create",
         set_owner_reference=True,
         manifest=yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True),
         success_condition=job.success_condition,
         failure_condition=job.failure_condition,
-        inputs=[Parameter(name="image-digest")],
+        inputs=[Parameter(name="image-digest"), Parameter(name="git-sha")],
         timeout=f"{deadline}s",
         active_deadline_seconds=deadline,
         retry_strategy=k8s.resource_retry_strategy(cfg),
         metrics=m.Metrics.model_validate(argo_template_metrics("train")),
+    )
+    delete_train_jobs(cfg)
+    return template
+
+
+def delete_train_jobs(cfg: PipelineConfig) -> Resource:
+    """`kubectl delete --ignore-not-found <paddlejobs.group> --selector paddle-mlops/workflow=<workflow>`.
+
+    Deleting the job deletes its pods (both operators make the job their controller owner).
+    No manifest: Argo then runs kubectl with the flags alone (workflow/executor/resource.go
+    getKubectlArguments); --wait=false returns without watching the Paddle operator's finalizer.
+    """
+    job = build_paddlejob(cfg)
+    return Resource(
+        name=DELETE_TRAIN_JOBS,
+        action="delete",
+        flags=[job.resource, "--selector", f"{WORKFLOW_LABEL}={{{{workflow.name}}}}", "--wait=false"],
+        timeout="300s",
+        active_deadline_seconds=300,
+        retry_strategy=k8s.resource_retry_strategy(cfg),
+        metrics=m.Metrics.model_validate(argo_template_metrics(DELETE_TRAIN_JOBS)),
     )
 
 
@@ -237,6 +301,8 @@ def exit_handler(cfg: PipelineConfig) -> Container:
             "--workspace", WORKSPACE,
         ],  # fmt: skip
         resources=k8s.EXIT_RESOURCES,
+        # It runs whatever happened, build-image included: the submitted parameter is all it has.
+        commit_input=False,
     )
 
 

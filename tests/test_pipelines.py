@@ -11,17 +11,12 @@ import yaml
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from paddle_mlops.local.dag import DagError, load_workflow
 from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
+from tests.argo_conditions import parse as parse_selector
 
 DAG_ORDER = ["build-image", "prepare-data", "train", "evaluate", "upload", "register", "rollout"]
 ALLOWED_EXPRESSION = re.compile(
     r"\{\{(workflow\.parameters\.[a-z-]+|workflow\.name|workflow\.status|inputs\.parameters\.[a-z-]+"
     r"|tasks\.[a-z-]+\.outputs\.parameters\.[a-z-]+)\}\}"
-)
-# A Kubernetes label-selector requirement: Argo parses resource conditions with labels.Parse,
-# so the key (a gjson path) must be a valid label key.
-LABEL_REQUIREMENT = re.compile(
-    r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]\s*(==|=|!=|>|<)\s*[A-Za-z0-9_.-]+$"
-    r"|^[A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]\s+(in|notin)\s+\([A-Za-z0-9_.,\s-]+\)$"
 )
 
 
@@ -110,7 +105,7 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
         name: {p["name"]: p["valueFrom"]["path"] for p in t.get("outputs", {}).get("parameters", [])}
         for name, t in templates.items()
     }
-    assert declared["build-image"] == {"image-digest": "/tmp/outputs/image-digest"}
+    assert declared["build-image"] == {"image-digest": "/tmp/outputs/image-digest", "git-sha": "/tmp/outputs/git-sha"}
     assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics"}
     assert set(declared["upload"]) == {"model-uri", "manifest-digest"}
     assert set(declared["register"]) == {"model-version"}
@@ -164,14 +159,16 @@ def test_worker_command_follows_the_training_launch_contract(doc: dict) -> None:
 def test_both_operators_and_topologies(operator: str, ps_replicas: int) -> None:
     cfg = _cfg(
         f"training.paddlejob.operator={operator}",
+        # The Paddle operator must run without its init container (tests/test_upstream_paddle_operator.py).
+        f"training.paddlejob.paddle_operator_init_container={operator == 'kubeflow'}",
         f"training.paddlejob.ps_replicas={ps_replicas}",
         "training.paddlejob.workers=3",
         "training.paddlejob.gpus_per_worker=4",
     )
     job = paddlejob.build_paddlejob(cfg)
+    # Argo parses resource conditions with labels.Parse: each key (a gjson path) a valid label key.
     for condition in (job.success_condition, job.failure_condition):
-        for requirement in re.split(r",(?![^(]*\))", condition):
-            assert LABEL_REQUIREMENT.match(requirement.strip()), requirement
+        assert parse_selector(condition), condition
     spec = job.manifest["spec"]
     if operator == "kubeflow":
         assert job.manifest["apiVersion"] == "kubeflow.org/v1"

@@ -87,6 +87,23 @@ class PaddleJobConfig(Strict):
     ttl_seconds_after_finished: int = Field(3600, ge=0)
     queue: str = "default"
     clean_pod_policy: Literal["None", "Running", "All"] = "Running"
+    paddle_operator_init_container: bool = Field(
+        True, description="the Paddle operator adds its coord-paddle init container (its default; not with --initImage=)"
+    )
+
+    @model_validator(mode="after")
+    def _paddle_operator_admissible(self) -> PaddleJobConfig:
+        # paddle-operator v0.3.5 controllers/paddlejob_controller.go adds the init container whenever
+        # its --initImage flag is non-empty; the container has no securityContext.
+        if self.operator == "paddle" and self.paddle_operator_init_container:
+            raise ValueError(
+                "operator 'paddle' cannot start workers in the pipeline namespace: the Paddle operator adds an init "
+                "container 'coord-paddle' (image from its --initImage flag, default docker.io/library/alpine:3.10) "
+                "without a securityContext, and the namespace enforces Pod Security 'restricted' (argo/tenancy.yaml). "
+                "Start the operator with --initImage= (empty: no init container) and set "
+                "training.paddlejob.paddle_operator_init_container: false, or use training.paddlejob.operator: kubeflow"
+            )
+        return self
 
 
 class TrainingConfig(Strict):
@@ -179,7 +196,7 @@ class ImagesConfig(Strict):
     train: str = "registry.example.com/paddle-mlops/train:0.1.0"
     serve: str = "registry.example.com/paddle-mlops/serve:0.1.0"
     tools: str = "registry.example.com/paddle-mlops/tools:0.1.0"
-    buildkit: str = "moby/buildkit:v0.16.0-rootless"
+    buildkit: str = "moby/buildkit:v0.32.2-rootless"
     require_digest: bool = Field(False, description="prod: images must be pinned by digest")
 
     @field_validator("train", "serve", "tools", "buildkit")
@@ -199,6 +216,10 @@ class ClusterConfig(Strict):
     retry_limit: int = Field(2, ge=0)
     ttl_seconds_after_completion: int = Field(7 * 24 * 3600, ge=0)
     retrain_schedule: str = Field("0 3 * * 1", description="CronWorkflow schedule for scheduled retraining")
+    retrain_repository: str = Field(
+        "https://git.example.com/ml/paddle-mlops.git", description="git URL (https) the scheduled retrain builds from"
+    )
+    retrain_branch: str = Field("main", min_length=1, description="branch whose head commit the scheduled retrain builds")
 
 
 class TriggerConfig(Strict):
