@@ -13,6 +13,7 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
 from paddle_mlops.config.models import RegionConfig, TeamConfig
+from paddle_mlops.contracts import FINAL_EXIT_CODES
 
 # The images put the project here; contracts.md runs every step from the project root.
 PROJECT_DIR = "/app"
@@ -99,8 +100,9 @@ def gpu_node_selector(region: RegionConfig) -> dict[str, str]:
     return region.node_selector()
 
 
-def runtime_env(cfg: PipelineConfig) -> list[m.EnvVar]:
-    """Credentials only by Secret reference; endpoints are not secrets and come from config."""
+def runtime_env(cfg: PipelineConfig, git_sha: str) -> list[m.EnvVar]:
+    """Credentials only by Secret reference; endpoints are not secrets and come from config.
+    `git_sha` is the Argo expression of the commit the template records (see templates.COMMIT)."""
     secret = cfg.storage.credentials_secret
     env = [
         m.EnvVar(
@@ -117,16 +119,25 @@ def runtime_env(cfg: PipelineConfig) -> list[m.EnvVar]:
     # The root filesystem is read-only; libraries that cache under $HOME must write to /tmp.
     env.append(m.EnvVar(name="HOME", value="/tmp"))
     env.append(m.EnvVar(name="PYTHONPATH", value=PROJECT_DIR))
-    env.append(m.EnvVar(name="GIT_SHA", value="{{workflow.parameters.git-sha}}"))
+    env.append(m.EnvVar(name="GIT_SHA", value=git_sha))
     return env
 
 
+def retry_expression() -> str:
+    """Argo `retryStrategy.expression`: false for the exit codes a retry cannot change.
+
+    Argo (workflow/controller/operator.go, buildRetryStrategyLocalScope) passes `lastRetry.exitCode`
+    as a string, "-1" when the pod left none (deleted, evicted): those are retried.
+    """
+    return " && ".join(f"asInt(lastRetry.exitCode) != {code}" for code in FINAL_EXIT_CODES)
+
+
 def retry_strategy(cfg: PipelineConfig) -> RetryStrategy:
-    """Retry transient failures with capped backoff, never a user error (steps exit 2 for those)."""
+    """Retry transient failures with capped backoff, never a user error (2) or a rollback (3)."""
     return RetryStrategy(
         limit=cfg.cluster.retry_limit,
         retry_policy="Always",
-        expression="asInt(lastRetry.exitCode) != 2",
+        expression=retry_expression(),
         backoff=m.Backoff(duration="30s", factor=2, max_duration="30m"),
     )
 

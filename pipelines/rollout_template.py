@@ -36,7 +36,8 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             rollout(
                 name="rollout",
                 arguments={
-                    name: f"{{{{workflow.parameters.{name}}}}}" for name in ("model-uri", "model-version", "region")
+                    name: f"{{{{workflow.parameters.{name}}}}}"
+                    for name in ("model-uri", "model-version", "region", "git-sha")
                 },
             )
     return wt

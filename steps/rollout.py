@@ -9,7 +9,8 @@ smoke-test it, watch its error rate and p99 latency for `canary_window_seconds`,
 100%. A failure in any region rolls back that region and every region already changed; `champion`
 moves only after all regions succeeded.
 
-Exit code 0 when promoted, 1 when rolled back (the outcome file says which), 2 on bad input.
+Exit code 0 when promoted, 3 when rolled back (a verdict: Argo does not retry it; the outcome file
+says `rolled-back`), 2 on bad input, 1 on an error a retry may clear.
 """
 
 from __future__ import annotations
@@ -336,26 +337,54 @@ def rollout_local(
 
 
 def is_ready(obj: dict[str, Any]) -> bool:
-    """Ready=True for the *current* generation (a stale Ready from the old spec does not count)."""
-    status = obj.get("status") or {}
-    generation = (obj.get("metadata") or {}).get("generation")
-    if generation is not None and status.get("observedGeneration", generation) < generation:
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    """The aggregated Ready condition (PredictorReady and IngressReady, inference_service_status.go).
+
+    It may describe the spec before the last update: callers pair it with a freshness check
+    (`KServeRollout._fresh`), because `status.observedGeneration` is the Knative Service's or the
+    Deployment's generation, copied over by KServe, never the InferenceService's own.
+    """
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def predictor_status(obj: dict[str, Any] | None) -> dict[str, Any]:
+    """`status.components.predictor`: revisions and traffic (Serverless mode only)."""
+    return (((obj or {}).get("status") or {}).get("components") or {}).get("predictor") or {}
+
+
+def traffic_percent(obj: dict[str, Any], revision: str) -> int:
+    """The share of live traffic a revision gets, summed over its traffic targets."""
+    return sum(
+        int(t.get("percent") or 0) for t in predictor_status(obj).get("traffic") or [] if t.get("revisionName") == revision
+    )
 
 
 def canary_url(obj: dict[str, Any]) -> str:
     """The URL of the newest revision: its `latest` tag route (tag routing), else the service URL."""
     status = obj.get("status") or {}
-    predictor = (status.get("components") or {}).get("predictor") or {}
+    predictor = predictor_status(obj)
     for target in predictor.get("traffic") or []:
         if target.get("tag") == "latest" and target.get("url"):
             return str(target["url"])
     return str(status.get("url") or predictor.get("url") or "")
 
 
+def _without_canary(spec: dict[str, Any]) -> dict[str, Any]:
+    spec = json.loads(json.dumps(spec))
+    spec.get("predictor", {}).pop("canaryTrafficPercent", None)
+    return spec
+
+
 class KServeRollout:
-    """The region-staged canary state machine over a `CustomObjectsApi`-shaped client."""
+    """The region-staged canary state machine over a `CustomObjectsApi`-shaped client.
+
+    Serverless: the new revision gets `canaryTrafficPercent`, then 100%. A rollback pins all traffic
+    to the last rolled-out revision with `canaryTrafficPercent: 0` (KServe
+    docs/samples/v1beta1/rollout/README.md, "Rollback and pin the model") before the previous spec
+    is restored, so the failed revision never again gets live traffic. RawDeployment has no traffic
+    split (ksvc_reconciler.go is the only reader of canaryTrafficPercent): the new model is checked
+    as a separate `<name>-canary` InferenceService first.
+    """
 
     def __init__(
         self,
@@ -405,17 +434,47 @@ class KServeRollout:
             if exc.status != 404:
                 raise
 
-    def _wait_ready(self, name: str) -> dict[str, Any]:
+    def _wait(self, name: str, what: str, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """Poll the InferenceService until `done(obj)`; RolloutFailed naming `what` at the deadline."""
         deadline = self.clock() + self.cfg.serving.ready_timeout_seconds
         while True:
             obj = self._get(name)
-            if obj is not None and is_ready(obj):
+            if obj is not None and done(obj):
                 return obj
             if self.clock() >= deadline:
                 raise RolloutFailed(
-                    f"InferenceService {self.ns}/{name} not Ready within {self.cfg.serving.ready_timeout_seconds}s"
+                    f"InferenceService {self.ns}/{name}: {what} not reached within {self.cfg.serving.ready_timeout_seconds}s"
                 )
             self.sleep(self.poll)
+
+    def _fresh(self, before: dict[str, Any] | None) -> Callable[[dict[str, Any]], bool]:
+        """Ready for the spec just applied, not for the one before it.
+
+        Serverless: a new Knative revision was created and is the latest ready one. Raw: the
+        Deployment's observedGeneration (copied into status.observedGeneration) moved past `before`'s.
+        """
+        if self.raw:
+            old = ((before or {}).get("status") or {}).get("observedGeneration")
+            return lambda o: is_ready(o) and (old is None or (o.get("status") or {}).get("observedGeneration", 0) > old)
+        old_rev = predictor_status(before).get("latestCreatedRevision")
+
+        def done(o: dict[str, Any]) -> bool:
+            p = predictor_status(o)
+            rev = p.get("latestCreatedRevision")
+            return is_ready(o) and bool(rev) and rev != old_rev and p.get("latestReadyRevision") == rev
+
+        return done
+
+    def _apply_and_wait(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        before = self._get(name)
+        self._apply(body)
+        return self._wait(name, "Ready with the new spec", self._fresh(before))
+
+    def _serving(self, name: str, revision: str, percent: int) -> dict[str, Any]:
+        return self._wait(
+            name, f"{percent}% of traffic on revision {revision}", lambda o: is_ready(o) and traffic_percent(o, revision) == percent
+        )
 
     # -- one region
     def _restorable(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -429,8 +488,8 @@ class KServeRollout:
             "spec": obj["spec"],
         }
 
-    def _check(self, name: str) -> str:
-        obj = self._wait_ready(name)
+    def _check(self, obj: dict[str, Any]) -> str:
+        name = obj["metadata"]["name"]
         url = canary_url(obj)
         if not url:
             raise RolloutFailed(f"InferenceService {self.ns}/{name} is Ready but reports no URL")
@@ -438,31 +497,92 @@ class KServeRollout:
         watch_canary(self.probe, url, self.cfg, self.clock, self.sleep)
         return url
 
+    def _already_serving(self, current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+        """Idempotent rerun: this model version is live and fully rolled out.
+
+        Compared by identity (labels, model URI, image, args), not by whole spec: KServe's defaulting
+        webhook adds fields, and re-applying an unchanged pod template creates no new revision.
+        """
+        if current is None or not is_ready(current):
+            return False
+
+        def identity(obj: dict[str, Any]) -> tuple[Any, ...]:
+            meta = obj.get("metadata") or {}
+            container = ((obj.get("spec") or {}).get("predictor") or {}).get("containers", [{}])[0]
+            uri = (meta.get("annotations") or {}).get("paddle-mlops/model-uri")
+            return meta.get("labels"), uri, container.get("image"), container.get("args")
+
+        if identity(current) != identity(desired):
+            return False
+        if self.raw:
+            return True
+        predictor = predictor_status(current)
+        latest = predictor.get("latestReadyRevision", "")
+        return latest == predictor.get("latestCreatedRevision") and traffic_percent(current, latest) == 100
+
     def _rollout_region(self, region: RegionConfig, model_uri: str, version: str, image: str) -> str:
         name = isvc.service_name(self.cfg, region)
         build = lambda **kw: isvc.build_inference_service(self.cfg, region, model_uri, image, version, **kw)  # noqa: E731
+        current = self._get(name)
+        if self._already_serving(current, build()):
+            log.info("region %s: model version %s already serves 100%%", region.name, version)
+            return str(((current or {}).get("status") or {}).get("url") or "")
         if self.raw:
             canary = build(name=isvc.canary_name(self.cfg, region))
-            self._apply(canary)
-            self._check(canary["metadata"]["name"])
-            self._apply(build())
-            url = canary_url(self._wait_ready(name))
+            self._check(self._apply_and_wait(canary))
+            url = canary_url(self._apply_and_wait(build()))
             self._delete(canary["metadata"]["name"])
             return url
-        has_previous = self._get(name) is not None
-        # The very first deployment has no previous revision to split traffic with.
-        self._apply(build(canary_percent=self.cfg.serving.canary_percent if has_previous else None))
-        self._check(name)
+        # Without a rolled-out revision KServe ignores canaryTrafficPercent (ksvc_reconciler.go).
+        rolled_out = predictor_status(current).get("latestRolledoutRevision")
+        canary = self._apply_and_wait(build(canary_percent=self.cfg.serving.canary_percent if rolled_out else None))
+        self._check(canary)
         self._apply(build())
-        obj = self._wait_ready(name)
+        obj = self._serving(name, predictor_status(canary)["latestReadyRevision"], 100)
         return str((obj.get("status") or {}).get("url") or canary_url(obj))
+
+    def _pin_previous(self, name: str) -> str:
+        """`canaryTrafficPercent: 0` on the live spec: 100% to the last rolled-out revision, now."""
+        live = self._get(name)
+        pinned = self._restorable(live)
+        assert live is not None and pinned is not None
+        pinned["spec"]["predictor"]["canaryTrafficPercent"] = 0
+        self._apply(pinned)
+        failed = predictor_status(live).get("latestCreatedRevision", "")
+        # After a promotion KServe first moves latestRolledoutRevision back to the previous one.
+        obj = self._wait(
+            name,
+            "all traffic back on the last rolled-out revision",
+            lambda o: traffic_percent(o, failed) == 0
+            and traffic_percent(o, predictor_status(o).get("latestRolledoutRevision", "")) == 100,
+        )
+        return str(predictor_status(obj).get("latestRolledoutRevision"))
+
+    def _restore(self, name: str, previous: dict[str, Any]) -> None:
+        """Pin, then bring the previous spec back as a new revision and give it the traffic again."""
+        pinned = self._pin_previous(name)
+        restoring = json.loads(json.dumps(previous))
+        restoring["spec"]["predictor"]["canaryTrafficPercent"] = 0
+        try:
+            restored = self._apply_and_wait(restoring)
+        except RolloutFailed as exc:
+            raise RolloutFailed(f"traffic stays pinned to revision {pinned}; restoring the previous spec failed: {exc}") from None
+        self._apply(previous)
+        revision = predictor_status(restored)["latestReadyRevision"]
+        percent = previous["spec"]["predictor"].get("canaryTrafficPercent", 100)
+        self._serving(name, revision, percent)
 
     def _rollback_region(self, region: RegionConfig, previous: dict[str, Any] | None) -> None:
         name = isvc.service_name(self.cfg, region)
         if self.raw:
             self._delete(isvc.canary_name(self.cfg, region))
+        live = self._get(name)
         if previous is None:
             self._delete(name)
+        elif live is not None and live.get("spec") == previous["spec"]:
+            pass  # the failure came before the new spec was applied
+        elif not self.raw and live is not None and predictor_status(live).get("latestRolledoutRevision"):
+            self._restore(name, previous)
         else:
             self._apply(previous)
         log.warning("rolled back region %s (%s)", region.name, "previous revision restored" if previous else "deleted")
@@ -546,7 +666,7 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None, ap
                 "The previous version keeps serving and 'champion' is unchanged.",
                 file=sys.stderr,
             )
-            return stepargs.EXIT_FAILED
+            return stepargs.EXIT_ROLLED_BACK
         print(f"[rollout] model version {args.model_version} promoted; serving at {outcome.url}")
         return stepargs.EXIT_OK
 

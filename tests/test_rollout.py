@@ -10,11 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from paddle_mlops.config.loader import load_config, load_regions
 from steps import rollout
 from steps.runtime import inference_service as isvc
+from steps.runtime import stepargs
+from tests.kserve_standin import KServeStandIn as FakeCustomObjectsApi
 
 MODEL_URI = "s3://paddle-mlops/models/ernie-sentiment/8"
 IMAGE = "registry.example.com/paddle-mlops/serve@sha256:" + "cd" * 32
@@ -31,57 +32,6 @@ class FakeRegistry:
 
     def tag(self, version: str, key: str, value: str) -> None:
         self.tags.setdefault(version, {})[key] = value
-
-
-class FakeCustomObjectsApi:
-    """Records calls and simulates KServe's status: `ready(name, body)` decides the Ready condition."""
-
-    def __init__(self, ready: Any = lambda name, body: True, existing: dict[str, dict[str, Any]] | None = None):
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.calls: list[tuple[str, str]] = []
-        self._ready = ready
-        for name, body in (existing or {}).items():
-            self._store(name, json.loads(json.dumps(body)))
-
-    def _store(self, name: str, body: dict[str, Any]) -> None:
-        old = self.objects.get(name)
-        body.setdefault("metadata", {})["generation"] = (old["metadata"]["generation"] + 1) if old else 1
-        body["metadata"]["resourceVersion"] = str(int(time.monotonic_ns()))
-        ready = self._ready(name, body)
-        body["status"] = {
-            "observedGeneration": body["metadata"]["generation"],
-            "url": f"http://{name}.example",
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "components": {"predictor": {"traffic": [{"tag": "latest", "url": f"http://latest-{name}.example"}]}},
-        }
-        self.objects[name] = body
-
-    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict[str, Any]:
-        assert (group, version, plural) == (isvc.GROUP, isvc.VERSION, isvc.PLURAL)
-        if name not in self.objects:
-            raise ApiException(status=404, reason="Not Found")
-        return json.loads(json.dumps(self.objects[name]))
-
-    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]) -> None:
-        name = body["metadata"]["name"]
-        assert name not in self.objects, "create of an existing object"
-        self.calls.append(("create", name))
-        self._store(name, body)
-
-    def replace_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str, body: dict[str, Any]) -> None:
-        assert body["metadata"]["resourceVersion"] == self.objects[name]["metadata"]["resourceVersion"]
-        self.calls.append(("replace", name))
-        self._store(name, body)
-
-    def delete_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
-        self.calls.append(("delete", name))
-        if name not in self.objects:
-            raise ApiException(status=404, reason="Not Found")
-        del self.objects[name]
-
-    def model_uri(self, name: str) -> str:
-        args = self.objects[name]["spec"]["predictor"]["containers"][0]["args"]
-        return args[args.index("--model-uri") + 1]
 
 
 def metrics_text(ok: int, errors: int, slow: bool = False) -> str:
@@ -160,7 +110,7 @@ def test_ready_canary_is_checked_then_promoted(cfg: Any, regions: list[Any]) -> 
     assert api.calls == [("replace", name), ("replace", name)]
     assert "canaryTrafficPercent" not in api.objects[name]["spec"]["predictor"]
     assert api.model_uri(name) == MODEL_URI
-    assert probe.smoked == [f"http://latest-{name}.example"]
+    assert probe.smoked == [f"http://latest-{name}-predictor.ns.example.com"]
 
 
 def test_not_ready_past_deadline_rolls_back(cfg: Any, regions: list[Any]) -> None:
@@ -168,7 +118,7 @@ def test_not_ready_past_deadline_rolls_back(cfg: Any, regions: list[Any]) -> Non
     api = FakeCustomObjectsApi(ready=lambda name, body: MODEL_URI not in json.dumps(body), existing=existing)
     outcome = run_machine(cfg, regions[:1], api, FakeProbe())
     assert outcome.outcome == rollout.ROLLED_BACK
-    assert "not Ready within 60s" in outcome.reason
+    assert "Ready with the new spec not reached within 60s" in outcome.reason
     name = isvc.service_name(cfg, regions[0])
     assert api.model_uri(name).endswith("/7")
     assert api.objects[name]["spec"] == existing[name]["spec"]
@@ -212,20 +162,21 @@ def test_failure_in_second_region_rolls_back_the_first(cfg: Any, regions: list[A
 def test_step_outputs_and_tags_keep_champion_on_failure(tmp_path: Path, regions: list[Any]) -> None:
     cfg = load_config(env="prod")
     registry = FakeRegistry(champion="7")
-    api = FakeCustomObjectsApi(existing=previous_services(cfg, regions))
+    api = FakeCustomObjectsApi(existing=previous_services(cfg, regions), lag=False, ready_after=0)
     probe = FakeProbe(unhealthy_urls=(isvc.service_name(cfg, regions[1]),))
     common = ["--env", "prod", "--overrides", '["serving.canary_window_seconds=0", "serving.ready_timeout_seconds=1"]']
     args = [*common, "--model-uri", MODEL_URI, "--model-version", "8",
             "--url-out", str(tmp_path / "url"), "--outcome-out", str(tmp_path / "outcome")]
-    assert rollout.main(args, registry=registry, api=api, probe=probe) == 1
+    # A rollback is a verdict, not a transient error: its own exit code, which Argo does not retry.
+    assert rollout.main(args, registry=registry, api=api, probe=probe) == stepargs.EXIT_ROLLED_BACK == 3
     assert (tmp_path / "outcome").read_text() == "rolled-back"
     assert registry.champion == "7" and registry.tags["8"]["rollout.outcome"] == "rolled-back"
     assert "cn-east" in registry.tags["8"]["rollout.reason"]
 
-    api = FakeCustomObjectsApi(existing=previous_services(cfg, regions))
+    api = FakeCustomObjectsApi(existing=previous_services(cfg, regions), lag=False, ready_after=0)
     assert rollout.main(args, registry=registry, api=api, probe=FakeProbe()) == 0
     assert (tmp_path / "outcome").read_text() == "promoted"
-    assert (tmp_path / "url").read_text() == f"http://{isvc.service_name(cfg, regions[1])}.example"
+    assert (tmp_path / "url").read_text() == f"http://{isvc.service_name(cfg, regions[1])}.ns.example.com"
     assert registry.champion == "8" and registry.tags["8"]["rollout.outcome"] == "promoted"
 
 
@@ -282,7 +233,7 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
         traffic.start()
         try:
             # The smoke texts are longer than 2 characters: the new server rejects them, smoke fails.
-            assert run("2", ["serving.max_text_chars=2"]) == 1
+            assert run("2", ["serving.max_text_chars=2"]) == stepargs.EXIT_ROLLED_BACK
         finally:
             stop.set()
             traffic.join()

@@ -14,6 +14,15 @@ Decisions, and why:
   RawDeployment mode, so there the rollout step deploys the new revision as a separate
   InferenceService `<name>-canary` (see `canary_name`), checks it with smoke traffic and its
   metrics, then updates the main service and deletes the canary. No live-traffic split then.
+- No pod-level `securityContext`: Knative Serving rejects it unless the cluster enables
+  `kubernetes.podspec-securitycontext` (knative/serving v1.21 pkg/apis/serving/fieldmask.go
+  PodSpecMask; pkg/apis/config/features.go defaults it to Disabled). The container-level context
+  allows every field the restricted standard needs, and the /tmp emptyDir is writable without
+  fsGroup. `nodeSelector` and `tolerations` do need `kubernetes.podspec-nodeselector` and
+  `kubernetes.podspec-tolerations` enabled in Knative's `config-features` (README, Cluster install).
+- Labels: KServe copies `metadata.labels` onto the predictor pods and adds
+  `serving.kserve.io/inferenceservice: <name>` and `component: predictor` (kserve v0.20.0
+  components/predictor.go buildObjectMeta), which the NetworkPolicy and PodMonitor select on.
 """
 
 from __future__ import annotations
@@ -21,12 +30,12 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.contracts import SERVING_PORT
 
 GROUP = "serving.kserve.io"
 VERSION = "v1beta1"
 PLURAL = "inferenceservices"
 API_VERSION = f"{GROUP}/{VERSION}"
-SERVING_PORT = 8080
 
 
 def service_name(cfg: PipelineConfig, region: RegionConfig) -> str:
@@ -49,23 +58,14 @@ def pin_image(image: str, digest: str | None) -> str:
     return f"{repo}@{digest}"
 
 
-def _security_context_pod() -> dict[str, Any]:
-    # Pod Security Standard "restricted": non-root with a fixed uid matching the image's USER.
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "runAsGroup": 1000,
-        "fsGroup": 1000,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def _security_context_container() -> dict[str, Any]:
+    """Pod Security Standard "restricted", all of it at container level (see the module docstring)."""
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": True,
         "runAsUser": 1000,
+        "runAsGroup": 1000,
         "readOnlyRootFilesystem": True,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -135,7 +135,6 @@ def build_inference_service(
         "containers": [container],
         "nodeSelector": region.node_selector(),
         "tolerations": [t.model_dump(exclude_none=True) for t in region.tolerations],
-        "securityContext": _security_context_pod(),
         "automountServiceAccountToken": False,
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}],
         "minReplicas": 1,

@@ -17,11 +17,18 @@ from pathlib import Path
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 
+# Exit codes: one definition, shared with the retry expression pipelines/k8s.py writes into the
+# templates (re-exported: every step reads them from here).
+from paddle_mlops.contracts import (  # noqa: F401  (re-exported for the steps)
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_ROLLED_BACK,
+    EXIT_USER_ERROR,
+    FINAL_EXIT_CODES,
+)
+
 log = logging.getLogger("steps")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USER_ERROR = 2
 
 
 class StepError(Exception):
