@@ -7,7 +7,9 @@ Grafana sidecar loads). `argo_template_metrics(name)` is the `metrics` block of 
 Every metric a query names comes from one of: our exporters (steps/runtime/metrics.py,
 steps/runtime/serving.py), the Argo custom metrics below, the Argo controller, kube-state-metrics,
 the NVIDIA DCGM exporter, or Prometheus itself (`up`). `EXTERNAL_METRICS` lists the outside ones
-with their source; tests/test_observability.py checks every query against these names.
+with their source; tests/test_observability.py checks every query against these names, and
+tests/test_upstream_prometheus.py checks every alert's label matchers against the labels each series
+really carries after Prometheus merges in the target labels (`honorLabels`, `exported_` prefix).
 """
 
 from __future__ import annotations
@@ -16,16 +18,21 @@ import json
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import SERVING_PORT
+from pipelines.platform.argo_controller import METRICS_SECURE
 
 MONITORING_API = "monitoring.coreos.com/v1"
 PART_OF = {"app.kubernetes.io/part-of": "paddle-mlops"}
 # kube-prometheus-stack's Prometheus selects monitors and rules by its Helm release label.
 PROMETHEUS_SELECTOR = {"release": "kube-prometheus-stack"}
 TRAIN_METRICS_PORT_NAME = "metrics"  # the training container's named port for `training.metrics_port`
-SERVING_PORT = 8080  # steps/runtime/inference_service.py SERVING_PORT
 ARGO_NAMESPACE = "argo"
-# Argo prepends this to every custom metric name when it exports it (docs/metrics.md, Argo ≥ 3.6).
+# Argo prepends this to every metric name, its own and custom ones alike, when it exports them
+# (v4.1.2 workflow/controller/controller.go passes `argo_workflows` to util/telemetry
+# prometheusMetricsExporter as the namespace; no `_total`/unit suffixes are added).
 ARGO_CUSTOM_PREFIX = "argo_workflows_"
+# The controller container's named metrics port (Argo's install manifests, 9090).
+ARGO_METRICS_PORT_NAME = "metrics"
 
 # Metrics exported by others, by source. Names are checked by the tests; keep the sources current.
 EXTERNAL_METRICS: dict[str, tuple[str, ...]] = {
@@ -39,7 +46,8 @@ EXTERNAL_METRICS: dict[str, tuple[str, ...]] = {
         "kube_pod_owner",
         "kube_pod_container_status_restarts_total",
     ),
-    # Argo Workflows controller (docs/metrics.md, 3.6+; exported with the argo_workflows_ prefix).
+    # Argo Workflows controller (docs/metrics.md, 3.6+; exported with the argo_workflows_ prefix):
+    # gauge{phase}, total_count{phase, namespace}, error_count{cause}, pods_gauge{phase}.
     "argo-workflows-controller": (
         "argo_workflows_gauge",
         "argo_workflows_total_count",
@@ -128,7 +136,10 @@ def _label_from(pod_label: str, target: str) -> dict[str, Any]:
 
 
 def training_pod_monitor(cfg: PipelineConfig) -> dict[str, Any]:
-    """Rank 0 of every PaddleJob (either operator): pods whose controlling owner is a PaddleJob."""
+    """Rank 0 of every PaddleJob (either operator): pods whose controlling owner is a PaddleJob.
+
+    honorLabels stays false: the trainer exports no label that a target label would overwrite.
+    """
     return {
         "apiVersion": MONITORING_API,
         "kind": "PodMonitor",
@@ -147,12 +158,12 @@ def training_pod_monitor(cfg: PipelineConfig) -> dict[str, Any]:
                             "regex": "PaddleJob",
                             "action": "keep",
                         },
+                        # The job is named `<workflow>-train-<suffix>`, so it names the run too.
                         {
                             "sourceLabels": ["__meta_kubernetes_pod_controller_name"],
                             "targetLabel": "paddlejob",
                             "action": "replace",
                         },
-                        _label_from("workflows.argoproj.io/workflow", "workflow"),
                     ],
                 }
             ],
@@ -164,7 +175,8 @@ def serving_pod_monitor(cfg: PipelineConfig) -> dict[str, Any]:
     """The model server container of every InferenceService pod, stable and canary alike.
 
     Knative renames the user port to `user-port` while RawDeployment keeps `http1`, so the target
-    is chosen by port number; queue-proxy's own ports are dropped the same way.
+    is chosen by port number; queue-proxy's own ports are dropped the same way. honorLabels stays
+    false: the model server exports no label that a target label would overwrite.
     """
     return {
         "apiVersion": MONITORING_API,
@@ -199,16 +211,30 @@ def serving_pod_monitor(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def argo_controller_monitor(cfg: PipelineConfig) -> dict[str, Any]:
-    """Argo's controller metrics through the headless `workflow-controller-metrics` Service (Argo docs)."""
+    """Argo's controller metrics, scraped from the controller pods themselves.
+
+    A PodMonitor, not a ServiceMonitor: Argo installs no metrics Service (docs/telemetry-configuration.md,
+    "A metrics service is not installed"). honorLabels: `total_count` carries the workflow's own
+    `namespace`, which the target's `namespace` (argo) would otherwise push to `exported_namespace`.
+    The scheme follows the controller ConfigMap we ship: TLS with a self-signed certificate when
+    `metricsConfig.secure` (the default since 3.6, controller.go `GetSecure(true)`).
+    """
+    endpoint: dict[str, Any] = {
+        "port": ARGO_METRICS_PORT_NAME,
+        "path": "/metrics",
+        "honorLabels": True,
+        "scheme": "https" if METRICS_SECURE else "http",
+    }
+    if METRICS_SECURE:
+        endpoint["tlsConfig"] = {"insecureSkipVerify": True}
     return {
         "apiVersion": MONITORING_API,
-        "kind": "ServiceMonitor",
+        "kind": "PodMonitor",
         "metadata": _monitor_metadata(cfg, "argo-workflow-controller"),
         "spec": {
             "selector": {"matchLabels": {"app": "workflow-controller"}},
             "namespaceSelector": {"matchNames": [ARGO_NAMESPACE]},
-            # Argo ≥ 3.6 serves metrics over TLS with a self-signed certificate by default.
-            "endpoints": [{"port": "metrics", "scheme": "https", "tlsConfig": {"insecureSkipVerify": True}}],
+            "podMetricsEndpoints": [endpoint],
         },
     }
 
@@ -269,6 +295,28 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str, descrip
     }
 
 
+def _gpu(metric: str) -> str:
+    """A DCGM metric with the GPU's workload in `namespace`/`pod`, whichever way it was scraped.
+
+    dcgm-exporter labels a GPU's series with the pod using it as `pod`/`namespace`/`container`
+    (internal/pkg/transformation/const.go). Its chart's ServiceMonitor defaults to honorLabels:
+    false, which moves them to `exported_pod`/`exported_namespace` and puts the exporter's own pod
+    in `pod`. label_replace copies the exported values back when present (`(.+)` needs a value).
+    """
+    inner = f'label_replace({metric}, "namespace", "$1", "exported_namespace", "(.+)")'
+    return f'label_replace({inner}, "pod", "$1", "exported_pod", "(.+)")'
+
+
+def _counted_in(counter: str, window: str) -> str:
+    """Series of `counter` that counted at least once within `window`.
+
+    Argo's counters (custom and `total_count`) are created at their first increment, so the first
+    sample Prometheus ever sees is already 1 and `increase()` has nothing to compare it with: the
+    right-hand side catches a series that did not exist `window` ago.
+    """
+    return f"(increase({counter}[{window}]) > 0) or ({counter} unless {counter} offset {window})"
+
+
 def _pending_pods_of_paddlejobs(ns: str) -> str:
     return (
         f'(kube_pod_status_phase{{namespace="{ns}", phase="Pending"}} == 1)'
@@ -285,7 +333,7 @@ def alert_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
     return [
         _alert(
             "PaddleJobGPUIdle",
-            f'(avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{namespace="{ns}"}}) < 5)'
+            f"(avg by (namespace, pod) ({_gpu('DCGM_FI_DEV_GPU_UTIL')}) < 5)"
             f" and on (namespace, pod) {paddlejob_pods}"
             f' and on (namespace, pod) (kube_pod_status_phase{{namespace="{ns}", phase="Running"}} == 1)',
             "15m",
@@ -313,7 +361,7 @@ def alert_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             "PaddleMLOpsWorkflowFailed",
-            f'increase(argo_workflows_total_count{{namespace="{ns}", phase=~"Failed|Error"}}[1h]) > 0',
+            _counted_in(f'argo_workflows_total_count{{namespace="{ns}", phase=~"Failed|Error"}}', "1h"),
             "0m",
             "critical",
             "Argo workflow failed",
@@ -321,7 +369,7 @@ def alert_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             "PaddleMLOpsStepFailed",
-            f'increase({_argo(STEP_RESULT)}{{status=~"Failed|Error"}}[1h]) > 0',
+            _counted_in(_sel(_argo(STEP_RESULT), 'status=~"Failed|Error"'), "1h"),
             "0m",
             "warning",
             "Pipeline step failed",
@@ -329,7 +377,7 @@ def alert_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             "PaddleMLOpsRolledBack",
-            f'increase({_argo(ROLLOUT_OUTCOME)}{{outcome="rolled-back"}}[6h]) > 0',
+            _counted_in(_sel(_argo(ROLLOUT_OUTCOME), 'outcome="rolled-back"'), "6h"),
             "0m",
             "warning",
             "Canary rolled back",
@@ -422,10 +470,10 @@ def training_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
         "paddle-mlops / Training",
         [
             ("GPU utilisation per PaddleJob",
-             [(f"avg by (owner_name) (DCGM_FI_DEV_GPU_UTIL * on (namespace, pod) group_left (owner_name) {owned})", "{{owner_name}}")],
+             [(f"avg by (owner_name) ({_gpu('DCGM_FI_DEV_GPU_UTIL')} * on (namespace, pod) group_left (owner_name) {owned})", "{{owner_name}}")],
              "percent"),
             ("GPU memory used per PaddleJob",
-             [(f"sum by (owner_name) (DCGM_FI_DEV_FB_USED * on (namespace, pod) group_left (owner_name) {owned})", "{{owner_name}}")],
+             [(f"sum by (owner_name) ({_gpu('DCGM_FI_DEV_FB_USED')} * on (namespace, pod) group_left (owner_name) {owned})", "{{owner_name}}")],
              "decmbytes"),
             ("Training throughput (rank 0)",
              [("sum by (paddlejob) (paddle_mlops_train_samples_per_second)", "{{paddlejob}}")], "short"),
@@ -451,7 +499,7 @@ def pipeline_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
             ("Step duration (last run)", [(f"max by (step) ({_argo(STEP_DURATION)})", "{{step}}")], "s"),
             ("Step results (1h)",
              [(f"sum by (step, status) (increase({_argo(STEP_RESULT)}[1h]))", "{{step}} {{status}}")], "short"),
-            ("Workflows by phase", [("sum by (status) (argo_workflows_gauge)", "{{status}}")], "short"),
+            ("Workflows by phase", [("sum by (phase) (argo_workflows_gauge)", "{{phase}}")], "short"),
             ("Workflow failures (1h)",
              [(f'sum by (phase) (increase(argo_workflows_total_count{{namespace="{ns}", phase=~"Failed|Error"}}[1h]))',
                "{{phase}}")],

@@ -228,7 +228,22 @@ def test_monitors(rendered: dict[str, list[dict]], cfg: PipelineConfig) -> None:
     assert keep == {"sourceLabels": ["__meta_kubernetes_pod_controller_kind"], "regex": "PaddleJob", "action": "keep"}
     targets = {r.get("targetLabel") for r in serve["spec"]["podMetricsEndpoints"][0]["relabelings"]}
     assert {"isvc", "revision", "component"} <= targets  # what canary-vs-stable panels group by
-    assert monitors["argo-workflow-controller"]["kind"] == "ServiceMonitor"
+    # Argo installs no metrics Service, so the controller pods are scraped directly.
+    argo = monitors["argo-workflow-controller"]
+    assert argo["kind"] == "PodMonitor"
+    assert argo["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_argo_monitor_scheme_follows_the_controller_config(
+    secure: bool, cfg: PipelineConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """argo-workflows util/telemetry/exporter_prometheus.go serves TLS exactly when metricsConfig.secure
+    (default true since 3.6: workflow/controller/controller.go `GetSecure(true)`; 3.5 `GetSecure(false)`)."""
+    monkeypatch.setattr(obs, "METRICS_SECURE", secure)
+    (endpoint,) = obs.argo_controller_monitor(cfg)["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == ("https" if secure else "http")
+    assert ("tlsConfig" in endpoint) == secure
 
 
 def test_dashboards_configmap(rendered: dict[str, list[dict]]) -> None:

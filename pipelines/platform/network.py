@@ -2,8 +2,10 @@
 
 A NetworkPolicy cannot name a job created at run time, so "same job" is approximated by "training
 pods of this namespace" (label `paddle-mlops/component: train` on the PaddleJob pod template);
-nothing else may reach them. Destinations come from the configured in-cluster URLs
-(`storage.endpoint_url`, `mlflow.tracking_uri`, of the form http://<service>.<namespace>.svc:<port>).
+besides them only Prometheus may reach them, on the metrics port. Destinations come from the
+configured in-cluster URLs (`storage.endpoint_url`, `mlflow.tracking_uri`, of the form
+http://<service>.<namespace>.svc:<port>). tests/test_upstream_network_policies.py checks that each
+policy selects the pods the operators and KServe really create.
 """
 
 from __future__ import annotations
@@ -13,9 +15,17 @@ from typing import Any
 from urllib.parse import urlparse
 
 from paddle_mlops.config import PipelineConfig
-from pipelines.platform.meta import metadata
+from paddle_mlops.contracts import SERVING_PORT
+from pipelines.platform.meta import PART_OF, metadata
 
 TRAIN_POD_LABELS = {"paddle-mlops/component": "train"}
+# prometheus-operator labels every Prometheus server pod so (v0.93.0 pkg/prometheus/server/operator.go
+# makeSelectorLabels); kube-prometheus-stack's Prometheus runs in MONITORING_NAMESPACE.
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
+# KServe labels every predictor pod with the InferenceService's name (constants.go
+# InferenceServicePodLabelKey); the names vary per region and canary, so the policy selects by the
+# labels our InferenceServices carry, which KServe copies onto the pods (predictor.go buildObjectMeta).
+ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
 # Lead: candidates for config (cluster.gateway_namespaces, cluster.monitoring_namespace).
 GATEWAY_NAMESPACES: tuple[str, ...] = ("knative-serving", "istio-system")
 MONITORING_NAMESPACE = "monitoring"
@@ -76,8 +86,33 @@ def _targets(cfg: PipelineConfig, mlflow: bool) -> list[dict[str, Any]]:
     return rules
 
 
+def _prometheus(port: int | None) -> dict[str, Any]:
+    """Ingress from the monitoring namespace's Prometheus pods, on `port` only when given."""
+    peer = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: MONITORING_NAMESPACE}},
+        "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)},
+    }
+    rule: dict[str, Any] = {"from": [peer]}
+    if port:
+        rule["ports"] = [{"protocol": "TCP", "port": port}]
+    return rule
+
+
+def predictor_selector(cfg: PipelineConfig) -> dict[str, Any]:
+    """Every predictor pod of this model in every region, stable and canary (one InferenceService
+    each, named `<model>-<region>[-canary]`): labels set on the InferenceService, plus KServe's own."""
+    return {
+        "matchLabels": {**PART_OF, "app.kubernetes.io/name": cfg.serving.model_name},
+        "matchExpressions": [{"key": ISVC_POD_LABEL, "operator": "Exists"}],
+    }
+
+
 def training_policy(cfg: PipelineConfig) -> dict[str, Any]:
     same_job = [{"podSelector": {"matchLabels": dict(TRAIN_POD_LABELS)}}]
+    # Collective (NCCL/gloo) and parameter-server traffic between replicas; Prometheus on the metrics port.
+    ingress: list[dict[str, Any]] = [{"from": same_job}]
+    if cfg.training.metrics_port:
+        ingress.append(_prometheus(cfg.training.metrics_port))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -85,27 +120,25 @@ def training_policy(cfg: PipelineConfig) -> dict[str, Any]:
         "spec": {
             "podSelector": {"matchLabels": dict(TRAIN_POD_LABELS)},
             "policyTypes": ["Ingress", "Egress"],
-            # Collective (NCCL/gloo) and parameter-server traffic between replicas, nothing else.
-            "ingress": [{"from": same_job}],
+            "ingress": ingress,
             "egress": [_dns(), *_targets(cfg, mlflow=True), {"to": same_job}],
         },
     }
 
 
 def serving_policy(cfg: PipelineConfig) -> dict[str, Any]:
-    ingress_namespaces = [*GATEWAY_NAMESPACES, MONITORING_NAMESPACE]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": metadata(f"{cfg.serving.model_name}-predictor", cfg.cluster.namespace),
         "spec": {
-            "podSelector": {"matchLabels": {"serving.kserve.io/inferenceservice": cfg.serving.model_name}},
+            "podSelector": predictor_selector(cfg),
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
                     "from": [
-                        # Requests arrive through the gateway / Knative activator; Prometheus scrapes.
-                        *({"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: ns}}} for ns in ingress_namespaces),
+                        # Requests arrive through the gateway / Knative activator (and its autoscaler).
+                        *({"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: ns}}} for ns in GATEWAY_NAMESPACES),
                         # The rollout step's canary probe runs in an Argo workflow pod of this namespace.
                         {
                             "podSelector": {
@@ -113,7 +146,9 @@ def serving_policy(cfg: PipelineConfig) -> dict[str, Any]:
                             }
                         },
                     ]
-                }
+                },
+                # Prometheus scrapes the model server's /metrics on the serving port.
+                _prometheus(SERVING_PORT),
             ],
             # The storage initializer downloads the model from object storage; nothing else leaves.
             "egress": [_dns(), *_targets(cfg, mlflow=False)],
