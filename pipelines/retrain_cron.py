@@ -1,7 +1,10 @@
 """CronWorkflow `scheduled-retrain`: run `train-deploy` on the latest commit on a schedule.
 
 Fresh data arrives without a push; the schedule retrains anyway. It references the
-WorkflowTemplate rather than copying it, so there is still one definition of the DAG.
+WorkflowTemplate rather than copying it, so there is still one definition of the DAG. There is no
+push, so no commit: it passes an empty `git-sha`, which the build step resolves to the head commit
+of `cluster.retrain_branch` (steps/build_image.py) — a branch name is never recorded as the commit.
+`spec.schedules` needs Argo Workflows 3.6 (paddle_mlops/versions.py FEATURES).
 """
 
 from __future__ import annotations
@@ -13,9 +16,8 @@ from paddle_mlops.config import PipelineConfig
 from pipelines import templates, train_deploy
 
 NAME = "scheduled-retrain"
-BRANCH = "main"
-# Same placeholder host as the registry in configs/pipeline.yaml; a config field would be better.
-SOURCE_REPO = "https://git.example.com/ml/paddle-mlops.git"
+# The `git-sha` value that asks the build step to resolve the branch head.
+RESOLVE_BRANCH_HEAD = ""
 
 
 def build(cfg: PipelineConfig) -> CronWorkflow:
@@ -35,10 +37,9 @@ def build(cfg: PipelineConfig) -> CronWorkflow:
         # Inherited from the template too; said again so the cron's own spec is complete.
         on_exit="exit-handler",
         arguments=[
-            # No push, so no commit: the build step resolves the branch name to its head commit.
-            Parameter(name="git-sha", value=BRANCH),
-            Parameter(name="git-branch", value=BRANCH),
-            Parameter(name="git-repo", value=SOURCE_REPO),
+            Parameter(name="git-sha", value=RESOLVE_BRANCH_HEAD),
+            Parameter(name="git-branch", value=cfg.cluster.retrain_branch),
+            Parameter(name="git-repo", value=cfg.cluster.retrain_repository),
         ],
         **settings,
     )

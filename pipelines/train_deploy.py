@@ -19,7 +19,10 @@ GATE = "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
 def parameters(cfg: PipelineConfig) -> list[Parameter]:
     """What a submitter (Argo Events sensor, `argo submit`, the CronWorkflow) may set."""
     return [
-        Parameter(name="git-sha", description="commit to build and train"),
+        Parameter(
+            name="git-sha",
+            description="commit to build and train; empty builds the head of git-branch (recorded as that commit)",
+        ),
         Parameter(name="git-repo", description="repository URL the build step clones"),
         Parameter(name="git-branch", value="main"),
         Parameter(name="pusher", value="", description="who pushed (set by the Argo Events sensor; recorded only)"),
@@ -49,16 +52,23 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
 
         with DAG(name="main"):
             t_build = build_image(name="build-image")
-            t_data = prepare_data(name="prepare-data")
-            t_train = train(name="train", arguments={"image-digest": task_output("build-image", "image-digest")})
-            t_eval = evaluate(name="evaluate")
+            # Every later task records the commit build-image built, never the submitted value.
+            commit = {"git-sha": task_output("build-image", "git-sha")}
+            t_data = prepare_data(name="prepare-data", arguments=commit)
+            t_train = train(
+                name="train", arguments={**commit, "image-digest": task_output("build-image", "image-digest")}
+            )
+            t_eval = evaluate(name="evaluate", arguments=commit)
             t_upload = upload(
-                name="upload", when=GATE, arguments={"mlflow-run-id": task_output("evaluate", "mlflow-run-id")}
+                name="upload",
+                when=GATE,
+                arguments={**commit, "mlflow-run-id": task_output("evaluate", "mlflow-run-id")},
             )
             t_register = register(
                 name="register",
                 when=GATE,
                 arguments={
+                    **commit,
                     "model-uri": task_output("upload", "model-uri"),
                     "manifest-digest": task_output("upload", "manifest-digest"),
                     "mlflow-run-id": task_output("evaluate", "mlflow-run-id"),
@@ -68,6 +78,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                 name="rollout",
                 when=GATE,
                 arguments={
+                    **commit,
                     "model-uri": task_output("upload", "model-uri"),
                     "model-version": task_output("register", "model-version"),
                     "region": "{{workflow.parameters.region}}",

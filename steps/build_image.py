@@ -2,7 +2,9 @@
 
 On the cluster the step runs in the tools image against a `BUILDKIT_HOST` daemon (or
 `buildctl-daemonless.sh`). The build context is the git repository at the exact commit, so the
-image is reproducible from `--git-sha` alone. When `COSIGN_PRIVATE_KEY` is set (from a Secret),
+image is reproducible from `--git-sha` alone; an empty `--git-sha` (the scheduled retrain, which has
+no push) means the head commit of `--git-branch`, resolved once here, built, labelled and output as
+`--git-sha-out`, so no branch name is ever recorded as the commit. When `COSIGN_PRIVATE_KEY` is set (from a Secret),
 the pushed digest is signed before it is output, so later steps only ever see signed images
 (the Kyverno policy in argo/policies.yaml refuses unsigned ones). Locally there is no BuildKit:
 the local executor runs the installed project, so the step says so and outputs the digest `local`.
@@ -13,10 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +29,10 @@ from steps.runtime import stepargs
 from steps.runtime.stepargs import StepError
 
 LOCAL_DIGEST = "local"
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")  # SHA-1 or SHA-256 object name
+# What git accepts as a (possibly abbreviated) object name: a branch or tag name never matches.
+COMMIT_ID_RE = re.compile(r"^[0-9a-f]{4,64}$")
+REVISION_LABEL = "org.opencontainers.image.revision"
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -33,6 +42,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--image", required=True, help="image name without tag; pushed as <image>:<git-sha>")
     parser.add_argument("--dockerfile", default="images/train/Dockerfile", help="Dockerfile path inside the repo")
     parser.add_argument("--digest-out", default=None, help="output parameter file: the pushed image digest")
+    parser.add_argument("--git-branch", default="main", help="branch whose head is built when --git-sha is empty")
+    parser.add_argument("--git-sha-out", default=None, help="output parameter file: the commit that was built")
     return stepargs.parse(parser, argv)
 
 
@@ -50,6 +61,50 @@ def buildctl_command() -> list[str] | None:
     return None
 
 
+def _pkt_lines(body: bytes) -> Sequence[bytes]:
+    """The pkt-line payloads of a git smart-HTTP reply (flush packets dropped)."""
+    lines, pos = [], 0
+    while pos + 4 <= len(body):
+        size = int(body[pos : pos + 4], 16)
+        if size == 0:
+            pos += 4
+            continue
+        lines.append(body[pos + 4 : pos + size])
+        pos += size
+    return lines
+
+
+def resolve_branch(git_repo: str, branch: str, timeout: float = 30.0) -> str:
+    """`git ls-remote <repo> refs/heads/<branch>` over smart HTTP, without a git binary: the commit."""
+    url = f"{git_repo.rstrip('/')}/info/refs?service=git-upload-pack"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:  # noqa: S310 (an https/http git URL)
+            body = reply.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise StepError(
+            f"cannot list the branches of {git_repo} ({exc}); pass --git-sha <commit> or make the repository "
+            "readable over https (cluster.retrain_repository)"
+        ) from None
+    ref = f"refs/heads/{branch}".encode()
+    for line in _pkt_lines(body):
+        sha, _, rest = line.partition(b" ")
+        if rest.split(b"\0", 1)[0].rstrip(b"\n") == ref and COMMIT_RE.match(sha.decode("ascii", "replace")):
+            return sha.decode()
+    raise StepError(f"{git_repo} has no branch {branch!r}; set cluster.retrain_branch to an existing branch")
+
+
+def commit_to_build(git_repo: str, git_sha: str, branch: str) -> str:
+    """The commit to build: `git_sha` when it is one, the branch head when it is empty."""
+    if git_sha == "":
+        return resolve_branch(git_repo, branch)
+    if not COMMIT_ID_RE.match(git_sha):
+        raise StepError(
+            f"--git-sha {git_sha!r} is not a commit id; pass the full commit being built, or an empty "
+            "--git-sha with --git-branch to build the branch head"
+        )
+    return git_sha
+
+
 def build_args(buildctl: list[str], git_repo: str, git_sha: str, dockerfile: str, image: str, metadata: Path) -> list[str]:
     return [
         *buildctl,
@@ -57,6 +112,8 @@ def build_args(buildctl: list[str], git_repo: str, git_sha: str, dockerfile: str
         "--frontend", "dockerfile.v0",
         "--opt", f"context={git_repo}#{git_sha}",
         "--opt", f"filename={dockerfile}",
+        # The commit inside the image, beside the tag: a tag can be moved, the label travels with it.
+        "--opt", f"label:{REVISION_LABEL}={git_sha}",
         "--output", f"type=image,name={image}:{git_sha},push=true",
         "--metadata-file", str(metadata),
     ]
@@ -88,13 +145,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         stepargs.config_from_args(args)
-        if args.git_sha in ("", "unknown"):
-            raise StepError("--git-sha is required to build a reproducible image (pass the commit being built)")
         buildctl = buildctl_command()
         if buildctl is None:
             print(f"build-image: skipped — no BuildKit here (local run uses the installed project); image digest: {LOCAL_DIGEST}")
             stepargs.write_output(args.digest_out, LOCAL_DIGEST)
+            stepargs.write_output(args.git_sha_out, args.git_sha)
             return stepargs.EXIT_OK
+        args.git_sha = commit_to_build(args.git_repo, args.git_sha, args.git_branch)
+        stepargs.write_output(args.git_sha_out, args.git_sha)
         metadata = Path(tempfile.mkdtemp(prefix="build-")) / "build-meta.json"
         cmd = build_args(buildctl, args.git_repo, args.git_sha, args.dockerfile, args.image, metadata)
         stepargs.log.info("building %s:%s from %s#%s", args.image, args.git_sha, args.git_repo, args.git_sha)

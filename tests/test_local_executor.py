@@ -151,7 +151,7 @@ def test_paddlejob_becomes_a_local_launch(tmp_path: Path, project_root: Path, se
     executor = LocalExecutor(cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w")))
     train = next(t for t in executor.workflow.tasks if t.name == "train")
     assert train.kind == "resource"
-    executor.scope.task_outputs["build-image"] = {"image-digest": "local"}
+    executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
     cmd = executor.command_for(train)
     assert cmd[1:3] == ["-m", "paddle.distributed.launch"]
     assert cmd[3 : 3 + len(expected)] == expected
@@ -176,7 +176,7 @@ def test_parameter_server_jobs_use_the_ps_interpreter(
         cfg = load_config(project_root / "configs/pipeline.yaml", "local", sets)
         opts = RunOptions(config_path=project_root / "configs/pipeline.yaml", env="local", overrides=sets, workdir=tmp_path, git_sha="abc")
         executor = LocalExecutor(cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w")))
-        executor.scope.task_outputs["build-image"] = {"image-digest": "local"}
+        executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
         train = next(t for t in executor.workflow.tasks if t.name == "train")
         first[bool(sets)] = executor.command_for(train)[0]
     assert first == {False: sys.executable, True: "/opt/ps/bin/python"}
