@@ -101,6 +101,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("action", choices=["status", "stop"], help="status: print URL and version; stop: stop it")
     _workdir_arg(serve)
 
+    pre = sub.add_parser(
+        "preflight",
+        help="check a live cluster is ready for the install set (versions, CRDs, namespaces, secrets); exit 1 on findings",
+        description=(
+            "Read the cluster through the Kubernetes API and report one line per check, with a fix for each finding: "
+            "Kubernetes and controller versions against the supported matrix, the CRDs the install set uses, namespace "
+            "Pod Security labels, the Argo executor securityContext, the Secrets it references (names only) and the "
+            "EventBus version. Exit 0 when ready, 1 with findings, 2 on bad usage or an unreachable cluster."
+        ),
+    )
+    pre.add_argument("--context", default=None, help="kubeconfig context (default: the current context)")
+    pre.add_argument("--kubeconfig", default=None, metavar="PATH", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    pre.add_argument("--json", dest="as_json", action="store_true", help="print the results as JSON")
+    _config_args(pre, None)
+
     for name, (_, summary) in DELEGATED.items():
         # Parsed by the module's own parser (see main); listed here for `paddle-mlops --help`.
         sub.add_parser(name, help=summary, add_help=False)
@@ -191,7 +206,22 @@ DELEGATED = {
     "report": ("paddle_mlops.report", "write an MLflow run's plots and an HTML summary to a local folder"),
 }
 
-COMMANDS = {"run": _cmd_run, "compile": _cmd_compile, "config": _cmd_config, "ui": _cmd_ui, "serve": _cmd_serve}
+
+def _cmd_preflight(args: argparse.Namespace, console: Console) -> int:
+    from paddle_mlops import preflight
+
+    cfg = load_config(args.config, args.env, args.overrides)
+    return preflight.preflight(cfg, console, kubeconfig=args.kubeconfig, context=args.context, as_json=args.as_json)
+
+
+COMMANDS = {
+    "run": _cmd_run,
+    "compile": _cmd_compile,
+    "config": _cmd_config,
+    "ui": _cmd_ui,
+    "serve": _cmd_serve,
+    "preflight": _cmd_preflight,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,193 @@
+"""What a cluster needs before the install set can run, read off the documents `paddle-mlops compile`
+renders and the objects the steps create at run time (the train step's PaddleJob, the rollout's
+InferenceService): CRDs, namespaces with their Pod Security level, Secret references, the EventBus
+version. `paddle-mlops preflight` checks a live cluster against it; nothing here is a second list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from paddle_mlops import lint
+from paddle_mlops.config import PipelineConfig
+
+ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+# argoproj.io holds both Argo Workflows and Argo Events kinds; these are Argo Events'.
+ARGO_EVENTS_KINDS = ("EventBus", "EventSource", "Sensor")
+GROUP_COMPONENT = {
+    "serving.kserve.io": "kserve",
+    "kyverno.io": "kyverno",
+    "monitoring.coreos.com": "prometheus-operator",
+    "kubeflow.org": "training-operator",
+    "batch.paddlepaddle.org": "paddle-operator",
+}
+# argo-events manifests/base/crds/argoproj.io_eventbus.yaml: `plural: eventbus`; every other kind here
+# takes the regular English plural.
+IRREGULAR_PLURALS = {"EventBus": "eventbus"}
+
+
+@dataclass(frozen=True)
+class Crd:
+    """A CRD by name (`<plural>.<group>`); kind and version when a document (not an RBAC rule) names it."""
+
+    name: str
+    group: str
+    component: str
+    kind: str | None = None
+    version: str | None = None
+
+
+@dataclass
+class Requirements:
+    """What a ready cluster has, read off the install set for one configuration."""
+
+    crds: dict[str, Crd] = field(default_factory=dict)
+    namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (enforce level, argo file)
+    secrets: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (namespace, name) -> keys
+    components: list[str] = field(default_factory=list)  # MATRIX keys whose controller must run
+    event_bus_version: str | None = None  # the EventBus's jetstream.version
+    event_bus: tuple[str, str, str] | None = None  # (name, namespace, argo file) of the install set's EventBus
+    workflow_pod_contexts: list[dict[str, Any]] = field(default_factory=list)  # pod securityContext per template
+    controller_file: str | None = None  # the argo/ file holding the workflow-controller ConfigMap
+
+
+def plural(kind: str) -> str:
+    if kind in IRREGULAR_PLURALS:
+        return IRREGULAR_PLURALS[kind]
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + ("es" if lower.endswith("s") else "s")
+
+
+def is_custom_group(group: str) -> bool:
+    """Built-in groups have no dot or end in .k8s.io (reserved: CRDs may not use them unapproved)."""
+    return "." in group and not group.endswith(".k8s.io")
+
+
+def component_of(group: str, kind: str) -> str:
+    if group == "argoproj.io":
+        return "argo-events" if kind in ARGO_EVENTS_KINDS else "argo-workflows"
+    return GROUP_COMPONENT.get(group, group)
+
+
+def runtime_documents(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """Objects the steps create at run time: one InferenceService per serving region."""
+    from paddle_mlops.config.loader import load_regions
+    from steps.runtime import inference_service as isvc
+
+    regions = load_regions()
+    return [
+        isvc.build_inference_service(cfg, regions[name], f"{cfg.storage.uri}/model", cfg.images.serve)
+        for name in cfg.serving.regions
+        if name in regions
+    ]
+
+
+def _embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The document and the manifests its Argo resource templates create."""
+    yield doc
+    spec = doc.get("spec") or {}
+    for template in (spec.get("workflowSpec") or spec).get("templates") or []:
+        manifest = (template.get("resource") or {}).get("manifest")
+        if isinstance(manifest, str):
+            embedded = yaml.safe_load(manifest)
+            if isinstance(embedded, dict):
+                yield embedded
+
+
+def secret_refs(node: Any) -> Iterator[tuple[str, str | None, str | None]]:
+    """(name, key, namespace) of every required Secret a document refers to, found by shape."""
+    if isinstance(node, list):
+        for item in node:
+            yield from secret_refs(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if not isinstance(value, dict) or value.get("optional") is True:
+            yield from secret_refs(value)
+            continue
+        if key == "secret" and isinstance(value.get("secretName"), str):  # pod volume
+            items = value.get("items") or [{}]
+            for item in items:
+                yield value["secretName"], item.get("key"), None
+        elif key in ("secretKeyRef", "secretRef", "secret") and isinstance(value.get("name"), str):
+            # env valueFrom / envFrom / projected volume source / Kyverno key reference
+            yield value["name"], value.get("key"), value.get("namespace")
+        elif re.search(r"(Secret|Token)$", key) and isinstance(value.get("name"), str) and "key" in value:
+            # Argo Events SecretKeySelectors: webhookSecret, authSecret, apiToken, ...
+            yield value["name"], value["key"], None
+        else:
+            yield from secret_refs(value)
+    for ref in node.get("imagePullSecrets") or []:
+        if isinstance(ref, dict) and ref.get("name"):
+            yield ref["name"], None, None
+
+
+def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | None = None) -> Requirements:
+    """Everything the checks look for, from the rendered install set of `cfg`."""
+    if files is None:
+        from paddle_mlops.compile import render_all
+
+        files = render_all(cfg)
+    req = Requirements()
+    sources = [(name, doc) for name, docs in files.items() for doc in docs]
+    sources += [("(created by the rollout step)", doc) for doc in runtime_documents(cfg)]
+    for file, outer in sources:
+        outer_ns = (outer.get("metadata") or {}).get("namespace") or cfg.cluster.namespace
+        for doc in _embedded(outer):
+            _collect(req, cfg, file, doc, outer_ns)
+    components = ["argo-workflows", *sorted({c.component for c in req.crds.values()} - {"argo-workflows"})]
+    if cfg.serving.deployment_mode == "Serverless" and "kserve" in components:
+        components.append("knative-serving")  # KServe's Serverless mode runs on Knative revisions
+    req.components = components
+    return req
+
+
+def _collect(req: Requirements, cfg: PipelineConfig, file: str, doc: dict[str, Any], namespace: str) -> None:
+    kind, api_version = doc.get("kind", ""), doc.get("apiVersion", "")
+    group, _, version = api_version.rpartition("/")
+    meta = doc.get("metadata") or {}
+    if is_custom_group(group):
+        _add_crd(req, Crd(f"{plural(kind)}.{group}", group, component_of(group, kind), kind, version))
+    rules = doc.get("rules") or [] if kind in ("Role", "ClusterRole") else []
+    for rule in rules:  # what the steps create or read at run time (inferenceservices, workflows, ...)
+        for rule_group in rule.get("apiGroups") or []:
+            for resource in rule.get("resources") or []:
+                if is_custom_group(rule_group) and "/" not in resource:
+                    kind_guess = next((k for k in ARGO_EVENTS_KINDS if plural(k) == resource), resource)
+                    _add_crd(req, Crd(f"{resource}.{rule_group}", rule_group, component_of(rule_group, kind_guess)))
+    if kind == "Namespace":
+        labels = meta.get("labels") or {}
+        req.namespaces[meta["name"]] = (labels.get(ENFORCE_LABEL, ""), file)
+    if kind == "EventBus":
+        req.event_bus_version = ((doc.get("spec") or {}).get("jetstream") or {}).get("version")
+        req.event_bus = (meta["name"], meta.get("namespace") or namespace, file)
+    if kind in lint.ARGO_WORKFLOW_KINDS or kind == "CronWorkflow":
+        spec = doc.get("spec") or {}
+        req.workflow_pod_contexts.append((spec.get("workflowSpec") or spec).get("securityContext") or {})
+    if kind == "ConfigMap" and _is_argo_controller_config(meta):
+        req.controller_file = file
+    for name, key, ref_ns in secret_refs(doc):
+        keys = req.secrets.setdefault((ref_ns or namespace, name), set())
+        if key:
+            keys.add(key)
+
+
+def _add_crd(req: Requirements, crd: Crd) -> None:
+    """Keep one entry per CRD; one that names its kind and version (a document) beats an RBAC rule's."""
+    known = req.crds.get(crd.name)
+    if known is None or (known.kind is None and crd.kind is not None):
+        req.crds[crd.name] = crd
+
+
+def _is_argo_controller_config(meta: dict[str, Any]) -> bool:
+    from pipelines.platform.argo_controller import CONTROLLER_CONFIGMAP, CONTROLLER_NAMESPACE
+
+    return meta.get("name") == CONTROLLER_CONFIGMAP and meta.get("namespace") == CONTROLLER_NAMESPACE
