@@ -37,10 +37,14 @@ def _env(cfg: PipelineConfig, port: int) -> list[dict[str, Any]]:
         {"name": "AWS_DEFAULT_REGION", "value": cfg.storage.region},
         {"name": "MLFLOW_HOST", "value": "0.0.0.0"},
         {"name": "MLFLOW_PORT", "value": str(port)},
-        # MLflow 3 rejects Host headers it does not know (DNS-rebinding guard): allow the Service names.
+        # MLflow 3 rejects Host headers it does not know (DNS-rebinding guard): allow the Service names
+        # and both spellings of the loopback a `kubectl port-forward` user types.
         {
             "name": "MLFLOW_SERVER_ALLOWED_HOSTS",
-            "value": f"{NAME},{NAME}:{port},{NAME}.{cfg.cluster.namespace}.svc,{NAME}.{cfg.cluster.namespace}.svc:{port},localhost:{port}",
+            "value": (
+                f"{NAME},{NAME}:{port},{NAME}.{cfg.cluster.namespace}.svc,{NAME}.{cfg.cluster.namespace}.svc:{port},"
+                f"localhost:{port},127.0.0.1:{port}"
+            ),
         },
         # The root filesystem is read-only; Python and gunicorn write only under /tmp.
         {"name": "HOME", "value": "/tmp"},
