@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Read the cluster through the Kubernetes API and report one line per check, with a fix for each finding: "
             "Kubernetes and controller versions against the supported matrix, the CRDs the install set uses, namespace "
-            "Pod Security labels, the Argo executor securityContext, the Secrets it references (names only) and the "
-            "EventBus version. Exit 0 when ready, 1 with findings, 2 on bad usage or an unreachable cluster."
+            "Pod Security labels, the Argo executor securityContext, Knative's feature flags for the predictors, the "
+            "Secrets it references (names only) and the EventBus version. Exit 0 when ready, 1 with findings, 2 on bad usage or an unreachable cluster."
         ),
     )
     pre.add_argument("--context", default=None, help="kubeconfig context (default: the current context)")

@@ -5,7 +5,7 @@ v4.1.2 workflow/controller/workflowpod.go: `newExecContainer`), and their securi
 resources come only from the controller's `executor` setting, nil by default. Under Pod Security
 "restricted" in the pipeline namespace, a nil securityContext (no allowPrivilegeEscalation: false,
 no capabilities drop) gets every container step refused. This module writes that setting, and the
-metrics setting the ServiceMonitor relies on, as a `workflow-controller-configmap` document and as
+metrics setting the controller PodMonitor relies on, as a `workflow-controller-configmap` document and as
 the equivalent values of the argo/argo-workflows Helm chart.
 """
 
@@ -28,7 +28,7 @@ METRICS_PORT = 9090
 METRICS_PATH = "/metrics"
 # Said explicitly: the controller's default flipped from plain HTTP (v3.5 controller.go
 # `GetSecure(false)`) to a self-signed TLS listener (v3.6+ `GetSecure(true)`), and the Helm chart
-# writes `secure: false` unless told otherwise. The ServiceMonitor scrapes https (observability.py).
+# writes `secure: false` unless told otherwise. The controller PodMonitor scrapes https (observability.py).
 METRICS_SECURE = True
 
 # Requests and limits so quota'd team namespaces admit the pod on the executor containers' own
