@@ -249,3 +249,29 @@ def test_serving_policy_keeps_other_pods_out(cfg: PipelineConfig) -> None:
 )
 def test_label_selector_semantics(selector: dict[str, Any], labels: dict[str, str], expected: bool) -> None:
     assert selects(selector, labels) is expected
+
+
+def test_every_policy_of_the_install_set_selects_a_pod_it_is_for(cfg: PipelineConfig) -> None:
+    """Beyond network-policies.yaml: the BuildKit daemon's policy selects the daemon's own pods and
+    admits the build-image step (a workflow pod of the pipeline namespace) on the daemon port, and
+    nothing from another namespace."""
+    from pipelines.platform import buildkit
+
+    policies = [
+        d
+        for path in sorted((ROOT / "argo").glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+        if d and d.get("kind") == "NetworkPolicy"
+    ]
+    names = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in policies}
+    assert names == {
+        (cfg.cluster.namespace, "paddle-mlops-train"),
+        (cfg.cluster.namespace, f"{cfg.serving.model_name}-predictor"),
+        (cfg.cluster.build_namespace, buildkit.NAME),
+    }, "a new NetworkPolicy needs its own selection check here"
+    (policy,) = [p for p in policies if p["metadata"]["name"] == buildkit.NAME]
+    daemon = buildkit.deployment(cfg)["spec"]["template"]["metadata"]["labels"]
+    assert selects(policy["spec"]["podSelector"], daemon)
+    build_step = Pod("build-image step", cfg.cluster.namespace, {"workflows.argoproj.io/workflow": "train-deploy-x"})
+    assert ingress_allowed(policy, build_step, buildkit.PORT)
+    assert not ingress_allowed(policy, Pod("elsewhere", "default", {}), buildkit.PORT)
