@@ -369,10 +369,17 @@ def canary_url(obj: dict[str, Any]) -> str:
     return str(status.get("url") or predictor.get("url") or "")
 
 
-def _without_canary(spec: dict[str, Any]) -> dict[str, Any]:
-    spec = json.loads(json.dumps(spec))
-    spec.get("predictor", {}).pop("canaryTrafficPercent", None)
-    return spec
+def identity(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes a new revision (labels, model URI, image, args), compared instead of whole specs:
+    KServe's defaulting webhook adds fields, and an unchanged pod template creates no revision."""
+    meta = obj.get("metadata") or {}
+    container = ((obj.get("spec") or {}).get("predictor") or {}).get("containers", [{}])[0]
+    uri = (meta.get("annotations") or {}).get("paddle-mlops/model-uri")
+    return meta.get("labels"), uri, container.get("image"), container.get("args")
+
+
+def canary_percent(spec: dict[str, Any]) -> int:
+    return int((spec.get("predictor") or {}).get("canaryTrafficPercent") or 0)
 
 
 class KServeRollout:
@@ -465,10 +472,21 @@ class KServeRollout:
 
         return done
 
+    def _settled(self, o: dict[str, Any]) -> bool:
+        """Ready with nothing newer coming: what an unchanged template reaches (no new revision)."""
+        if self.raw:
+            return is_ready(o)
+        p = predictor_status(o)
+        return is_ready(o) and bool(p.get("latestCreatedRevision")) and p.get("latestReadyRevision") == p.get("latestCreatedRevision")
+
     def _apply_and_wait(self, body: dict[str, Any]) -> dict[str, Any]:
         name = body["metadata"]["name"]
         before = self._get(name)
         self._apply(body)
+        if before is not None and identity(before) == identity(body):
+            # A retried step re-applies what its first attempt already applied: no new revision (or
+            # Deployment generation) will come, so waiting for one would time out and roll back.
+            return self._wait(name, "Ready with the new spec", self._settled)
         return self._wait(name, "Ready with the new spec", self._fresh(before))
 
     def _serving(self, name: str, revision: str, percent: int) -> dict[str, Any]:
@@ -505,13 +523,6 @@ class KServeRollout:
         """
         if current is None or not is_ready(current):
             return False
-
-        def identity(obj: dict[str, Any]) -> tuple[Any, ...]:
-            meta = obj.get("metadata") or {}
-            container = ((obj.get("spec") or {}).get("predictor") or {}).get("containers", [{}])[0]
-            uri = (meta.get("annotations") or {}).get("paddle-mlops/model-uri")
-            return meta.get("labels"), uri, container.get("image"), container.get("args")
-
         if identity(current) != identity(desired):
             return False
         if self.raw:
@@ -580,7 +591,11 @@ class KServeRollout:
         if previous is None:
             self._delete(name)
         elif live is not None and live.get("spec") == previous["spec"]:
-            pass  # the failure came before the new spec was applied
+            if not self.raw and canary_percent(previous["spec"]) > 0:
+                # A retried step took its own first attempt's canary for the previous state; no
+                # rollout ends on a canary, so pin the traffic to the last rolled-out revision.
+                self._pin_previous(name)
+            # else: the failure came before the new spec was applied
         elif not self.raw and live is not None and predictor_status(live).get("latestRolledoutRevision"):
             self._restore(name, previous)
         else:

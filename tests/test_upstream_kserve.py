@@ -187,3 +187,42 @@ def test_predictor_pod_spec_passes_knative_default_field_mask(cfg: Any, regions:
     }  # fmt: skip
     assert set(ctx) <= knative_container_fields
     assert ctx["runAsNonRoot"] is True and ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def _first_attempt_died_after_the_canary(cfg: Any, region: Any) -> KServeStandIn:
+    """What a retried rollout step finds: its first attempt applied the canary spec, then its pod was
+    lost (exit -1, which the retry expression retries); KServe went on reconciling."""
+    api = KServeStandIn(existing=previous_services(cfg, [region]))
+    name = isvc.service_name(cfg, region)
+    body = isvc.build_inference_service(cfg, region, MODEL_URI, IMAGE, "8", canary_percent=cfg.serving.canary_percent)
+    body["metadata"]["resourceVersion"] = api.objects[name]["metadata"]["resourceVersion"]
+    api.replace_namespaced_custom_object(isvc.GROUP, isvc.VERSION, cfg.cluster.namespace, isvc.PLURAL, name, body)
+    api.settle()
+    return api
+
+
+def test_a_retried_rollout_finishes_the_canary_its_first_attempt_applied(cfg: Any, regions: list[Any]) -> None:
+    """Re-applying the live spec creates no revision (Knative compares templates), so the retry must not
+    wait for one: it checks the canary that is already up and promotes it."""
+    name = isvc.service_name(cfg, regions[0])
+    api = _first_attempt_died_after_the_canary(cfg, regions[0])
+    (canary,) = api.revision_of(name, MODEL_URI)
+    assert live_traffic(api, name)[-1][canary] == cfg.serving.canary_percent
+    assert run(cfg, regions[:1], api, FakeProbe()).outcome == rollout.PROMOTED
+    api.settle()
+    assert api.revision_of(name, MODEL_URI) == [canary], "the retry made a revision of its own"
+    assert live_traffic(api, name)[-1] == {canary: 100}
+
+
+def test_a_retried_rollout_that_fails_pins_traffic_off_the_canary(cfg: Any, regions: list[Any]) -> None:
+    """The retry saw the half-done canary as the 'previous' state; rolling back to it would leave the
+    failed model its canary share, so the rollback pins the last rolled-out revision instead."""
+    name = isvc.service_name(cfg, regions[0])
+    api = _first_attempt_died_after_the_canary(cfg, regions[0])
+    outcome = run(cfg, regions[:1], api, FakeProbe(unhealthy_urls=(name,)))
+    api.settle()
+    assert outcome.outcome == rollout.ROLLED_BACK
+    (failed,) = api.revision_of(name, MODEL_URI)
+    (original,) = api.revision_of(name, OLD_URI)
+    assert {r: p for r, p in live_traffic(api, name)[-1].items() if p} == {original: 100}
+    assert live_traffic(api, name)[-1].get(failed, 0) == 0
