@@ -29,9 +29,9 @@ from steps.runtime import stepargs
 from steps.runtime.stepargs import StepError
 
 LOCAL_DIGEST = "local"
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")  # SHA-1 or SHA-256 object name
-# What git accepts as a (possibly abbreviated) object name: a branch or tag name never matches.
-COMMIT_ID_RE = re.compile(r"^[0-9a-f]{4,64}$")
+# A full SHA-1 or SHA-256 object name: BuildKit's git source takes only those as a commit (anything
+# shorter is looked up as a ref name and the build fails late), and a branch name never is one.
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 REVISION_LABEL = "org.opencontainers.image.revision"
 
 
@@ -97,7 +97,7 @@ def commit_to_build(git_repo: str, git_sha: str, branch: str) -> str:
     """The commit to build: `git_sha` when it is one, the branch head when it is empty."""
     if git_sha == "":
         return resolve_branch(git_repo, branch)
-    if not COMMIT_ID_RE.match(git_sha):
+    if not COMMIT_RE.match(git_sha):
         raise StepError(
             f"--git-sha {git_sha!r} is not a commit id; pass the full commit being built, or an empty "
             "--git-sha with --git-branch to build the branch head"

@@ -37,7 +37,7 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _args(tmp_path: Path) -> list[str]:
-    return ["--env", "local", "--git-sha", "abc123", "--git-repo", "https://git.example.com/ml/p.git",
+    return ["--env", "local", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--git-repo", "https://git.example.com/ml/p.git",
             "--image", "registry.example.com/paddle-mlops/train", "--digest-out", str(tmp_path / "digest")]  # fmt: skip
 
 
@@ -47,8 +47,8 @@ def test_builds_the_commit_signs_the_digest_and_outputs_it(tools: Path, tmp_path
     assert build_image.main(_args(tmp_path)) == 0
     build, sign = tools.read_text().splitlines()
     assert "--tlscacert=/etc/buildkit/certs/ca.crt --tlscert=/etc/buildkit/certs/tls.crt" in build
-    assert "context=https://git.example.com/ml/p.git#abc123" in build
-    assert "name=registry.example.com/paddle-mlops/train:abc123,push=true" in build
+    assert "context=https://git.example.com/ml/p.git#3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b" in build
+    assert "name=registry.example.com/paddle-mlops/train:3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b,push=true" in build
     assert sign.startswith("cosign sign --yes") and "--key env://COSIGN_PRIVATE_KEY" in sign
     assert sign.endswith(f"registry.example.com/paddle-mlops/train@{DIGEST}")
     assert (tmp_path / "digest").read_text() == DIGEST
