@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from paddle_mlops.cli import main
 from paddle_mlops.config import ConfigError, load_config, load_regions, load_teams
-from paddle_mlops.config.models import check_pinned_image
+from paddle_mlops.config.loader import read_yaml
+from paddle_mlops.config.models import PipelineConfig, check_pinned_image
+
+# What configs/pipeline.yaml may set: the settings that depend on where the pipeline runs
+# (service addresses, registry, cluster names, forge, regions). Everything else has one default,
+# in paddle_mlops/config/models.py, and differs per environment only in configs/env/*.yaml.
+SITE_CHOICES = (
+    "training.metrics_port",
+    "storage.",
+    "mlflow.tracking_uri",
+    "serving.regions",
+    "images.",
+    "cluster.namespace",
+    "cluster.build_namespace",
+    "cluster.service_account",
+    "cluster.team",
+    "cluster.region",
+    "cluster.retrain_repository",
+    "cluster.retrain_branch",
+    "trigger.",
+)
 
 
 def test_base_env_and_set_merge_in_order(project_root: Path) -> None:
@@ -25,6 +47,39 @@ def test_base_env_and_set_merge_in_order(project_root: Path) -> None:
 def test_every_environment_overlay_validates(project_root: Path) -> None:
     for env in ("local", "dev", "prod"):
         load_config(project_root / "configs/pipeline.yaml", env)
+
+
+def _leaves(node: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in node.items():
+        if isinstance(value, Mapping):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _at(data: Mapping[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data[part]
+    return data
+
+
+def test_pipeline_yaml_sets_only_site_choices_and_no_defaults(project_root: Path) -> None:
+    """The models hold the only defaults: the base YAML overrides none of them and repeats none."""
+    path = project_root / "configs/pipeline.yaml"
+    base = read_yaml(path)
+    defaults = PipelineConfig().model_dump()
+    configured = PipelineConfig.model_validate(base).model_dump()
+    problems = []
+    for key, value in _leaves(base):
+        if not key.startswith(SITE_CHOICES):
+            problems.append(
+                f"{key}: {value!r} is not a site choice; change its default in paddle_mlops/config/models.py "
+                "(or set it per environment in configs/env/*.yaml) and delete it here. If it really depends "
+                "on the site, add it to SITE_CHOICES in tests/test_config.py."
+            )
+        elif _at(configured, key) == _at(defaults, key):
+            problems.append(f"{key}: {value!r} repeats the default in paddle_mlops/config/models.py; delete it here.")
+    assert not problems, f"{path}:\n" + "\n".join(problems)
 
 
 def test_models_are_frozen(project_root: Path) -> None:
