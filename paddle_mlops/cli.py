@@ -14,10 +14,10 @@ from rich.console import Console
 
 from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.config.loader import default_config_path
+from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE
 from paddle_mlops.local.dag import DagError
 
-EXIT_USAGE = 2
-DEFAULT_WORKDIR = Path(".paddle-mlops")
+DEFAULT_WORKDIR = Path(DEFAULT_HOME)
 
 
 def _config_args(p: argparse.ArgumentParser, default_env: str | None) -> None:

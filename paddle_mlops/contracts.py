@@ -1,9 +1,13 @@
 """Names and numbers both sides share (pipelines/ writes them into manifests, steps/ acts on them).
 
-Only the ones this module holds are single-sourced so far; issue #19 moves the rest here.
+The one definition of each: exit codes, the labels, uid, port, registry aliases, metric names and
+the MLflow tracking URI that the layers and the CLI would otherwise each spell out.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 # Step exit codes. Argo's retry expression (pipelines/k8s.py) retries only what a retry can change.
 EXIT_OK = 0
@@ -16,5 +20,70 @@ EXIT_ROLLED_BACK = 3
 # Exit codes a retry cannot change.
 FINAL_EXIT_CODES = (EXIT_USER_ERROR, EXIT_ROLLED_BACK)
 
+# The CLI's exit codes (`paddle-mlops …`; README's CLI reference documents them).
+# Bad usage, bad configuration or bad input: argparse's own code, the same as a step's user error.
+EXIT_USAGE = EXIT_USER_ERROR
+# `lint` and `preflight` ran and found something to fix.
+EXIT_FINDINGS = 1
+# `submit`: the namespace's GPU quota cannot hold the run; nothing was submitted.
+EXIT_NO_CAPACITY = 3
+# `submit`: no credentials, or the Kubernetes API refused the request.
+EXIT_API = 4
+
 # The model server's HTTP port in the predictor container (KServe's default container port).
 SERVING_PORT = 8080
+
+# Every object the project creates carries it, so `kubectl get -l app.kubernetes.io/part-of=paddle-mlops`
+# finds them all and policies and monitors select them.
+PART_OF_KEY = "app.kubernetes.io/part-of"
+PART_OF_VALUE = "paddle-mlops"
+PART_OF = {PART_OF_KEY: PART_OF_VALUE}
+
+# Non-root uid/gid baked into the project's images (images/*/Dockerfile); restricted PSS forbids uid 0.
+RUN_AS_USER = 1000
+RUN_AS_GROUP = 1000
+
+# MLflow registered-model aliases carry the deployment state: registered, not yet serving; serving
+# 100%; what a rollback returns to.
+CHALLENGER = "challenger"
+CHAMPION = "champion"
+PREVIOUS_CHAMPION = "previous-champion"
+
+# Prometheus series, named `paddle_mlops_<subsystem>_<name>_<unit>` (scheme: steps/runtime/metrics.py).
+# The steps export them; the alerts and dashboards (pipelines/observability.py) and the rollout's
+# health check read them.
+# Training: rank 0's `/metrics` while it trains (steps/runtime/metrics.py).
+TRAIN_SAMPLES_PER_SECOND = "paddle_mlops_train_samples_per_second"
+TRAIN_LOSS = "paddle_mlops_train_loss"
+TRAIN_STEP = "paddle_mlops_train_step"
+TRAIN_EPOCH = "paddle_mlops_train_epoch"
+TRAIN_DATALOADER_WAIT_SECONDS = "paddle_mlops_train_dataloader_wait_seconds"
+TRAIN_GPU_MEMORY_BYTES = "paddle_mlops_train_gpu_memory_bytes"
+# Serving: the model server's `/metrics` (steps/runtime/serving.py).
+SERVING_REQUESTS_TOTAL = "paddle_mlops_serving_requests_total"
+SERVING_REQUEST_LATENCY_SECONDS = "paddle_mlops_serving_request_latency_seconds"
+SERVING_BATCH_SIZE = "paddle_mlops_serving_batch_size"
+SERVING_ERRORS_TOTAL = "paddle_mlops_serving_errors_total"
+# Argo custom metrics of every step (pipelines/observability.py); the controller exports them with
+# its own `argo_workflows_` prefix.
+STEP_DURATION = "paddle_mlops_step_duration_seconds"
+STEP_RESULT = "paddle_mlops_step_result_total"
+GATE_PASSED = "paddle_mlops_gate_passed"
+ROLLOUT_OUTCOME = "paddle_mlops_rollout_outcome_total"
+
+# Local runs keep their state here (the MLflow store, the object store, the serving record); the
+# local executor sets the variable for every step it starts.
+HOME_ENV = "PADDLE_MLOPS_HOME"
+DEFAULT_HOME = ".paddle-mlops"
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+
+
+def home_dir() -> Path:
+    """Where embedded defaults live locally: `$PADDLE_MLOPS_HOME`, else `./.paddle-mlops` (absolute)."""
+    return Path(os.environ.get(HOME_ENV, DEFAULT_HOME)).resolve()
+
+
+def tracking_uri(configured: str | None = None, home: Path | None = None) -> str:
+    """`$MLFLOW_TRACKING_URI`, else `configured` (`mlflow.tracking_uri`), else SQLite `mlflow.db` in
+    `home` (default `home_dir()`). Creates nothing; an empty string counts as unset."""
+    return os.environ.get(TRACKING_URI_ENV) or configured or f"sqlite:///{(home or home_dir()) / 'mlflow.db'}"

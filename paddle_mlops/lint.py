@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, RUN_AS_USER
 from pipelines.platform.argo_controller import CONTROLLER_CONFIGMAP
 
 EXEMPT_ANNOTATION = "paddle-mlops/pod-security-exempt"
@@ -69,8 +70,6 @@ ARGO_RESOURCE_DEFAULT_SECURITY_CONTEXT: dict[str, Any] = {
 # Marks the modelled argoexec containers, whose fix belongs in the controller's config.
 EXECUTOR_MARK = "x-paddle-mlops-argo-executor"
 EXECUTOR_FIX = f"in the `executor` setting of the Argo {CONTROLLER_CONFIGMAP} (argo/argo-controller.yaml)"
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
 
 
 @dataclass(frozen=True)
@@ -311,7 +310,7 @@ def _restricted(pod: Pod, container: dict[str, Any]) -> Iterator[tuple[str, str,
     if _effective(container, pod, "runAsNonRoot") is not True:
         yield "run-as-non-root", "runAsNonRoot is not true", "set securityContext.runAsNonRoot: true (pod or container)"
     if _effective(container, pod, "runAsUser") == 0:
-        yield "run-as-user", "runs as uid 0", "set securityContext.runAsUser to a non-zero uid (the images use 1000)"
+        yield "run-as-user", "runs as uid 0", f"set securityContext.runAsUser to a non-zero uid (the images use {RUN_AS_USER})"
     if ctx.get("allowPrivilegeEscalation") is not False:
         yield (
             "allow-privilege-escalation",
@@ -489,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps([asdict(f) for f in findings], indent=2, ensure_ascii=False))
     else:
         print(format_text(findings))
-    return EXIT_FINDINGS if findings else 0
+    return EXIT_FINDINGS if findings else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -25,10 +25,10 @@ from rich.text import Text
 from paddle_mlops import lint
 from paddle_mlops.cluster_requirements import ENFORCE_LABEL, Requirements, requirements
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from paddle_mlops.versions import MATRIX, at_least
 from pipelines.platform import argo_controller
 
-EXIT_READY, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 OK, WARNING, FINDING = "ok", "warning", "finding"
 # What the API server answers with metadata only (kubectl uses it for `get -o name`): no `data`.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -364,7 +364,7 @@ def controller_configmap(deployments: list[Any]) -> tuple[str, str]:
 def check_argo_executor(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
     name, namespace = controller_configmap(api.deployments())
     subject = f"{namespace}/{name}"
-    helm = json.dumps(argo_controller.helm_values()["executor"]["securityContext"])
+    helm = json.dumps(argo_controller.executor_security_context())
     fix = (f"kubectl apply -f argo/{req.controller_file}" if req.controller_file else f"set key executor of {subject}")
     fix += f" (Helm chart argo/argo-workflows: executor.securityContext={helm})"
     try:
@@ -579,4 +579,4 @@ def preflight(
         console.out(json.dumps([asdict(r) for r in results], indent=2, ensure_ascii=False), highlight=False)
     else:
         render(results, console)
-    return EXIT_FINDINGS if any(r.status == FINDING for r in results) else EXIT_READY
+    return EXIT_FINDINGS if any(r.status == FINDING for r in results) else EXIT_OK

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -21,22 +20,15 @@ from typing import Any
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from paddle_mlops import contracts
+from paddle_mlops.contracts import EXIT_USER_ERROR
 from steps.runtime import plots
 
 HISTORY_KEYS = ("train_loss", "dev_accuracy", "dev_macro_f1")
-EXIT_USER_ERROR = 2
 
 
 class ReportError(Exception):
     """The run cannot be reported (unknown id, unreachable tracking server)."""
-
-
-def default_tracking_uri() -> str:
-    """`MLFLOW_TRACKING_URI`, else the local executor's embedded SQLite store (contracts.md)."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    home = Path(os.environ.get("PADDLE_MLOPS_HOME", ".paddle-mlops")).resolve()
-    return f"sqlite:///{home / 'mlflow.db'}"
 
 
 def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> list[str]:
@@ -133,7 +125,7 @@ def _html(run: Any, images: list[Path]) -> str:
 
 def report(run_id: str, out_dir: str | Path, tracking_uri: str | None = None) -> Path:
     """Write `out_dir/index.html` and the run's plots; return the path of index.html."""
-    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    client = MlflowClient(tracking_uri=tracking_uri or contracts.tracking_uri())
     try:
         run = client.get_run(run_id)
         files = _artifacts(client, run_id)

@@ -16,14 +16,12 @@ from typing import Any
 import yaml
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_USAGE
 
 GROUP, VERSION, PLURAL = "argoproj.io", "v1alpha1", "workflows"
 GPU_QUOTA_KEY = "requests.nvidia.com/gpu"
 # The quota `pipelines/platform/tenancy.py` installs in every namespace that runs training.
 QUOTA_NAME = "compute-quota"
-EXIT_USAGE = 2
-EXIT_NO_CAPACITY = 3
-EXIT_API = 4
 
 
 class QuotaExceeded(Exception):

@@ -13,13 +13,10 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
 from paddle_mlops.config.models import RegionConfig, TeamConfig
-from paddle_mlops.contracts import FINAL_EXIT_CODES
+from paddle_mlops.contracts import FINAL_EXIT_CODES, RUN_AS_GROUP, RUN_AS_USER
 
 # The images put the project here; contracts.md runs every step from the project root.
 PROJECT_DIR = "/app"
-# Non-root uid/gid baked into the images (images/*/Dockerfile); restricted PSS forbids uid 0.
-RUN_AS_USER = 1000
-RUN_AS_GROUP = 1000
 
 # Tools steps (data, evaluate, upload, register, rollout) are light; bounded so one bad run
 # cannot starve the namespace quota.

@@ -1,7 +1,7 @@
 """Monitoring for the pipeline: scrape targets, alerts, Grafana dashboards and Argo custom metrics.
 
 `render_observability(cfg)` returns the documents of `argo/monitoring.yaml` (Prometheus Operator
-PodMonitors/ServiceMonitor and a PrometheusRule) and `argo/dashboards.yaml` (a ConfigMap the
+PodMonitors and a PrometheusRule) and `argo/dashboards.yaml` (a ConfigMap the
 Grafana sidecar loads). `argo_template_metrics(name)` is the `metrics` block of one Argo template.
 
 Every metric a query names comes from one of: our exporters (steps/runtime/metrics.py,
@@ -18,15 +18,30 @@ import json
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import SERVING_PORT
-from pipelines.platform.argo_controller import METRICS_SECURE
+from paddle_mlops.contracts import (
+    GATE_PASSED,
+    PART_OF,
+    ROLLOUT_OUTCOME,
+    SERVING_BATCH_SIZE,
+    SERVING_ERRORS_TOTAL,
+    SERVING_PORT,
+    SERVING_REQUEST_LATENCY_SECONDS,
+    SERVING_REQUESTS_TOTAL,
+    STEP_DURATION,
+    STEP_RESULT,
+    TRAIN_DATALOADER_WAIT_SECONDS,
+    TRAIN_EPOCH,
+    TRAIN_GPU_MEMORY_BYTES,
+    TRAIN_LOSS,
+    TRAIN_SAMPLES_PER_SECOND,
+    TRAIN_STEP,
+)
+from pipelines.platform.argo_controller import CONTROLLER_NAMESPACE, METRICS_PATH, METRICS_SECURE
 
 MONITORING_API = "monitoring.coreos.com/v1"
-PART_OF = {"app.kubernetes.io/part-of": "paddle-mlops"}
 # kube-prometheus-stack's Prometheus selects monitors and rules by its Helm release label.
 PROMETHEUS_SELECTOR = {"release": "kube-prometheus-stack"}
 TRAIN_METRICS_PORT_NAME = "metrics"  # the training container's named port for `training.metrics_port`
-ARGO_NAMESPACE = "argo"
 # Argo prepends this to every metric name, its own and custom ones alike, when it exports them
 # (v4.1.2 workflow/controller/controller.go passes `argo_workflows` to util/telemetry
 # prometheusMetricsExporter as the namespace; no `_total`/unit suffixes are added).
@@ -58,10 +73,6 @@ EXTERNAL_METRICS: dict[str, tuple[str, ...]] = {
 
 # --------------------------------------------------------------------------- Argo custom metrics
 
-STEP_DURATION = "paddle_mlops_step_duration_seconds"
-STEP_RESULT = "paddle_mlops_step_result_total"
-GATE_PASSED = "paddle_mlops_gate_passed"
-ROLLOUT_OUTCOME = "paddle_mlops_rollout_outcome_total"
 
 
 def argo_template_metrics(template_name: str) -> dict[str, Any]:
@@ -96,7 +107,7 @@ def argo_template_metrics(template_name: str) -> dict[str, Any]:
                 }
             )
     if template_name == "rollout":
-        # A rolled-back rollout exits 1 (status Failed) but still writes its outcome file, which
+        # A rolled-back rollout exits 3 (status Failed) but still writes its outcome file, which
         # Argo saves either way; so the condition reads the outcome, not the status.
         for outcome in ("promoted", "rolled-back"):
             metrics.append(
@@ -221,7 +232,7 @@ def argo_controller_monitor(cfg: PipelineConfig) -> dict[str, Any]:
     """
     endpoint: dict[str, Any] = {
         "port": ARGO_METRICS_PORT_NAME,
-        "path": "/metrics",
+        "path": METRICS_PATH,
         "honorLabels": True,
         "scheme": "https" if METRICS_SECURE else "http",
     }
@@ -233,7 +244,7 @@ def argo_controller_monitor(cfg: PipelineConfig) -> dict[str, Any]:
         "metadata": _monitor_metadata(cfg, "argo-workflow-controller"),
         "spec": {
             "selector": {"matchLabels": {"app": "workflow-controller"}},
-            "namespaceSelector": {"matchNames": [ARGO_NAMESPACE]},
+            "namespaceSelector": {"matchNames": [CONTROLLER_NAMESPACE]},
             "podMetricsEndpoints": [endpoint],
         },
     }
@@ -328,8 +339,8 @@ def alert_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
     ns = cfg.cluster.namespace
     serving = cfg.serving
     paddlejob_pods = f'kube_pod_owner{{namespace="{ns}", owner_kind="PaddleJob"}}'
-    requests = _sel("paddle_mlops_serving_requests_total", f'namespace="{ns}"')
-    errors = _sel("paddle_mlops_serving_requests_total", f'namespace="{ns}"', 'code=~"5.."')
+    requests = _sel(SERVING_REQUESTS_TOTAL, f'namespace="{ns}"')
+    errors = _sel(SERVING_REQUESTS_TOTAL, f'namespace="{ns}"', 'code=~"5.."')
     return [
         _alert(
             "PaddleJobGPUIdle",
@@ -340,7 +351,7 @@ def alert_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
             "warning",
             "GPU idle in a running PaddleJob pod",
             "{{ $labels.pod }} holds a GPU below 5% utilisation for 15 minutes: a stalled data loader, a "
-            "hung collective, or a job waiting on peers. Check the pod log and paddle_mlops_train_dataloader_wait_seconds.",
+            "hung collective, or a job waiting on peers. Check the pod log and " + TRAIN_DATALOADER_WAIT_SECONDS + ".",
         ),
         _alert(
             "PaddleJobPendingTooLong",
@@ -395,7 +406,7 @@ def alert_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
         _alert(
             "ModelServingLatencyP99High",
             "histogram_quantile(0.99, sum by (le, isvc, revision) "
-            f'(rate(paddle_mlops_serving_request_latency_seconds_bucket{{namespace="{ns}"}}[5m])))'
+            f'(rate({SERVING_REQUEST_LATENCY_SECONDS}_bucket{{namespace="{ns}"}}[5m])))'
             f" > {serving.max_p99_latency_ms / 1000:g}",
             "5m",
             "warning",
@@ -476,16 +487,16 @@ def training_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
              [(f"sum by (owner_name) ({_gpu('DCGM_FI_DEV_FB_USED')} * on (namespace, pod) group_left (owner_name) {owned})", "{{owner_name}}")],
              "decmbytes"),
             ("Training throughput (rank 0)",
-             [("sum by (paddlejob) (paddle_mlops_train_samples_per_second)", "{{paddlejob}}")], "short"),
-            ("Training loss", [("paddle_mlops_train_loss", "{{paddlejob}}")], "short"),
+             [(f"sum by (paddlejob) ({TRAIN_SAMPLES_PER_SECOND})", "{{paddlejob}}")], "short"),
+            ("Training loss", [(TRAIN_LOSS, "{{paddlejob}}")], "short"),
             ("Progress",
-             [("paddle_mlops_train_step", "step {{paddlejob}}"), ("paddle_mlops_train_epoch", "epoch {{paddlejob}}")],
+             [(TRAIN_STEP, "step {{paddlejob}}"), (TRAIN_EPOCH, "epoch {{paddlejob}}")],
              "short"),
             ("Data loader wait p90",
-             [("histogram_quantile(0.9, sum by (le, paddlejob) (rate(paddle_mlops_train_dataloader_wait_seconds_bucket[5m])))",
+             [(f"histogram_quantile(0.9, sum by (le, paddlejob) (rate({TRAIN_DATALOADER_WAIT_SECONDS}_bucket[5m])))",
                "{{paddlejob}}")],
              "s"),
-            ("Trainer GPU memory (rank 0)", [("paddle_mlops_train_gpu_memory_bytes", "{{paddlejob}}")], "bytes"),
+            ("Trainer GPU memory (rank 0)", [(TRAIN_GPU_MEMORY_BYTES, "{{paddlejob}}")], "bytes"),
         ],
     )  # fmt: skip
 
@@ -514,9 +525,9 @@ def pipeline_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
 
 def serving_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
     ns = cfg.cluster.namespace
-    req = _sel("paddle_mlops_serving_requests_total", f'namespace="{ns}"')
-    failed = _sel("paddle_mlops_serving_requests_total", f'namespace="{ns}"', 'code=~"5.."')
-    lat = f'paddle_mlops_serving_request_latency_seconds_bucket{{namespace="{ns}"}}'
+    req = _sel(SERVING_REQUESTS_TOTAL, f'namespace="{ns}"')
+    failed = _sel(SERVING_REQUESTS_TOTAL, f'namespace="{ns}"', 'code=~"5.."')
+    lat = f'{SERVING_REQUEST_LATENCY_SECONDS}_bucket{{namespace="{ns}"}}'
     return _dashboard(
         "paddle-mlops-serving",
         "paddle-mlops / Serving",
@@ -533,9 +544,9 @@ def serving_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
                "{{isvc}} {{revision}}")],
              "percentunit"),
             ("Errors by reason",
-             [(f'sum by (reason) (rate(paddle_mlops_serving_errors_total{{namespace="{ns}"}}[5m]))', "{{reason}}")], "reqps"),
+             [(f'sum by (reason) (rate({SERVING_ERRORS_TOTAL}{{namespace="{ns}"}}[5m]))', "{{reason}}")], "reqps"),
             ("Batch size p50 / p95",
-             [(f'histogram_quantile({q}, sum by (le) (rate(paddle_mlops_serving_batch_size_bucket{{namespace="{ns}"}}[5m])))',
+             [(f'histogram_quantile({q}, sum by (le) (rate({SERVING_BATCH_SIZE}_bucket{{namespace="{ns}"}}[5m])))',
                f"p{int(q * 100)}") for q in (0.5, 0.95)],
              "short"),
             ("Model server pods up", [(f'sum by (isvc) (up{{job="{ns}/paddle-mlops-serving"}})', "{{isvc}}")], "short"),

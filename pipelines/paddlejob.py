@@ -15,6 +15,7 @@ from typing import Any
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import PART_OF
 from pipelines import k8s
 from pipelines.platform.network import TRAIN_POD_LABELS
 from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
@@ -139,14 +140,14 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
         spec["tolerations"] = k8s.as_k8s(k8s.gpu_tolerations(region))
         spec["nodeSelector"] = k8s.gpu_node_selector(region)
     # The component label is what the training NetworkPolicy selects on.
-    return {"metadata": {"labels": {"app.kubernetes.io/part-of": "paddle-mlops", **TRAIN_POD_LABELS}}, "spec": spec}
+    return {"metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS}}, "spec": spec}
 
 
 def _metadata() -> dict[str, Any]:
     # generateName: an Argo retry of the train step creates a fresh job instead of colliding.
     return {
         "generateName": "{{workflow.name}}-train-",
-        "labels": {"app.kubernetes.io/part-of": "paddle-mlops", WORKFLOW_LABEL: "{{workflow.name}}"},
+        "labels": {**PART_OF, WORKFLOW_LABEL: "{{workflow.name}}"},
     }
 
 

@@ -21,6 +21,7 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import PART_OF
 from pipelines import k8s
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import WORKFLOW_LABEL, build_paddlejob
@@ -328,5 +329,5 @@ def workflow_settings(cfg: PipelineConfig) -> dict[str, Any]:
         "active_deadline_seconds": cfg.cluster.workflow_deadline_seconds,
         "security_context": k8s.pod_security_context(),
         "pod_priority_class_name": team.priority.name,
-        "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/team": team.name},
+        "labels": {**PART_OF, "paddle-mlops/team": team.name},
     }

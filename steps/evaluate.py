@@ -24,11 +24,11 @@ if not __package__:  # run as a script path: make `steps` importable
 import numpy as np  # noqa: E402
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
+from paddle_mlops.contracts import CHAMPION  # noqa: E402
 from steps.runtime import data, s3, stepargs, workspace  # noqa: E402
 from steps.runtime.stepargs import StepError  # noqa: E402
 
 log = logging.getLogger("steps.evaluate")
-CHAMPION_ALIAS = "champion"
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -98,7 +98,7 @@ def champion(client: Any, registered_model: str, metric: str) -> tuple[str, floa
     from mlflow.exceptions import MlflowException
 
     try:
-        version = client.get_model_version_by_alias(registered_model, CHAMPION_ALIAS)
+        version = client.get_model_version_by_alias(registered_model, CHAMPION)
     except MlflowException:
         return None  # no registered model yet, or no champion alias: the first model has nothing to beat
     key = f"test_{metric}"
@@ -204,9 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from mlflow import MlflowClient
 
-        from steps.train import tracking_uri
+        from steps.runtime import registry
 
-        client = MlflowClient(tracking_uri(cfg))
+        client = MlflowClient(registry.tracking_uri(cfg))
         metric = cfg.gate.metric
         champ = champion(client, cfg.mlflow.registered_model, metric)
         gate = decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from paddle_mlops.contracts import CHALLENGER
 from steps.runtime import objectstore, registry, stepargs
 from steps.runtime.stepargs import StepError
 
@@ -52,8 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         client = registry.connect(cfg)
         name = cfg.mlflow.registered_model
         version = registry.register(cfg, args.model_uri, args.run_id or None, tags, client=client)
-        registry.set_alias(name, registry.CHALLENGER, version, client=client)
-        print(f"registered {name} version {version} ({args.model_uri}) as '{registry.CHALLENGER}'")
+        registry.set_alias(name, CHALLENGER, version, client=client)
+        print(f"registered {name} version {version} ({args.model_uri}) as '{CHALLENGER}'")
         stepargs.write_output(args.version_out, version)
         return stepargs.EXIT_OK
 

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from paddle_mlops.config.loader import load_regions
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.contracts import SERVING_REQUEST_LATENCY_SECONDS, SERVING_REQUESTS_TOTAL
 from steps.runtime import inference_service as isvc
 from steps.runtime import stepargs
 from steps.runtime.processes import stop_group
@@ -155,11 +156,11 @@ def parse_health(text: str) -> Health:
     buckets: dict[float, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "paddle_mlops_serving_requests_total":
+            if sample.name == SERVING_REQUESTS_TOTAL:
                 requests += sample.value
                 if sample.labels.get("code", "").startswith("5"):
                     errors += sample.value
-            elif sample.name == "paddle_mlops_serving_request_latency_seconds_bucket":
+            elif sample.name == f"{SERVING_REQUEST_LATENCY_SECONDS}_bucket":
                 le = float(sample.labels["le"])
                 buckets[le] = buckets.get(le, 0.0) + sample.value
     total = buckets.get(math.inf, 0.0)

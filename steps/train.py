@@ -52,16 +52,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return stepargs.parse(parser, argv)
 
 
-def tracking_uri(cfg: PipelineConfig) -> str:
-    """Env `MLFLOW_TRACKING_URI`, else the configured server, else SQLite under the local home."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg.mlflow.tracking_uri
-    if uri:
-        return uri
-    home = stepargs.home_dir()
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'mlflow.db'}"
-
-
 def run_name() -> str | None:
     return os.environ.get("PADDLE_MLOPS_RUN") or os.environ.get("ARGO_WORKFLOW_NAME") or None
 
@@ -204,7 +194,9 @@ class Trainer:
             return self._train(None)
         import mlflow
 
-        mlflow.set_tracking_uri(tracking_uri(self.cfg))
+        from steps.runtime import registry
+
+        mlflow.set_tracking_uri(registry.tracking_uri(self.cfg))
         mlflow.set_experiment(self.cfg.mlflow.experiment)
         tags = {"git_sha": self.git_sha, "workflow": run_name() or "", "world_size": str(self.world)}
         # The context manager ends the run FINISHED, or FAILED when an exception escapes.

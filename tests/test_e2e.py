@@ -13,6 +13,15 @@ import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
+from paddle_mlops.contracts import (
+    CHAMPION,
+    SERVING_REQUEST_LATENCY_SECONDS,
+    SERVING_REQUESTS_TOTAL,
+    TRAIN_EPOCH,
+    TRAIN_LOSS,
+    TRAIN_SAMPLES_PER_SECOND,
+    TRAIN_STEP,
+)
 from tests.s3server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -65,7 +74,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     port = free_port()
     proc = _run(workdir, metrics_port=port)
     # The trainer's /metrics exists only while it trains: scrape it during the run.
-    train_metrics = _scrape(f"http://127.0.0.1:{port}/metrics", "paddle_mlops_train_step", time.monotonic() + 600, proc)
+    train_metrics = _scrape(f"http://127.0.0.1:{port}/metrics", TRAIN_STEP, time.monotonic() + 600, proc)
     output, _ = proc.communicate(timeout=900)
     summary = json.loads((workdir / "last-run.json").read_text(encoding="utf-8"))
     yield {"workdir": workdir, "code": proc.returncode, "output": output, "summary": summary, "train_metrics": train_metrics}
@@ -98,7 +107,7 @@ def test_mlflow_has_the_run_and_the_champion(first_run: dict) -> None:
     history = client.get_metric_history(run.info.run_id, "dev_accuracy")
     assert [m.step for m in history] == [1, 2]  # per-epoch metrics
     assert "test_accuracy" in run.data.metrics and run.data.tags["gate.passed"] == "true"
-    champion = client.get_model_version_by_alias("ernie-sentiment", "champion")
+    champion = client.get_model_version_by_alias("ernie-sentiment", CHAMPION)
     assert champion.run_id == run.info.run_id and champion.tags["storage_uri"] == summary["model_uri"]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
     assert {"plots/curves.png", "plots/confusion_matrix.png", "plots/per_class.png"} <= artifacts
@@ -129,8 +138,8 @@ def test_serving_url_answers_v1_predict_and_exposes_metrics(first_run: dict) -> 
         assert p["label"] in {"negative", "positive"}
         assert abs(sum(p["probabilities"].values()) - 1.0) < 1e-4
     metrics = httpx.get(f"{url}/metrics", timeout=10).text
-    assert 'paddle_mlops_serving_requests_total{code="200",protocol="v1"}' in metrics
-    assert "paddle_mlops_serving_request_latency_seconds_bucket" in metrics
+    assert f'{SERVING_REQUESTS_TOTAL}{{code="200",protocol="v1"}}' in metrics
+    assert f"{SERVING_REQUEST_LATENCY_SECONDS}_bucket" in metrics
 
 
 def test_training_metrics_were_scraped_during_the_run(first_run: dict) -> None:
@@ -141,10 +150,10 @@ def test_training_metrics_were_scraped_during_the_run(first_run: dict) -> None:
         for line in text.splitlines()
         if line.startswith("paddle_mlops_train_") and " " in line and "{" not in line.split()[0]
     }
-    assert values["paddle_mlops_train_step"] >= 1
-    assert values["paddle_mlops_train_epoch"] >= 1
-    assert values["paddle_mlops_train_loss"] > 0
-    assert values["paddle_mlops_train_samples_per_second"] > 0
+    assert values[TRAIN_STEP] >= 1
+    assert values[TRAIN_EPOCH] >= 1
+    assert values[TRAIN_LOSS] > 0
+    assert values[TRAIN_SAMPLES_PER_SECOND] > 0
 
 
 def test_second_run_gates_against_the_champion(first_run: dict) -> None:

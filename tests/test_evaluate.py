@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from fixtures_ernie import common, make_exported_model, sentiment_rows, write_jsonl
 
+from paddle_mlops.contracts import CHAMPION
 from steps import evaluate, prepare_data
 
 MODEL_NAME = "ernie-sentiment"
@@ -61,7 +62,7 @@ def register_champion(client, source: str, tag_value: float | None, run_metric: 
     version = client.create_model_version(MODEL_NAME, source=source, run_id=source_run.info.run_id)
     if tag_value is not None:
         client.set_model_version_tag(MODEL_NAME, version.version, "test_accuracy", str(tag_value))
-    client.set_registered_model_alias(MODEL_NAME, "champion", version.version)
+    client.set_registered_model_alias(MODEL_NAME, CHAMPION, version.version)
     return str(version.version)
 
 

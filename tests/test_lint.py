@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from paddle_mlops import lint
+from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from paddle_mlops.lint import Finding, lint_documents, lint_paths, main, pods_of
 from pipelines.platform import argo_controller
 
@@ -371,9 +372,9 @@ def test_main_text_and_json_and_exit_codes(tmp_path, capsys):
     container = good_container()
     container["image"] = "busybox:latest"
     bad.write_text(yaml.safe_dump_all([deployment(), deployment(container)]))
-    assert main([str(good)]) == 0
+    assert main([str(good)]) == EXIT_OK
     assert "No findings." in capsys.readouterr().out
-    assert main([str(tmp_path), "--format", "json"]) == 1
+    assert main([str(tmp_path), "--format", "json"]) == EXIT_FINDINGS
     (record,) = json.loads(capsys.readouterr().out)
     assert record == {
         "file": str(bad),
@@ -383,17 +384,17 @@ def test_main_text_and_json_and_exit_codes(tmp_path, capsys):
         "message": "image busybox:latest uses ':latest'",
         "fix": "pin a version tag or an @sha256 digest",
     }
-    assert main([str(bad)]) == 1
+    assert main([str(bad)]) == EXIT_FINDINGS
     out = capsys.readouterr().out
     assert "[image-pinned]" in out and "fix: pin a version tag" in out and "1 finding(s)." in out
 
 
 def test_bad_input_is_a_clear_usage_error(tmp_path, capsys):
-    assert main([str(tmp_path / "missing")]) == 2
+    assert main([str(tmp_path / "missing")]) == EXIT_USAGE
     assert "does not exist" in capsys.readouterr().err
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [unclosed\n")
-    assert main([str(broken)]) == 2
+    assert main([str(broken)]) == EXIT_USAGE
     assert "is not valid YAML" in capsys.readouterr().err
 
 

@@ -30,6 +30,7 @@ import pytest
 
 from paddle_mlops.config import PipelineConfig, load_config
 from paddle_mlops.config.loader import default_config_path
+from paddle_mlops.contracts import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION
 from pipelines.platform import mlflow_server
 from steps import close_run, evaluate, prepare_data, register, train, upload
 from steps.runtime import registry, s3
@@ -179,11 +180,11 @@ def test_pipeline_tracks_and_registers_on_postgres(tracking: Stack, tmp_path: Pa
                               "--manifest-digest", (out / "digest").read_text(), "--run-id", run_id,
                               "--version-out", str(out / "version")]) == 0
         versions.append((out / "version").read_text())
-        assert registry.get_alias_version(name, registry.CHALLENGER, client) == versions[-1]
+        assert registry.get_alias_version(name, CHALLENGER, client) == versions[-1]
         assert registry.promote(name, versions[-1], client) == (versions[0] if len(versions) == 2 else None)
     v1, v2 = versions
-    assert registry.get_alias_version(name, registry.CHAMPION, client) == v2
-    assert registry.get_alias_version(name, registry.PREVIOUS_CHAMPION, client) == v1
+    assert registry.get_alias_version(name, CHAMPION, client) == v2
+    assert registry.get_alias_version(name, PREVIOUS_CHAMPION, client) == v1
     # evaluate's champion lookup reads the champion's test metric back from its run on PostgreSQL.
     champ = evaluate.champion(client, name, tracking.cfg.gate.metric)
     assert champ is not None and champ[0] == v2
@@ -207,7 +208,7 @@ def test_pipeline_tracks_and_registers_on_postgres(tracking: Stack, tmp_path: Pa
     assert all(src.startswith(f"s3://{MODEL_BUCKET}/models/") for _, src, _ in rows)
     aliases = dict(query(db, "SELECT alias, version FROM registered_model_aliases WHERE name = %s", name))
     assert {k: str(v) for k, v in aliases.items()} == {
-        registry.CHALLENGER: v2, registry.CHAMPION: v2, registry.PREVIOUS_CHAMPION: v1}
+        CHALLENGER: v2, CHAMPION: v2, PREVIOUS_CHAMPION: v1}
 
     # ... and the artifacts in the S3 bucket the server proxies to.
     keys = artifact_keys(tracking.s3_endpoint, run_id)

@@ -15,6 +15,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
+from paddle_mlops.contracts import CHAMPION
 from steps.runtime.processes import stop_group
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -59,7 +60,7 @@ def _seed_store(workdir: Path) -> tuple[str, str]:
     client = MlflowClient()
     client.create_registered_model("ernie-sentiment")
     version = client.create_model_version("ernie-sentiment", source=str(workdir / "store"), run_id=run.info.run_id)
-    client.set_registered_model_alias("ernie-sentiment", "champion", version.version)
+    client.set_registered_model_alias("ernie-sentiment", CHAMPION, version.version)
     mlflow.set_tracking_uri("")
     return experiment.experiment_id, run.info.run_id
 
@@ -102,7 +103,7 @@ def test_mlflow_ui_shows_experiment_run_metrics_and_model(tmp_path: Path) -> Non
         assert "train-deploy-ui-test" in dom and "ernie-sentiment" in dom
         assert "dev_accuracy" in dom and "test_macro_f1" in dom
         models = _chromium(browser, profile, "--dump-dom", f"{base}/#/models/ernie-sentiment")
-        assert "Version 1" in models and "champion" in models
+        assert "Version 1" in models and CHAMPION in models
         shot = tmp_path / "mlflow-run.png"
         _chromium(browser, profile, f"--screenshot={shot}", run_page)
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

@@ -13,9 +13,24 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import (
+    SERVING_BATCH_SIZE,
+    SERVING_ERRORS_TOTAL,
+    SERVING_REQUEST_LATENCY_SECONDS,
+    SERVING_REQUESTS_TOTAL,
+    STEP_DURATION,
+    STEP_RESULT,
+    TRAIN_DATALOADER_WAIT_SECONDS,
+    TRAIN_EPOCH,
+    TRAIN_GPU_MEMORY_BYTES,
+    TRAIN_LOSS,
+    TRAIN_SAMPLES_PER_SECOND,
+    TRAIN_STEP,
+)
 from pipelines import observability as obs
-from steps.runtime.metrics import TrainingMetrics, metric_name
+from steps.runtime.metrics import TrainingMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGO_SCHEMA = Path("/work/shared/schemas/argo-workflows.schema.json")
@@ -98,11 +113,21 @@ def declared_prometheus_metrics(source: Path) -> set[str]:
     kinds = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Summary": "summary"}
     found: set[str] = set()
     for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        if isinstance(node, ast.Call) and node.args:
             func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if func in kinds and isinstance(node.args[0].value, str):
-                found |= _series(node.args[0].value, kinds[func])
+            name = metric_name_of(node.args[0])
+            if func in kinds and name:
+                found |= _series(name, kinds[func])
     return found
+
+
+def metric_name_of(node: ast.expr) -> str | None:
+    """A metric's name argument: a string literal, or a name from paddle_mlops.contracts."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and isinstance(getattr(contracts, node.id, None), str):
+        return str(getattr(contracts, node.id))
+    return None
 
 
 def training_series() -> set[str]:
@@ -111,10 +136,10 @@ def training_series() -> set[str]:
 
 
 SERVING_AGREED = {  # the agreed scheme, used until steps/runtime/serving.py exists
-    "paddle_mlops_serving_requests_total": "counter",
-    "paddle_mlops_serving_request_latency_seconds": "histogram",
-    "paddle_mlops_serving_batch_size": "histogram",
-    "paddle_mlops_serving_errors_total": "counter",
+    SERVING_REQUESTS_TOTAL: "counter",
+    SERVING_REQUEST_LATENCY_SECONDS: "histogram",
+    SERVING_BATCH_SIZE: "histogram",
+    SERVING_ERRORS_TOTAL: "counter",
 }
 
 
@@ -274,12 +299,12 @@ def test_argo_template_metrics(template: str) -> None:
     if ARGO_SCHEMA.is_file():
         _argo_metrics_validator().validate(block)
     names = {m["name"] for m in block["prometheus"]}
-    assert {obs.STEP_DURATION, obs.STEP_RESULT} <= names
+    assert {STEP_DURATION, STEP_RESULT} <= names
     for metric in block["prometheus"]:
         # Argo accepts only [a-zA-Z0-9_] names; one name must keep one help text and one type.
         assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", metric["name"])
         assert sum(k in metric for k in ("gauge", "counter", "histogram")) == 1
-    duration = next(m for m in block["prometheus"] if m["name"] == obs.STEP_DURATION)
+    duration = next(m for m in block["prometheus"] if m["name"] == STEP_DURATION)
     assert duration["gauge"]["value"] == "{{duration}}"
     assert {"key": "step", "value": template} in duration["labels"]
     assert ("gate-passed" in json.dumps(block)) == (template == "evaluate")
@@ -307,21 +332,21 @@ def test_training_metrics_endpoint(tmp_path: Path) -> None:
     finally:
         metrics.stop()
     samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
-    assert samples[metric_name("train", "step")] == 7
-    assert samples[metric_name("train", "epoch")] == 2
-    assert samples[metric_name("train", "loss")] == 0.25
-    assert samples[metric_name("train", "samples_per_second")] == 128
-    assert samples[metric_name("train", "gpu_memory_bytes")] == 1024
-    assert samples[metric_name("train", "dataloader_wait_seconds") + "_count"] == 1
-    assert samples[metric_name("train", "dataloader_wait_seconds") + "_sum"] == pytest.approx(0.02)
+    assert samples[TRAIN_STEP] == 7
+    assert samples[TRAIN_EPOCH] == 2
+    assert samples[TRAIN_LOSS] == 0.25
+    assert samples[TRAIN_SAMPLES_PER_SECOND] == 128
+    assert samples[TRAIN_GPU_MEMORY_BYTES] == 1024
+    assert samples[TRAIN_DATALOADER_WAIT_SECONDS + "_count"] == 1
+    assert samples[TRAIN_DATALOADER_WAIT_SECONDS + "_sum"] == pytest.approx(0.02)
     # Its own registry: the process-global one (kserve, other libraries) does not leak in.
     assert "python_gc_objects_collected_total" not in text
 
 
 def test_training_metrics_without_gpu_omit_gpu_memory() -> None:
     names = {f.name for f in TrainingMetrics(gpu=False).registry.collect()}
-    assert metric_name("train", "gpu_memory_bytes") not in names
-    assert metric_name("train", "loss") in names
+    assert TRAIN_GPU_MEMORY_BYTES not in names
+    assert TRAIN_LOSS in names
 
 
 def test_two_instances_do_not_collide() -> None:

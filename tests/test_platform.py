@@ -9,6 +9,7 @@ import kubernetes_validate
 import pytest
 
 from paddle_mlops.config import TeamConfig, load_config
+from paddle_mlops.contracts import PART_OF_KEY, PART_OF_VALUE
 from paddle_mlops.lint import lint_documents
 from paddle_mlops.validate_crds import walk_argo_events as _walk
 from pipelines.platform import events, kyverno, mlflow_server, network, rbac, render_platform, tenancy
@@ -60,7 +61,7 @@ def test_core_kinds_are_valid_kubernetes_1_30(files):
 
 def test_every_document_is_labelled_part_of_the_project(files):
     for doc in all_docs(files):
-        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "paddle-mlops"
+        assert doc["metadata"]["labels"][PART_OF_KEY] == PART_OF_VALUE
 
 
 # --- Argo Events: structure against the vendored schema subset --------------------------------------

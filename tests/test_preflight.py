@@ -31,6 +31,7 @@ from urllib3.exceptions import MaxRetryError
 
 from paddle_mlops import cli, cluster_requirements, preflight
 from paddle_mlops.compile import default_compile_config
+from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 
 SECRET_VALUE = "s3cr3t-VALUE-never-printed-7f3a"
 EXPECTED_CRDS = {
@@ -342,7 +343,7 @@ def test_secret_references_are_found_by_shape() -> None:
 
 def test_ready_cluster_passes_every_check(monkeypatch, capsys) -> None:
     code, out, err = run(ready_cluster(), monkeypatch, capsys)
-    assert code == 0, out + err
+    assert code == EXIT_OK, out + err
     assert not [line for line in out.splitlines() if line.startswith(("finding", "warning"))]
     assert "0 finding(s): ready." in out
     for line in ("kubernetes server", "crd eventbus.argoproj.io", "namespace ml-build", "argo-executor argo/",
@@ -353,7 +354,7 @@ def test_ready_cluster_passes_every_check(monkeypatch, capsys) -> None:
 
 def test_ready_cluster_as_json(monkeypatch, capsys) -> None:
     code, items = results(ready_cluster(), monkeypatch, capsys)
-    assert code == 0
+    assert code == EXIT_OK
     assert {r["status"] for r in items} == {"ok"}
     assert {r["check"] for r in items} == {name for name, _ in preflight.CHECKS}
 
@@ -491,12 +492,12 @@ def test_a_cluster_missing_one_item_gets_one_finding_with_its_fix(monkeypatch, c
     cluster = ready_cluster()
     change(cluster)
     code, items = results(cluster, monkeypatch, capsys)
-    assert code == 1
+    assert code == EXIT_FINDINGS
     bad = findings(items)
     assert [(r["check"], r["subject"]) for r in bad] == [(check, subject)], bad
     assert fix in bad[0]["fix"]
     code, out, _ = run(cluster, monkeypatch, capsys)
-    assert code == 1
+    assert code == EXIT_FINDINGS
     lines = out.splitlines()
     row = next(i for i, line in enumerate(lines) if line.startswith("finding") and f"{check} {subject}" in line)
     assert lines[row + 1].strip().startswith("fix: ") and fix in lines[row + 1]
@@ -519,7 +520,7 @@ def test_the_configmap_named_by_the_controller_flag_is_checked(monkeypatch, caps
         ["--configmap", "wf-argo-workflows-workflow-controller-configmap"], {},
     )
     code, items = results(cluster, monkeypatch, capsys)
-    assert code == 1
+    assert code == EXIT_FINDINGS
     assert [r["subject"] for r in findings(items)] == ["ci/wf-argo-workflows-workflow-controller-configmap"]
 
 
@@ -542,7 +543,7 @@ def test_a_tag_that_is_no_release_number_warns(monkeypatch, capsys) -> None:
     cluster = ready_cluster()
     _deploy("training-operator", "kubeflow/training-operator:v1-5170a36")(cluster)
     code, items = results(cluster, monkeypatch, capsys)
-    assert code == 0
+    assert code == EXIT_OK
     [warning] = [r for r in items if r["status"] == "warning"]
     assert warning["subject"] == "training-operator" and "version unknown" in warning["message"]
 
@@ -551,7 +552,7 @@ def test_kyverno_chart_label_is_not_taken_for_its_version(monkeypatch, capsys) -
     cluster = ready_cluster()
     _deploy("kyverno", "ghcr.io/kyverno/kyverno@sha256:" + "b" * 64)(cluster)
     code, items = results(cluster, monkeypatch, capsys)
-    assert code == 0
+    assert code == EXIT_OK
     assert [r["subject"] for r in items if r["status"] == "warning"] == ["kyverno"]
 
 
@@ -569,7 +570,7 @@ def test_a_refused_read_is_a_finding(monkeypatch, capsys) -> None:
     cluster = ready_cluster()
     cluster.refuse = {"crds"}
     code, items = results(cluster, monkeypatch, capsys)
-    assert code == 1
+    assert code == EXIT_FINDINGS
     [bad] = findings(items)
     assert bad["check"] == "crd" and "403 Forbidden" in bad["message"] and "list CRDs" in bad["fix"]
 
@@ -578,7 +579,7 @@ def test_an_unreachable_cluster_exits_2_without_traceback(monkeypatch, capsys) -
     cluster = ready_cluster()
     cluster.unreachable = True
     code, out, err = run(cluster, monkeypatch, capsys)
-    assert code == 2
+    assert code == EXIT_USAGE
     assert "cannot reach the Kubernetes API server" in err and "Traceback" not in out + err
 
 
@@ -589,7 +590,7 @@ def test_secret_values_are_never_requested_nor_printed(monkeypatch, capsys) -> N
     cluster = ready_cluster()
     for as_json in ((), ("--json",)):
         code, out, err = run(cluster, monkeypatch, capsys, *as_json)
-        assert code == 0
+        assert code == EXIT_OK
         assert SECRET_VALUE not in out + err
     assert cluster.secret_reads
     assert all(r["headers"] == {"Accept": preflight.METADATA_ONLY} and not r["preload"] for r in cluster.secret_reads)
@@ -668,7 +669,7 @@ def _kubeconfig(tmp_path: Path, server: str = "https://127.0.0.1:1") -> Path:
 def test_unknown_context_exits_2_and_lists_the_known_ones(tmp_path, capsys) -> None:
     code = cli.main(["preflight", "--kubeconfig", str(_kubeconfig(tmp_path)), "--context", "prod"])
     out, err = capsys.readouterr()
-    assert code == 2
+    assert code == EXIT_USAGE
     assert "context 'prod' is not in" in err and "(it has: lab)" in err
     assert "Traceback" not in out + err
 
@@ -684,13 +685,13 @@ def test_unreadable_kubeconfig_exits_2(tmp_path, capsys, kind) -> None:
         path.write_text("just: a mapping\n")
     code = cli.main(["preflight", "--kubeconfig", str(path)])
     out, err = capsys.readouterr()
-    assert code == 2
+    assert code == EXIT_USAGE
     assert err.startswith("preflight: ") and str(path) in err
     assert "Traceback" not in out + err
 
 
 def test_bad_configuration_exits_2(capsys) -> None:
-    assert cli.main(["preflight", "--set", "cluster.namespacez=x"]) == 2
+    assert cli.main(["preflight", "--set", "cluster.namespacez=x"]) == EXIT_USAGE
     assert "configuration error" in capsys.readouterr().err
 
 

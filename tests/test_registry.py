@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import CHAMPION, PREVIOUS_CHAMPION
 from steps import close_run
 from steps.runtime import registry
 from steps.runtime.processes import stop_group
@@ -106,15 +107,15 @@ def test_promote_and_rollback_move_aliases(env):
     name = cfg.mlflow.registered_model
     v1, v2 = (registry.register(cfg, f"s3://m/e/{d}", None, _tags(d), client=client) for d in ("a", "b"))
     assert registry.promote(name, v1, client=client) is None
-    assert registry.get_alias_version(name, registry.CHAMPION, client) == v1
+    assert registry.get_alias_version(name, CHAMPION, client) == v1
     assert registry.promote(name, v2, client=client) == v1
-    assert registry.get_alias_version(name, registry.CHAMPION, client) == v2
-    assert registry.get_alias_version(name, registry.PREVIOUS_CHAMPION, client) == v1
+    assert registry.get_alias_version(name, CHAMPION, client) == v2
+    assert registry.get_alias_version(name, PREVIOUS_CHAMPION, client) == v1
     assert client.get_model_version(name, v2).tags["previous_champion"] == v1
     assert registry.promote(name, v2, client=client) == v1  # promoting the champion again changes nothing
     assert registry.rollback(name, client=client) == v1
-    assert registry.get_alias_version(name, registry.CHAMPION, client) == v1
-    assert registry.get_alias_version(name, registry.PREVIOUS_CHAMPION, client) is None
+    assert registry.get_alias_version(name, CHAMPION, client) == v1
+    assert registry.get_alias_version(name, PREVIOUS_CHAMPION, client) is None
     with pytest.raises(StepError, match="nothing to roll back"):
         registry.rollback(name, client=client)
 

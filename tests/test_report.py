@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from paddle_mlops import report as rpt
+from paddle_mlops.contracts import EXIT_OK, EXIT_USER_ERROR
 from steps.runtime import plots
 
 HISTORY = [(1, 0.68, 0.62, 0.60), (2, 0.51, 0.75, 0.73), (3, 0.40, 0.83, 0.82)]
@@ -88,14 +89,14 @@ def test_report_downloads_logged_plots(store, tmp_path: Path, monkeypatch: pytes
     run_id = _run(store, tmp_path, with_plots=True)
     logged = (tmp_path / "logged" / plots.CURVES_PNG).read_bytes()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store[0])
-    assert rpt.main([run_id, "--out", str(tmp_path / "out")]) == 0
+    assert rpt.main([run_id, "--out", str(tmp_path / "out")]) == EXIT_OK
     assert (tmp_path / "out" / plots.CURVES_PNG).read_bytes() == logged  # downloaded, not redrawn
     _assert_images(tmp_path / "out")
 
 
 def test_unknown_run_is_a_user_error(store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = rpt.main(["0123456789abcdef", "--out", str(tmp_path / "out"), "--tracking-uri", store[0]])
-    assert code == 2
+    assert code == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "0123456789abcdef" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()

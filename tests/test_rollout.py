@@ -12,9 +12,11 @@ import httpx
 import pytest
 
 from paddle_mlops.config.loader import load_config, load_regions
+from paddle_mlops.contracts import EXIT_ROLLED_BACK
+from paddle_mlops.contracts import SERVING_REQUEST_LATENCY_SECONDS as LATENCY
+from paddle_mlops.contracts import SERVING_REQUESTS_TOTAL as REQUESTS
 from steps import rollout
 from steps.runtime import inference_service as isvc
-from steps.runtime import stepargs
 from tests.kserve_standin import KServeStandIn as FakeCustomObjectsApi
 
 MODEL_URI = "s3://paddle-mlops/models/ernie-sentiment/8"
@@ -39,15 +41,15 @@ def metrics_text(ok: int, errors: int, slow: bool = False) -> str:
     total = ok + errors
     return "\n".join(
         [
-            "# TYPE paddle_mlops_serving_requests_total counter",
-            f'paddle_mlops_serving_requests_total{{protocol="v1",code="200"}} {ok}',
-            f'paddle_mlops_serving_requests_total{{protocol="v1",code="500"}} {errors}',
-            "# TYPE paddle_mlops_serving_request_latency_seconds histogram",
-            f'paddle_mlops_serving_request_latency_seconds_bucket{{protocol="v1",le="0.05"}} {0 if slow else total}',
-            f'paddle_mlops_serving_request_latency_seconds_bucket{{protocol="v1",le="{le}"}} {total}' if slow else "",
-            f'paddle_mlops_serving_request_latency_seconds_bucket{{protocol="v1",le="+Inf"}} {total}',
-            f'paddle_mlops_serving_request_latency_seconds_count{{protocol="v1"}} {total}',
-            'paddle_mlops_serving_request_latency_seconds_sum{protocol="v1"} 1.0',
+            f"# TYPE {REQUESTS} counter",
+            f'{REQUESTS}{{protocol="v1",code="200"}} {ok}',
+            f'{REQUESTS}{{protocol="v1",code="500"}} {errors}',
+            f"# TYPE {LATENCY} histogram",
+            f'{LATENCY}_bucket{{protocol="v1",le="0.05"}} {0 if slow else total}',
+            f'{LATENCY}_bucket{{protocol="v1",le="{le}"}} {total}' if slow else "",
+            f'{LATENCY}_bucket{{protocol="v1",le="+Inf"}} {total}',
+            f'{LATENCY}_count{{protocol="v1"}} {total}',
+            f'{LATENCY}_sum{{protocol="v1"}} 1.0',
             "",
         ]
     )
@@ -168,7 +170,7 @@ def test_step_outputs_and_tags_keep_champion_on_failure(tmp_path: Path, regions:
     args = [*common, "--model-uri", MODEL_URI, "--model-version", "8",
             "--url-out", str(tmp_path / "url"), "--outcome-out", str(tmp_path / "outcome")]
     # A rollback is a verdict, not a transient error: its own exit code, which Argo does not retry.
-    assert rollout.main(args, registry=registry, api=api, probe=probe) == stepargs.EXIT_ROLLED_BACK == 3
+    assert rollout.main(args, registry=registry, api=api, probe=probe) == EXIT_ROLLED_BACK == 3
     assert (tmp_path / "outcome").read_text() == "rolled-back"
     assert registry.champion == "7" and registry.tags["8"]["rollout.outcome"] == "rolled-back"
     assert "cn-east" in registry.tags["8"]["rollout.reason"]
@@ -233,7 +235,7 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
         traffic.start()
         try:
             # The smoke texts are longer than 2 characters: the new server rejects them, smoke fails.
-            assert run("2", ["serving.max_text_chars=2"]) == stepargs.EXIT_ROLLED_BACK
+            assert run("2", ["serving.max_text_chars=2"]) == EXIT_ROLLED_BACK
         finally:
             stop.set()
             traffic.join()

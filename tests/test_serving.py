@@ -15,6 +15,12 @@ import httpx
 import pytest
 
 from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.contracts import (
+    SERVING_BATCH_SIZE,
+    SERVING_ERRORS_TOTAL,
+    SERVING_REQUEST_LATENCY_SECONDS,
+    SERVING_REQUESTS_TOTAL,
+)
 from steps.runtime import serving
 
 NAME = "ernie-sentiment"
@@ -213,14 +219,14 @@ def test_metrics_expose_documented_names_with_sane_values() -> None:
 
     before = asyncio.run(_scrape(app))
     after = asyncio.run(go())
-    assert metric(after, "paddle_mlops_serving_requests_total", protocol="v1", code="200") - metric(
-        before, "paddle_mlops_serving_requests_total", protocol="v1", code="200"
+    assert metric(after, SERVING_REQUESTS_TOTAL, protocol="v1", code="200") - metric(
+        before, SERVING_REQUESTS_TOTAL, protocol="v1", code="200"
     ) == 3
-    assert metric(after, "paddle_mlops_serving_requests_total", protocol="v1", code="400") >= 1
-    assert metric(after, "paddle_mlops_serving_errors_total", reason="invalid_input") >= 1
-    assert metric(after, "paddle_mlops_serving_request_latency_seconds_count", protocol="v1") >= 4
-    assert metric(after, "paddle_mlops_serving_request_latency_seconds_sum", protocol="v1") > 0
-    assert metric(after, "paddle_mlops_serving_batch_size_sum") - metric(before, "paddle_mlops_serving_batch_size_sum") == 6
+    assert metric(after, SERVING_REQUESTS_TOTAL, protocol="v1", code="400") >= 1
+    assert metric(after, SERVING_ERRORS_TOTAL, reason="invalid_input") >= 1
+    assert metric(after, f"{SERVING_REQUEST_LATENCY_SECONDS}_count", protocol="v1") >= 4
+    assert metric(after, f"{SERVING_REQUEST_LATENCY_SECONDS}_sum", protocol="v1") > 0
+    assert metric(after, f"{SERVING_BATCH_SIZE}_sum") - metric(before, f"{SERVING_BATCH_SIZE}_sum") == 6
 
 
 async def _scrape(app: Any) -> str:
@@ -242,7 +248,7 @@ def test_concurrent_requests_are_merged_into_batches() -> None:
     assert max(fake.calls) > 1 and sum(fake.calls) == 8
     assert all(size <= 8 for size in fake.calls)
     # The histogram saw fewer model calls than requests: some batch held more than one request.
-    calls = metric(after, "paddle_mlops_serving_batch_size_count") - metric(before, "paddle_mlops_serving_batch_size_count")
+    calls = metric(after, f"{SERVING_BATCH_SIZE}_count") - metric(before, f"{SERVING_BATCH_SIZE}_count")
     assert calls == len(fake.calls) < 8
 
 

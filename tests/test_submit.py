@@ -12,6 +12,7 @@ from kubernetes.client import V1ResourceQuota, V1ResourceQuotaStatus
 from kubernetes.client.exceptions import ApiException
 
 from paddle_mlops import submit as sub
+from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_OK, EXIT_USAGE
 
 
 class FakeApi:
@@ -92,7 +93,7 @@ def test_gpu_room_reads_client_models_and_dicts():
 
 def test_dry_run_prints_a_valid_workflow_without_api_calls(capsys):
     assert (
-        sub.main(["train-deploy", "-p", "git-sha=abc", "-p", "git-repo=https://x/y.git", "--dry-run"], api=NoApi()) == 0
+        sub.main(["train-deploy", "-p", "git-sha=abc", "-p", "git-repo=https://x/y.git", "--dry-run"], api=NoApi()) == EXIT_OK
     )
     doc = yaml.safe_load(capsys.readouterr().out)
     workflow = Workflow.model_validate(doc)
@@ -107,19 +108,19 @@ def test_dry_run_prints_a_valid_workflow_without_api_calls(capsys):
 
 def test_main_sizes_the_gpu_request_from_config(capsys):
     api = FakeApi(hard="8", used="6")
-    assert sub.main(["-p", "git-sha=abc", "--set", "training.paddlejob.workers=3"], api=api) == sub.EXIT_NO_CAPACITY
+    assert sub.main(["-p", "git-sha=abc", "--set", "training.paddlejob.workers=3"], api=api) == EXIT_NO_CAPACITY
     err = capsys.readouterr().err
     assert "not submitted" in err and "needs 3" in err and "configs/teams/" in err
-    assert sub.main(["-p", "git-sha=abc", "-n", "team-nlp"], api=api) == 0  # 2 workers × 1 GPU fit
+    assert sub.main(["-p", "git-sha=abc", "-n", "team-nlp"], api=api) == EXIT_OK  # 2 workers × 1 GPU fit
     assert "submitted workflow train-deploy-x7k2p in namespace team-nlp" in capsys.readouterr().out
 
 
 def test_bad_parameter_is_a_usage_error(capsys):
-    assert sub.main(["-p", "git-sha", "--dry-run"], api=NoApi()) == 2
+    assert sub.main(["-p", "git-sha", "--dry-run"], api=NoApi()) == EXIT_USAGE
     assert "NAME=VALUE" in capsys.readouterr().err
 
 
 def test_api_refusal_is_reported_without_traceback(capsys):
     api = FakeApi(create_error=ApiException(status=403, reason="Forbidden"))
-    assert sub.main(["-p", "git-sha=abc"], api=api) == sub.EXIT_API
+    assert sub.main(["-p", "git-sha=abc"], api=api) == EXIT_API
     assert "403 Forbidden" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from paddle_mlops.config import load_config
+from paddle_mlops.contracts import CHALLENGER
 from steps import register, upload
 from steps.runtime import objectstore, registry, s3, workspace
 from tests.s3server import moto_s3_server
@@ -78,7 +79,7 @@ def test_upload_then_register_locally(tmp_path, home, capsys):
     assert run_register(model_uri, digest, out) == 0
     version = (out / "version").read_text()
     client = registry.connect(load_config(env="local"))
-    assert registry.get_alias_version("ernie-sentiment", registry.CHALLENGER, client) == version
+    assert registry.get_alias_version("ernie-sentiment", CHALLENGER, client) == version
     tags = client.get_model_version("ernie-sentiment", version).tags
     assert tags["manifest_digest"] == digest and tags["git_sha"] == GIT_SHA
     assert json.loads(tags["data_stats"])["test"] == 10 and tags["storage_uri"] == model_uri

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from paddle_mlops.config.loader import load_config
+from paddle_mlops.contracts import EXIT_ROLLED_BACK, EXIT_USER_ERROR
 from pipelines import k8s
-from steps.runtime import stepargs
 
 _TOKEN = re.compile(r"\s*(?:(\d+)|(\"[^\"]*\"|'[^']*')|([A-Za-z_][A-Za-z0-9_]*)|(&&|\|\||==|!=|<=|>=|[<>!().,\[\]]))")
 
@@ -160,8 +160,8 @@ def test_evaluator_follows_expr_lang() -> None:
         ("1", True),  # a transient failure (API, network, crash)
         ("-1", True),  # no exit code: pod deleted or evicted
         ("137", True),  # killed (OOM)
-        (str(stepargs.EXIT_USER_ERROR), False),  # bad input: the same input fails again
-        (str(stepargs.EXIT_ROLLED_BACK), False),  # a failed canary: rolling it out again is wrong
+        (str(EXIT_USER_ERROR), False),  # bad input: the same input fails again
+        (str(EXIT_ROLLED_BACK), False),  # a failed canary: rolling it out again is wrong
     ],
 )
 def test_step_retry_expression(exit_code: str, retried: bool) -> None:
@@ -181,4 +181,4 @@ def test_generated_rollout_template_does_not_retry_a_rollback() -> None:
             strategy = template["retryStrategy"]
             assert strategy["retryPolicy"] == "Always", path
             assert evaluate(strategy["expression"], retry_scope("1")) is True, path
-            assert evaluate(strategy["expression"], retry_scope(str(stepargs.EXIT_ROLLED_BACK))) is False, path
+            assert evaluate(strategy["expression"], retry_scope(str(EXIT_ROLLED_BACK))) is False, path

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from paddle_mlops.config.loader import load_config, load_regions
+from paddle_mlops.contracts import PART_OF_KEY, PART_OF_VALUE
 from steps import rollout
 from steps.runtime import inference_service as isvc
 from tests.kserve_standin import KServeStandIn
@@ -164,7 +165,7 @@ def predictor_pod_labels(body: dict[str, Any]) -> dict[str, str]:
 def test_predictor_pods_carry_the_labels_the_policies_select_on(cfg: Any, regions: list[Any]) -> None:
     body = isvc.build_inference_service(cfg, regions[0], MODEL_URI, IMAGE, "8")
     labels = predictor_pod_labels(body)
-    assert labels["app.kubernetes.io/part-of"] == "paddle-mlops"
+    assert labels[PART_OF_KEY] == PART_OF_VALUE
     assert labels["app.kubernetes.io/name"] == cfg.serving.model_name
     assert labels["paddle-mlops/model-version"] == "8" and labels["paddle-mlops/region"] == regions[0].name
     assert "networking.knative.dev/visibility" not in labels

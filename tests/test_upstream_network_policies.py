@@ -27,7 +27,7 @@ import yaml
 from paddle_mlops.compile import default_compile_config
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.loader import load_regions
-from paddle_mlops.contracts import SERVING_PORT
+from paddle_mlops.contracts import PART_OF, SERVING_PORT
 from pipelines import paddlejob
 from pipelines.platform import network
 from steps.runtime import inference_service as isvc
@@ -225,11 +225,11 @@ def test_serving_policy_keeps_other_pods_out(cfg: PipelineConfig) -> None:
     mlflow = Pod(
         "MLflow",
         cfg.cluster.namespace,
-        {"app.kubernetes.io/part-of": "paddle-mlops", "app.kubernetes.io/name": "mlflow"},
+        {**PART_OF, "app.kubernetes.io/name": "mlflow"},
     )
     assert not selects(policy["spec"]["podSelector"], mlflow.labels)
     other_model = Pod("another model's predictor", cfg.cluster.namespace, {
-        "app.kubernetes.io/part-of": "paddle-mlops", "app.kubernetes.io/name": "other",
+        **PART_OF, "app.kubernetes.io/name": "other",
         "serving.kserve.io/inferenceservice": "other-cn-north",
     })  # fmt: skip
     assert not selects(policy["spec"]["podSelector"], other_model.labels)

@@ -31,8 +31,10 @@ from typing import Any
 
 import pytest
 
+from paddle_mlops import contracts
 from paddle_mlops.compile import default_compile_config
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import ROLLOUT_OUTCOME, STEP_RESULT
 from pipelines import observability as obs
 from pipelines import paddlejob
 from steps.runtime import inference_service as isvc
@@ -202,8 +204,8 @@ def argo_containers() -> list[Container]:
     # argo-workflows manifests/base/workflow-controller/workflow-controller-deployment.yaml
     labels = {"app": "workflow-controller"}
     return [
-        Container("workflow-controller-0", obs.ARGO_NAMESPACE, labels, "workflow-controller", "metrics", 9090),
-        Container("workflow-controller-0", obs.ARGO_NAMESPACE, labels, "workflow-controller", "", 6060),
+        Container("workflow-controller-0", obs.CONTROLLER_NAMESPACE, labels, "workflow-controller", "metrics", 9090),
+        Container("workflow-controller-0", obs.CONTROLLER_NAMESPACE, labels, "workflow-controller", "", 6060),
     ]
 
 
@@ -212,11 +214,21 @@ def _declared_labels(source: Path) -> dict[str, list[str]]:
     found = {}
     for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"Counter", "Histogram", "Gauge"}:
-            if node.args and isinstance(node.args[0], ast.Constant) and len(node.args) >= 3:
-                found[node.args[0].value] = [ast.literal_eval(e) for e in node.args[2].elts]
-            elif node.args and isinstance(node.args[0], ast.Constant):
-                found[node.args[0].value] = []
+            name = _metric_name(node.args[0]) if node.args else None
+            if name and len(node.args) >= 3:
+                found[name] = [ast.literal_eval(e) for e in node.args[2].elts]
+            elif name:
+                found[name] = []
     return found
+
+
+def _metric_name(node: ast.expr) -> str | None:
+    """A metric's name argument: a string literal, or a name from paddle_mlops.contracts."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and isinstance(getattr(contracts, node.id, None), str):
+        return str(getattr(contracts, node.id))
+    return None
 
 
 def _series(name: str, labels: list[str], histogram: bool) -> dict[str, dict[str, Any]]:
@@ -280,7 +292,7 @@ def store_for(monitoring: list[dict[str, Any]], cfg: PipelineConfig, dcgm_honor:
     argo_monitor = _monitor(monitoring, "argo-workflow-controller")
     if argo_monitor["kind"] == "ServiceMonitor":
         endpoint = argo_monitor["spec"]["endpoints"][0]
-        targets = [{"namespace": obs.ARGO_NAMESPACE, "pod": FREE, "container": FREE, "service": "workflow-controller-metrics",
+        targets = [{"namespace": obs.CONTROLLER_NAMESPACE, "pod": FREE, "container": FREE, "service": "workflow-controller-metrics",
                     "job": "workflow-controller-metrics", "endpoint": "metrics", "instance": FREE}]  # fmt: skip
     else:
         endpoint = argo_monitor["spec"]["podMetricsEndpoints"][0]
@@ -584,9 +596,9 @@ def _cases(cfg: PipelineConfig) -> list[tuple[str, str, dict[str, str], dict[str
     return [
         ("PaddleMLOpsWorkflowFailed", "argo_workflows_total_count",
          {"namespace": ns, "phase": "Failed"}, {"namespace": ns, "phase": "Succeeded"}),
-        ("PaddleMLOpsStepFailed", obs.ARGO_CUSTOM_PREFIX + obs.STEP_RESULT,
+        ("PaddleMLOpsStepFailed", obs.ARGO_CUSTOM_PREFIX + STEP_RESULT,
          {"step": "train", "status": "Failed"}, {"step": "train", "status": "Succeeded"}),
-        ("PaddleMLOpsRolledBack", obs.ARGO_CUSTOM_PREFIX + obs.ROLLOUT_OUTCOME,
+        ("PaddleMLOpsRolledBack", obs.ARGO_CUSTOM_PREFIX + ROLLOUT_OUTCOME,
          {"outcome": "rolled-back"}, {"outcome": "promoted"}),
     ]  # fmt: skip
 

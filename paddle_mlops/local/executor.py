@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import HOME_ENV, TRACKING_URI_ENV, tracking_uri
 from paddle_mlops.local.dag import (
     CONTAINER_OUTPUTS,
     DagError,
@@ -97,7 +98,7 @@ class LocalExecutor:
                 raise DagError(f"no step named {reuse!r}; the steps are: {', '.join(names)}")
             if not self.previous:
                 raise DagError(f"--only/--from need an earlier run in {self.workdir} (no last-run.json there)")
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         run_name = self.previous["run_name"] if reuse and self.previous else f"{self.workflow.name}-{stamp}"
         self.run_dir = self.workdir / "runs" / run_name
         self.scope = Scope(workflow_name=run_name, parameters=self._parameters())
@@ -130,20 +131,18 @@ class LocalExecutor:
         env = dict(os.environ)
         env.update(
             {
-                "PADDLE_MLOPS_HOME": str(self.workdir),
+                HOME_ENV: str(self.workdir),
                 "PADDLE_MLOPS_RUN": self.scope.workflow_name,
                 "GIT_SHA": self.scope.parameters["git-sha"],
                 "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p),
             }
         )
-        env.setdefault("MLFLOW_TRACKING_URI", self.tracking_uri())
+        env.setdefault(TRACKING_URI_ENV, self.tracking_uri())
         return env
 
     def tracking_uri(self) -> str:
-        return os.environ.get("MLFLOW_TRACKING_URI") or self.cfg.mlflow.tracking_uri or (
-            f"sqlite:///{self.workdir / 'mlflow.db'}"
-        )
+        return tracking_uri(self.cfg.mlflow.tracking_uri, self.workdir)
 
     # -- commands -------------------------------------------------------------------------------
 

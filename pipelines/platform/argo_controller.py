@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from paddle_mlops.config import PipelineConfig
-from pipelines import k8s
+from paddle_mlops.contracts import RUN_AS_GROUP, RUN_AS_USER
 from pipelines.platform.meta import metadata
 
 # Names of the upstream install (manifests/base/workflow-controller/workflow-controller-configmap.yaml,
@@ -48,8 +48,8 @@ def executor_security_context() -> dict[str, Any]:
     return {
         "runAsNonRoot": True,
         # The project's uid: wait reads the files main writes under the shared /var/run/argo.
-        "runAsUser": k8s.RUN_AS_USER,
-        "runAsGroup": k8s.RUN_AS_GROUP,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_GROUP,
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
@@ -101,16 +101,8 @@ def helm_values() -> dict[str, Any]:
     the controller). `scheme: https` is the chart's own ServiceMonitor, should it be enabled.
     """
     return {
-        "executor": {"resources": EXECUTOR_RESOURCES, "securityContext": executor_security_context()},
-        "controller": {
-            "metricsConfig": {
-                "enabled": True,
-                "path": METRICS_PATH,
-                "port": METRICS_PORT,
-                "secure": METRICS_SECURE,
-                "scheme": "https" if METRICS_SECURE else "http",
-            }
-        },
+        "executor": executor(),
+        "controller": {"metricsConfig": {**metrics_config(), "scheme": "https" if METRICS_SECURE else "http"}},
     }
 
 

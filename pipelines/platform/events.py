@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import PART_OF
 from pipelines.platform.meta import metadata, restricted_container_security_context, restricted_pod_security_context
 
 API_VERSION = "argoproj.io/v1alpha1"
@@ -243,7 +244,7 @@ def workflow_resource(cfg: PipelineConfig) -> dict[str, Any]:
         "metadata": {
             "generateName": f"{WORKFLOW_TEMPLATE}-",
             "namespace": cfg.cluster.namespace,
-            "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/trigger": "git-push"},
+            "labels": {**PART_OF, "paddle-mlops/trigger": "git-push"},
         },
         "spec": {
             "workflowTemplateRef": {"name": WORKFLOW_TEMPLATE},
@@ -279,7 +280,7 @@ def _dlq_trigger(cfg: PipelineConfig, dependency: str) -> dict[str, Any]:
                         "metadata": {
                             "generateName": "undelivered-push-",
                             "namespace": cfg.cluster.namespace,
-                            "labels": {"app.kubernetes.io/part-of": "paddle-mlops", "paddle-mlops/dead-letter": "true"},
+                            "labels": {**PART_OF, "paddle-mlops/dead-letter": "true"},
                         },
                         "data": {"payload": ""},
                     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PART_OF = {"app.kubernetes.io/part-of": "paddle-mlops"}
+from paddle_mlops.contracts import PART_OF  # noqa: F401  (re-exported for the install modules)
 
 
 def metadata(

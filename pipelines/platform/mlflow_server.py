@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import PART_OF
 from pipelines.platform.meta import metadata, restricted_container_security_context, restricted_pod_security_context
 from pipelines.platform.network import endpoint
 
@@ -70,7 +71,7 @@ def deployment(cfg: PipelineConfig) -> dict[str, Any]:
             "replicas": 2,
             "selector": {"matchLabels": dict(LABELS)},
             "template": {
-                "metadata": {"labels": {"app.kubernetes.io/part-of": "paddle-mlops", **LABELS}},
+                "metadata": {"labels": {**PART_OF, **LABELS}},
                 "spec": {
                     # The server talks to PostgreSQL and S3, never to the Kubernetes API.
                     "automountServiceAccountToken": False,

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import SERVING_PORT
-from pipelines.platform.meta import PART_OF, metadata
+from paddle_mlops.contracts import PART_OF, SERVING_PORT
+from pipelines.platform.meta import metadata
 
 TRAIN_POD_LABELS = {"paddle-mlops/component": "train"}
 # prometheus-operator labels every Prometheus server pod so (v0.93.0 pkg/prometheus/server/operator.go

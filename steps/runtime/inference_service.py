@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
-from paddle_mlops.contracts import SERVING_PORT
+from paddle_mlops.contracts import PART_OF, RUN_AS_GROUP, RUN_AS_USER, SERVING_PORT
 
 GROUP = "serving.kserve.io"
 VERSION = "v1beta1"
@@ -64,8 +64,8 @@ def _security_context_container() -> dict[str, Any]:
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": True,
-        "runAsUser": 1000,
-        "runAsGroup": 1000,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_GROUP,
         "readOnlyRootFilesystem": True,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -143,7 +143,7 @@ def build_inference_service(
         predictor["canaryTrafficPercent"] = canary_percent
     labels = {
         "app.kubernetes.io/name": serving.model_name,
-        "app.kubernetes.io/part-of": "paddle-mlops",
+        **PART_OF,
         "paddle-mlops/region": region.name,
     }
     if model_version:

@@ -4,6 +4,7 @@ Naming scheme: `paddle_mlops_<subsystem>_<name>_<unit>` — subsystems `train` (
 `serving` (steps/runtime/serving.py) and `step` (Argo custom metrics, pipelines/observability.py,
 which the Argo controller exports with its own `argo_workflows_` prefix). Base units only
 (`_seconds`, `_bytes`), `_total` on counters; labels are small closed sets, never run ids.
+The names themselves are defined once, in `paddle_mlops/contracts.py`.
 
 `TrainingMetrics` uses its own `CollectorRegistry`, not the process-global one, so that two
 instances (tests, a retried trainer in one process) never collide on registration and the
@@ -18,15 +19,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
-PREFIX = "paddle_mlops"
+from paddle_mlops.contracts import (
+    TRAIN_DATALOADER_WAIT_SECONDS,
+    TRAIN_EPOCH,
+    TRAIN_GPU_MEMORY_BYTES,
+    TRAIN_LOSS,
+    TRAIN_SAMPLES_PER_SECOND,
+    TRAIN_STEP,
+)
 
 # Waits for the next batch: sub-millisecond when the loader keeps up, seconds when it starves the GPU.
 DATALOADER_WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def metric_name(subsystem: str, name: str) -> str:
-    """`metric_name("train", "loss")` -> `paddle_mlops_train_loss`."""
-    return f"{PREFIX}_{subsystem}_{name}"
 
 
 def default_host() -> str:
@@ -44,22 +47,22 @@ class TrainingMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.samples_per_second = Gauge(
-            metric_name("train", "samples_per_second"),
+            TRAIN_SAMPLES_PER_SECOND,
             "Training samples processed per second in the last step",
             registry=r,
         )
-        self.loss = Gauge(metric_name("train", "loss"), "Training loss of the last optimizer step", registry=r)
-        self.step = Gauge(metric_name("train", "step"), "Optimizer steps done", registry=r)
-        self.epoch = Gauge(metric_name("train", "epoch"), "Current epoch (1-based)", registry=r)
+        self.loss = Gauge(TRAIN_LOSS, "Training loss of the last optimizer step", registry=r)
+        self.step = Gauge(TRAIN_STEP, "Optimizer steps done", registry=r)
+        self.epoch = Gauge(TRAIN_EPOCH, "Current epoch (1-based)", registry=r)
         self.dataloader_wait = Histogram(
-            metric_name("train", "dataloader_wait_seconds"),
+            TRAIN_DATALOADER_WAIT_SECONDS,
             "Time a step waited for its batch from the data loader",
             buckets=DATALOADER_WAIT_BUCKETS,
             registry=r,
         )
         # Only on GPU: a constant 0 on CPU would read as "no memory used" on the dashboard.
         self.gpu_memory = (
-            Gauge(metric_name("train", "gpu_memory_bytes"), "GPU memory allocated by this process", registry=r)
+            Gauge(TRAIN_GPU_MEMORY_BYTES, "GPU memory allocated by this process", registry=r)
             if gpu
             else None
         )

@@ -16,31 +16,26 @@ from mlflow.entities import RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import stepargs
+from paddle_mlops.contracts import CHAMPION, PREVIOUS_CHAMPION
 from steps.runtime.stepargs import StepError
 
-CHAMPION = "champion"
-CHALLENGER = "challenger"
-PREVIOUS_CHAMPION = "previous-champion"
 # MLflow caps model-version tag values; data stats are a summary, not the whole file.
 _MAX_TAG = 5000
 
 
 def tracking_uri(cfg: PipelineConfig) -> str:
-    """Env MLFLOW_TRACKING_URI, else the configured URI, else SQLite under PADDLE_MLOPS_HOME."""
-    return (
-        os.environ.get("MLFLOW_TRACKING_URI")
-        or cfg.mlflow.tracking_uri
-        or f"sqlite:///{stepargs.home_dir() / 'mlflow.db'}"
-    )
+    """The pipeline's tracking URI (`contracts.tracking_uri`); makes the folder of a local SQLite store."""
+    uri = contracts.tracking_uri(cfg.mlflow.tracking_uri)
+    if uri.startswith("sqlite:///"):
+        os.makedirs(os.path.dirname(uri[len("sqlite:///") :]) or ".", exist_ok=True)
+    return uri
 
 
 def connect(cfg: PipelineConfig) -> MlflowClient:
     """A client for the pipeline's tracking server; also makes it mlflow's default for this process."""
     uri = tracking_uri(cfg)
-    if uri.startswith("sqlite:///"):
-        os.makedirs(os.path.dirname(uri[len("sqlite:///") :]) or ".", exist_ok=True)
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 

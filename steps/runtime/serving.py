@@ -50,6 +50,12 @@ try:
     from starlette.routing import Route
 
     from paddle_mlops.config.models import ServingConfig
+    from paddle_mlops.contracts import (
+        SERVING_BATCH_SIZE,
+        SERVING_ERRORS_TOTAL,
+        SERVING_REQUEST_LATENCY_SECONDS,
+        SERVING_REQUESTS_TOTAL,
+    )
     from steps.runtime import openmp
 finally:
     sys.argv = _argv
@@ -59,21 +65,19 @@ T = TypeVar("T")
 
 # Module-level: prometheus_client's default registry is what kserve's `/metrics` handler exports,
 # and a collector may be registered there only once per process.
-REQUESTS = Counter(
-    "paddle_mlops_serving_requests_total", "Inference requests answered", ["protocol", "code"]
-)
+REQUESTS = Counter(SERVING_REQUESTS_TOTAL, "Inference requests answered", ["protocol", "code"])
 LATENCY = Histogram(
-    "paddle_mlops_serving_request_latency_seconds",
+    SERVING_REQUEST_LATENCY_SECONDS,
     "Inference request latency, receive to response",
     ["protocol"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 BATCH_SIZE = Histogram(
-    "paddle_mlops_serving_batch_size",
+    SERVING_BATCH_SIZE,
     "Texts per model call after dynamic batching",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
-ERRORS = Counter("paddle_mlops_serving_errors_total", "Requests that failed, by reason", ["reason"])
+ERRORS = Counter(SERVING_ERRORS_TOTAL, "Requests that failed, by reason", ["reason"])
 
 
 class Classifier(Protocol):
@@ -231,7 +235,7 @@ class DynamicBatcher:
                 remaining = deadline - loop.time() if size < target else -1.0
                 try:
                     item = queue.get_nowait() if remaining <= 0 or not queue.empty() else await asyncio.wait_for(queue.get(), remaining)
-                except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                except (TimeoutError, asyncio.QueueEmpty):
                     break
                 if size + len(item[0]) > self._max_batch:
                     carry = item

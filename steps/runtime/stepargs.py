@@ -18,13 +18,14 @@ from pathlib import Path
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 
 # Exit codes: one definition, shared with the retry expression pipelines/k8s.py writes into the
-# templates (re-exported: every step reads them from here).
+# templates (re-exported: every step reads them from here), and the local home the executor sets.
 from paddle_mlops.contracts import (  # noqa: F401  (re-exported for the steps)
     EXIT_FAILED,
     EXIT_OK,
     EXIT_ROLLED_BACK,
     EXIT_USER_ERROR,
     FINAL_EXIT_CODES,
+    home_dir,
 )
 
 log = logging.getLogger("steps")
@@ -52,11 +53,6 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise ConfigError("--overrides must be a JSON list of 'a.b=c' strings")
     return load_config(args.config, args.env or None, overrides)
-
-
-def home_dir() -> Path:
-    """Where embedded defaults live locally (`PADDLE_MLOPS_HOME`, set by the local executor)."""
-    return Path(os.environ.get("PADDLE_MLOPS_HOME", ".paddle-mlops")).resolve()
 
 
 def write_output(path: str | None, value: str) -> None:
