@@ -34,7 +34,8 @@ ps-env: $(PS_STAMP)
 run: install
 	$(VENV)/bin/paddle-mlops run $(ARGS)
 
-test: install ps-env
+# lint first: a few seconds, and a drift or lint error fails before the long test run starts.
+test: install lint ps-env
 	$(VENV)/bin/python -m pytest $(ARGS)
 
 lint: install

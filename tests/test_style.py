@@ -1,12 +1,30 @@
-"""The code base stays lint-clean (ruff, configured in pyproject.toml), like the CI users rely on."""
+"""The code base stays lint-clean (ruff, configured in pyproject.toml) and keeps its three layers apart."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# The layer rules (STYLE.md rule 1): each names a folder (or module) and the imports it must not make.
+# A banned prefix matches the module itself and everything below it ("paddle" bans "paddle.nn", not "paddlenlp").
+# steps/ may take only the shared configuration and contracts from paddle_mlops; paddle_mlops/ (the CLI and
+# compiler) may import pipelines and steps, but the shared config/contracts modules (and the package __init__
+# that importing them runs) import neither side, or importing them from one layer would drag in the other.
+STEPS_MAY_IMPORT = ("paddle_mlops.config", "paddle_mlops.contracts")
+LAYER_RULES: dict[str, tuple[str, ...]] = {
+    "pipelines": ("paddle", "paddlenlp", "steps"),
+    "steps": ("hera", "pipelines", "paddle_mlops"),
+    "paddle_mlops/config": ("hera", "paddle", "paddlenlp", "pipelines", "steps"),
+    "paddle_mlops/contracts.py": ("hera", "paddle", "paddlenlp", "pipelines", "steps"),
+    "paddle_mlops/__init__.py": ("hera", "paddle", "paddlenlp", "pipelines", "steps"),
+}
+ALLOWED: dict[str, tuple[str, ...]] = {"steps": STEPS_MAY_IMPORT}
 
 
 def test_ruff_is_clean() -> None:
@@ -15,13 +33,105 @@ def test_ruff_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_layers_do_not_mix() -> None:
-    """pipelines/ never imports paddle; steps/ never imports hera (the three-layer rule)."""
+def imported_modules(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, absolute module name) for every import in `source`, at any depth, relative ones resolved.
+
+    `module` is the dotted name of the file being read; `from x import y` yields both `x` and `x.y`, since
+    `y` may itself be a module (`from steps.runtime import ernie`).
+    """
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found.append((node.lineno, base))
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names if alias.name != "*")
+    return found
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def layer_violations(
+    source: str, module: str, banned: tuple[str, ...], allowed: tuple[str, ...] = (), is_package: bool = False
+) -> list[str]:
+    """Imports in `source` that fall under a banned prefix and under no allowed one."""
     offenders = []
-    for folder, banned in (("pipelines", ("import paddle", "from paddle")), ("steps", ("import hera", "from hera"))):
-        for path in (ROOT / folder).rglob("*.py"):
-            for line in path.read_text(encoding="utf-8").splitlines():
-                stripped = line.strip()
-                if any(stripped.startswith(b + " ") or stripped.startswith(b + ".") for b in banned):
-                    offenders.append(f"{path.relative_to(ROOT)}: {stripped}")
-    assert offenders == []
+    for line, name in imported_modules(source, module, is_package):
+        # A parent of an allowed module (`paddle_mlops` in `from paddle_mlops import config`) is allowed too.
+        parent_of_allowed = any(a.startswith(name + ".") for a in allowed)
+        if _within(name, banned) and not _within(name, allowed) and not parent_of_allowed:
+            offenders.append(f"{module}:{line}: imports {name}")
+    return offenders
+
+
+def _python_files(target: str) -> list[Path]:
+    path = ROOT / target
+    return [path] if path.is_file() else sorted(path.rglob("*.py"))
+
+
+def test_layers_do_not_mix() -> None:
+    """pipelines/ never imports paddle, paddlenlp or steps; steps/ never imports hera or pipelines and takes
+    only config and contracts from paddle_mlops; the shared config/contracts import neither side."""
+    offenders = []
+    for target, banned in LAYER_RULES.items():
+        files = _python_files(target)
+        assert files, f"layer rule names {target}, which holds no Python files"
+        for path in files:
+            rel = path.relative_to(ROOT).with_suffix("")
+            is_package = rel.name == "__init__"
+            module = ".".join(rel.parent.parts if is_package else rel.parts)
+            source = path.read_text(encoding="utf-8")
+            offenders += layer_violations(source, module, banned, ALLOWED.get(target, ()), is_package)
+    assert offenders == [], "layer rule broken (STYLE.md rule 1):\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "caught"),
+    [
+        ("import hera.workflows\n", "steps.train", ["hera.workflows"]),
+        ("def f():\n    from pipelines import k8s\n", "steps.runtime.ps", ["pipelines", "pipelines.k8s"]),
+        ("from paddle_mlops import cli\n", "steps.train", ["paddle_mlops.cli"]),
+        (
+            "from paddle_mlops.local.executor import run\n",
+            "steps.train",
+            ["paddle_mlops.local.executor", "paddle_mlops.local.executor.run"],
+        ),
+        ("from ...pipelines import templates\n", "steps.runtime.ps", ["pipelines", "pipelines.templates"]),
+        ("from paddle_mlops.config import PipelineConfig\nfrom paddle_mlops import contracts\n", "steps.train", []),
+        ("from paddle_mlops.contracts import SERVING_PORT\nimport paddlenlp\n", "steps.train", []),
+        ("from .stepargs import StepError\n", "steps.runtime.ps", []),
+    ],
+    ids=[
+        "hera",
+        "pipelines-in-function",
+        "cli",
+        "local-executor",
+        "relative-pipelines",
+        "config-contracts",
+        "contracts-paddlenlp",
+        "relative-sibling",
+    ],
+)
+def test_layer_checker_catches_crossings(source: str, module: str, caught: list[str]) -> None:
+    found = layer_violations(source, module, LAYER_RULES["steps"], ALLOWED["steps"])
+    assert [entry.split("imports ")[1] for entry in found] == caught
+
+
+def test_layer_checker_resolves_relative_imports_in_pipelines() -> None:
+    rules = LAYER_RULES["pipelines"]
+    assert layer_violations("from ..templates import x\n", "pipelines.platform.meta", rules) == []
+    assert layer_violations("from ...steps import train\n", "pipelines.platform.meta", rules) == [
+        "pipelines.platform.meta:1: imports steps",
+        "pipelines.platform.meta:1: imports steps.train",
+    ]
+    assert layer_violations("from . import k8s\n", "pipelines", rules, is_package=True) == []
+    assert layer_violations(
+        "import paddle.nn as nn\nimport paddlenlp\nimport paddle_mlops.cli\n", "pipelines.k8s", rules
+    ) == ["pipelines.k8s:1: imports paddle.nn", "pipelines.k8s:2: imports paddlenlp"]
