@@ -557,7 +557,8 @@ class KServeRollout:
         """`canaryTrafficPercent: 0` on the live spec: 100% to the last rolled-out revision, now."""
         live = self._get(name)
         pinned = self._restorable(live)
-        assert live is not None and pinned is not None
+        if live is None or pinned is None:
+            raise RolloutFailed(f"InferenceService {self.ns}/{name} disappeared during the rollback")
         pinned["spec"]["predictor"]["canaryTrafficPercent"] = 0
         self._apply(pinned)
         failed = predictor_status(live).get("latestCreatedRevision", "")

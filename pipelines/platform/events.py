@@ -5,10 +5,8 @@ filters pushes (configured branches, no bot pushers, no `[skip ci]`, no branch d
 submits a Workflow from the `train-deploy` WorkflowTemplate with named parameters taken from the
 payload. The trigger is at-least-once: retried with backoff, then a dead-letter ConfigMap keeps
 the payload so nothing is lost silently. Written for Argo Events 1.9.10+ (paddle_mlops/versions.py);
-tests/test_upstream_argo_events.py encodes the controller code this relies on.
-
-Lead: these constants want config fields (proposed `events.branches`, `events.bot_accounts`,
-`events.github_owner`, `events.github_repositories`, `events.webhook_url`).
+tests/test_upstream_argo_events.py encodes the controller code this relies on. Branches, bot
+accounts, repositories and the webhook URL come from the `trigger` section of the configuration.
 """
 
 from __future__ import annotations

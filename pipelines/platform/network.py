@@ -26,7 +26,7 @@ PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
 # InferenceServicePodLabelKey); the names vary per region and canary, so the policy selects by the
 # labels our InferenceServices carry, which KServe copies onto the pods (predictor.go buildObjectMeta).
 ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
-# Lead: candidates for config (cluster.gateway_namespaces, cluster.monitoring_namespace).
+# Where requests (Knative activator, Istio gateway) and Prometheus come from; not configurable yet.
 GATEWAY_NAMESPACES: tuple[str, ...] = ("knative-serving", "istio-system")
 MONITORING_NAMESPACE = "monitoring"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"

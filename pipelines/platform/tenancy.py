@@ -18,10 +18,10 @@ LIMIT_RANGE_NAME = "container-defaults"
 # Pinned to the release the manifests are validated against, so a cluster upgrade cannot
 # tighten (or loosen) admission silently.
 PSS_VERSION = "v1.30"
-# The build pod's buildkitd sidecar runs rootless BuildKit, which needs seccomp and AppArmor
-# `Unconfined` (user namespaces, mounts). The "baseline" profile forbids both, so baseline cannot
-# admit it; the build namespace enforces "privileged", warns and audits at "baseline" so every
-# other deviation is still reported. Only the exempt build pod belongs there.
+# The shared buildkitd daemon (argo/buildkit.yaml) runs rootless BuildKit, which needs seccomp and
+# AppArmor `Unconfined` (user namespaces, mounts). The "baseline" profile forbids both, so baseline
+# cannot admit it; the build namespace enforces "privileged", warns and audits at "baseline" so every
+# other deviation is still reported. Only the exempt daemon belongs there.
 BUILD_ENFORCE = "privileged"
 BUILD_REASON = (
     "Rootless BuildKit (moby/buildkit rootless) needs seccompProfile and appArmorProfile Unconfined in its "
