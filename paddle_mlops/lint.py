@@ -155,25 +155,27 @@ def _from_pod_template(label: str, template: dict[str, Any]) -> Pod:
     return _pod(label, template.get("spec") or {}, (template.get("metadata") or {}).get("annotations"))
 
 
-def controller_executor(docs: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    """The `executor` setting of a workflow-controller ConfigMap among `docs`, None when none is.
+def executor_setting(data: dict[str, str]) -> dict[str, Any]:
+    """The `executor` setting of a workflow-controller ConfigMap's `data`, read as the controller reads
+    it (config/controller.go parseConfigMap): a lone `config` key with the whole YAML, or one key per
+    setting. {} when unset; yaml.YAMLError when the YAML is broken."""
+    if "config" in data:
+        settings = yaml.safe_load(data["config"])
+        executor = settings.get("executor") if isinstance(settings, dict) else None
+    else:
+        executor = yaml.safe_load(data.get("executor") or "null")
+    return executor if isinstance(executor, dict) else {}
 
-    Read as the controller reads it (config/controller.go parseConfigMap): a lone `config` key with
-    the whole YAML, or one key per setting.
-    """
+
+def controller_executor(docs: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The `executor` setting of a workflow-controller ConfigMap among `docs`, None when none is."""
     for doc in docs:
         if doc.get("kind") != "ConfigMap" or (doc.get("metadata") or {}).get("name") != CONTROLLER_CONFIGMAP:
             continue
-        data = doc.get("data") or {}
         try:
-            if "config" in data:
-                settings = yaml.safe_load(data["config"])
-            else:
-                settings = {"executor": yaml.safe_load(data.get("executor") or "null")}
+            return executor_setting(doc.get("data") or {})
         except yaml.YAMLError as exc:
             raise LintInputError(f"{_name(doc)}: its executor setting is not valid YAML ({exc}).") from None
-        executor = (settings or {}).get("executor")
-        return executor if isinstance(executor, dict) else {}
     return None
 
 

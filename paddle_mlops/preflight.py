@@ -374,7 +374,7 @@ def check_argo_executor(api: KubernetesApi, req: Requirements) -> Iterator[Resul
             raise
         yield Result("argo-executor", subject, FINDING, "ConfigMap not found: the init/wait containers get no securityContext", fix)
         return
-    executor = executor_config(config_map.data or {})
+    executor = lint.executor_setting(config_map.data or {})
     container = {"name": "wait", "securityContext": executor.get("securityContext") or {}}
     problems = sorted(
         {
@@ -388,17 +388,6 @@ def check_argo_executor(api: KubernetesApi, req: Requirements) -> Iterator[Resul
         yield Result("argo-executor", subject, FINDING, "executor securityContext is not restricted: " + "; ".join(problems), fix)
     else:
         yield Result("argo-executor", subject, OK, "executor securityContext meets the restricted profile")
-
-
-def executor_config(data: dict[str, str]) -> dict[str, Any]:
-    """The `executor` section the way argo-workflows config/controller.go parseConfigMap reads it:
-    the whole config under key `config`, or one YAML value per top-level key."""
-    if "config" in data:
-        parsed = yaml.safe_load(data["config"]) or {}
-        executor = parsed.get("executor") if isinstance(parsed, dict) else None
-    else:
-        executor = yaml.safe_load(data.get("executor") or "") or None
-    return executor if isinstance(executor, dict) else {}
 
 
 def check_knative_features(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
