@@ -114,6 +114,7 @@ class KubernetesApi:
     def __init__(self, version: Any, core: Any, apps: Any, extensions: Any, custom: Any, where: str = "") -> None:
         self.version, self.core, self.apps, self.extensions, self.custom = version, core, apps, extensions, custom
         self.where = where
+        self._deployments: list[Any] | None = None
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubernetesApi:
@@ -175,7 +176,10 @@ class KubernetesApi:
         return bool(((json.loads(response.data) or {}).get("metadata") or {}).get("name") == name)
 
     def deployments(self) -> list[Any]:
-        return list(self.apps.list_deployment_for_all_namespaces(_request_timeout=TIMEOUT_S).items)
+        """Every Deployment of the cluster, listed once per preflight run (three checks read them)."""
+        if self._deployments is None:
+            self._deployments = list(self.apps.list_deployment_for_all_namespaces(_request_timeout=TIMEOUT_S).items)
+        return self._deployments
 
     def event_bus(self, name: str, namespace: str) -> dict[str, Any] | None:
         try:
