@@ -24,7 +24,7 @@ from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import PART_OF
 from pipelines import k8s
 from pipelines.observability import argo_template_metrics
-from pipelines.paddlejob import WORKFLOW_LABEL, build_paddlejob
+from pipelines.paddlejob import WORKFLOW_LABEL, PaddleJobSpec, build_paddlejob
 from pipelines.platform import buildkit
 from pipelines.platform.rbac import ROLLOUT_SERVICE_ACCOUNT
 
@@ -197,18 +197,17 @@ def train(cfg: PipelineConfig) -> Resource:
         retry_strategy=k8s.resource_retry_strategy(cfg),
         metrics=m.Metrics.model_validate(argo_template_metrics("train")),
     )
-    delete_train_jobs(cfg)
+    delete_train_jobs(cfg, job)
     return template
 
 
-def delete_train_jobs(cfg: PipelineConfig) -> Resource:
+def delete_train_jobs(cfg: PipelineConfig, job: PaddleJobSpec) -> Resource:
     """`kubectl delete --ignore-not-found <paddlejobs.group> --selector paddle-mlops/workflow=<workflow>`.
 
     Deleting the job deletes its pods (both operators make the job their controller owner).
     No manifest: Argo then runs kubectl with the flags alone (workflow/executor/resource.go
     getKubectlArguments); --wait=false returns without watching the Paddle operator's finalizer.
     """
-    job = build_paddlejob(cfg)
     return Resource(
         name=DELETE_TRAIN_JOBS,
         action="delete",
