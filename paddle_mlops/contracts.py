@@ -43,6 +43,13 @@ PART_OF = {PART_OF_KEY: PART_OF_VALUE}
 RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
 
+def image_repository(image: str) -> str:
+    """`registry:5000/team/serve:0.1` or `…@sha256:…` -> `registry:5000/team/serve`: the part a digest pins."""
+    repo = image.split("@", 1)[0]
+    last = repo.rsplit("/", 1)[-1]
+    return repo[: len(repo) - len(last)] + last.split(":", 1)[0]
+
+
 # MLflow registered-model aliases carry the deployment state: registered, not yet serving; serving
 # 100%; what a rollback returns to.
 CHALLENGER = "challenger"
@@ -50,7 +57,7 @@ CHAMPION = "champion"
 PREVIOUS_CHAMPION = "previous-champion"
 
 # Prometheus series, named `paddle_mlops_<subsystem>_<name>_<unit>` (scheme: steps/runtime/metrics.py).
-# The steps export them; the alerts and dashboards (pipelines/observability.py) and the rollout's
+# The steps export them; the alerts and dashboards (pipelines/observability/) and the rollout's
 # health check read them.
 # Training: rank 0's `/metrics` while it trains (steps/runtime/metrics.py).
 TRAIN_SAMPLES_PER_SECOND = "paddle_mlops_train_samples_per_second"
@@ -64,7 +71,7 @@ SERVING_REQUESTS_TOTAL = "paddle_mlops_serving_requests_total"
 SERVING_REQUEST_LATENCY_SECONDS = "paddle_mlops_serving_request_latency_seconds"
 SERVING_BATCH_SIZE = "paddle_mlops_serving_batch_size"
 SERVING_ERRORS_TOTAL = "paddle_mlops_serving_errors_total"
-# Argo custom metrics of every step (pipelines/observability.py); the controller exports them with
+# Argo custom metrics of every step (pipelines/observability/argo_metrics.py); the controller exports them with
 # its own `argo_workflows_` prefix.
 STEP_DURATION = "paddle_mlops_step_duration_seconds"
 STEP_RESULT = "paddle_mlops_step_result_total"

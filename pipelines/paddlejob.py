@@ -15,7 +15,7 @@ from typing import Any
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF
+from paddle_mlops.contracts import PART_OF, image_repository
 from pipelines import k8s
 from pipelines.platform.network import TRAIN_POD_LABELS
 from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
@@ -50,11 +50,7 @@ class PaddleJobSpec:
 
 def train_image(cfg: PipelineConfig) -> str:
     """The train repository pinned by the digest the build step produced (never a moving tag)."""
-    repo = cfg.images.train.split("@", 1)[0]
-    last = repo.rsplit("/", 1)
-    if ":" in last[-1]:
-        repo = repo.rsplit(":", 1)[0]
-    return f"{repo}@{IMAGE_DIGEST}"
+    return f"{image_repository(cfg.images.train)}@{IMAGE_DIGEST}"
 
 
 def worker_command(cfg: PipelineConfig) -> list[str]:

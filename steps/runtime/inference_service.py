@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
-from paddle_mlops.contracts import PART_OF, RUN_AS_GROUP, RUN_AS_USER, SERVING_PORT
+from paddle_mlops.contracts import PART_OF, RUN_AS_GROUP, RUN_AS_USER, SERVING_PORT, image_repository
 
 GROUP = "serving.kserve.io"
 VERSION = "v1beta1"
@@ -51,11 +51,7 @@ def pin_image(image: str, digest: str | None) -> str:
     """`repo:tag` + `sha256:…` -> `repo@sha256:…`; the tag alone when no real digest was built."""
     if not digest or not digest.startswith("sha256:"):
         return image
-    repo = image.split("@", 1)[0]
-    last = repo.rsplit("/", 1)[-1]
-    if ":" in last:
-        repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
-    return f"{repo}@{digest}"
+    return f"{image_repository(image)}@{digest}"
 
 
 def _security_context_container() -> dict[str, Any]:
@@ -108,11 +104,22 @@ def build_inference_service(
     name: str | None = None,
 ) -> dict[str, Any]:
     """The InferenceService for `model_uri` in `region`; `canary_percent` sends that share to it (Serverless)."""
-    serving = cfg.serving
-    if canary_percent is not None and serving.deployment_mode != "Serverless":
+    if canary_percent is not None and cfg.serving.deployment_mode != "Serverless":
         raise ValueError("canaryTrafficPercent needs deploymentMode Serverless; RawDeployment uses a <name>-canary service")
-    metadata_name = name or service_name(cfg, region)
-    container: dict[str, Any] = {
+    predictor = _predictor(cfg, region, _container(cfg, model_uri, image))
+    if canary_percent is not None:
+        predictor["canaryTrafficPercent"] = canary_percent
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "InferenceService",
+        "metadata": _metadata(cfg, region, model_uri, model_version, name or service_name(cfg, region)),
+        "spec": {"predictor": predictor},
+    }
+
+
+def _container(cfg: PipelineConfig, model_uri: str, image: str) -> dict[str, Any]:
+    serving = cfg.serving
+    return {
         "name": "kserve-container",
         "image": image,
         "command": ["python", "-m", "steps.serve"],
@@ -131,7 +138,10 @@ def build_inference_service(
         "securityContext": _security_context_container(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-    predictor: dict[str, Any] = {
+
+
+def _predictor(cfg: PipelineConfig, region: RegionConfig, container: dict[str, Any]) -> dict[str, Any]:
+    return {
         "containers": [container],
         "nodeSelector": region.node_selector(),
         "tolerations": [t.model_dump(exclude_none=True) for t in region.tolerations],
@@ -139,32 +149,24 @@ def build_inference_service(
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}],
         "minReplicas": 1,
     }
-    if canary_percent is not None:
-        predictor["canaryTrafficPercent"] = canary_percent
-    labels = {
-        "app.kubernetes.io/name": serving.model_name,
-        **PART_OF,
-        "paddle-mlops/region": region.name,
-    }
+
+
+def _metadata(cfg: PipelineConfig, region: RegionConfig, model_uri: str, model_version: str, name: str) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": cfg.serving.model_name, **PART_OF, "paddle-mlops/region": region.name}
     if model_version:
         labels["paddle-mlops/model-version"] = str(model_version)
     return {
-        "apiVersion": API_VERSION,
-        "kind": "InferenceService",
-        "metadata": {
-            "name": metadata_name,
-            "namespace": cfg.cluster.namespace,
-            "labels": labels,
-            "annotations": {
-                "serving.kserve.io/deploymentMode": serving.deployment_mode,
-                # Tag routing gives the canary revision its own URL, so the rollout can probe it alone.
-                "serving.kserve.io/enable-tag-routing": "true",
-                "serving.kserve.io/enable-prometheus-scraping": "true",
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(SERVING_PORT),
-                "prometheus.io/path": "/metrics",
-                "paddle-mlops/model-uri": model_uri,
-            },
+        "name": name,
+        "namespace": cfg.cluster.namespace,
+        "labels": labels,
+        "annotations": {
+            "serving.kserve.io/deploymentMode": cfg.serving.deployment_mode,
+            # Tag routing gives the canary revision its own URL, so the rollout can probe it alone.
+            "serving.kserve.io/enable-tag-routing": "true",
+            "serving.kserve.io/enable-prometheus-scraping": "true",
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(SERVING_PORT),
+            "prometheus.io/path": "/metrics",
+            "paddle-mlops/model-uri": model_uri,
         },
-        "spec": {"predictor": predictor},
     }
