@@ -13,7 +13,17 @@ from paddle_mlops.config import PipelineConfig
 from pipelines import templates
 
 NAME = "train-deploy"
-GATE = "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
+# What `paddle-mlops run` reports after a local run: summary key -> (task, output parameter) of this DAG.
+# build() resolves each through Hera, so renaming a task or an output fails at build time, not in a summary.
+RESULTS = {
+    "metrics": ("evaluate", "metrics"),
+    "gate": ("evaluate", "gate-passed"),
+    "mlflow_run_id": ("evaluate", "mlflow-run-id"),
+    "model_uri": ("upload", "model-uri"),
+    "model_version": ("register", "model-version"),
+    "serving_url": ("rollout", "serving-url"),
+    "rollout": ("rollout", "outcome"),
+}
 
 
 def parameters(cfg: PipelineConfig) -> list[Parameter]:
@@ -34,10 +44,6 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
     ]
 
 
-def task_output(task: str, name: str) -> str:
-    return f"{{{{tasks.{task}.outputs.parameters.{name}}}}}"
-
-
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `train-deploy` WorkflowTemplate for this configuration (no side effects)."""
     with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
@@ -53,37 +59,37 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         with DAG(name="main"):
             t_build = build_image(name="build-image")
             # Every later task records the commit build-image built, never the submitted value.
-            commit = {"git-sha": task_output("build-image", "git-sha")}
+            commit = {"git-sha": t_build.get_parameter("git-sha")}
             t_data = prepare_data(name="prepare-data", arguments=commit)
-            t_train = train(
-                name="train", arguments={**commit, "image-digest": task_output("build-image", "image-digest")}
-            )
+            t_train = train(name="train", arguments={**commit, "image-digest": t_build.get_parameter("image-digest")})
             t_eval = evaluate(name="evaluate", arguments=commit)
-            t_upload = upload(
-                name="upload",
-                when=GATE,
-                arguments={**commit, "mlflow-run-id": task_output("evaluate", "mlflow-run-id")},
-            )
+            gate = f"{t_eval.get_parameter('gate-passed')} == true"
+            run_id = t_eval.get_parameter("mlflow-run-id")
+            t_upload = upload(name="upload", when=gate, arguments={**commit, "mlflow-run-id": run_id})
+            published = {"model-uri": t_upload.get_parameter("model-uri")}
             t_register = register(
                 name="register",
-                when=GATE,
+                when=gate,
                 arguments={
                     **commit,
-                    "model-uri": task_output("upload", "model-uri"),
-                    "manifest-digest": task_output("upload", "manifest-digest"),
-                    "mlflow-run-id": task_output("evaluate", "mlflow-run-id"),
+                    **published,
+                    "manifest-digest": t_upload.get_parameter("manifest-digest"),
+                    "mlflow-run-id": run_id,
                 },
             )
             t_rollout = rollout(
                 name="rollout",
-                when=GATE,
+                when=gate,
                 arguments={
                     **commit,
-                    "model-uri": task_output("upload", "model-uri"),
-                    "model-version": task_output("register", "model-version"),
+                    **published,
+                    "model-version": t_register.get_parameter("model-version"),
                     "region": "{{workflow.parameters.region}}",
                 },
             )
+            tasks = [t_build, t_data, t_train, t_eval, t_upload, t_register, t_rollout]
             t_build >> t_data >> t_train >> t_eval >> t_upload >> t_register >> t_rollout
+        by_name = {task.name: task for task in tasks}
+        for task, output in RESULTS.values():
+            by_name[task].get_parameter(output)
     return wt
-

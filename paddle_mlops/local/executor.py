@@ -36,6 +36,7 @@ from paddle_mlops.local.dag import (
     resource_command,
     task_inputs,
 )
+from pipelines.train_deploy import RESULTS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TAIL_LINES = 40
@@ -291,18 +292,14 @@ class LocalExecutor:
         self, results: list[TaskResult], exit_result: TaskResult | None, failed: TaskResult | None, seconds: float
     ) -> dict[str, Any]:
         outputs = {r.name: r.outputs for r in results}
-
-        def out(task: str, name: str) -> str | None:
-            return outputs.get(task, {}).get(name)
-
+        found = {key: outputs.get(task, {}).get(name) for key, (task, name) in RESULTS.items()}
         metrics: dict[str, Any] = {}
-        raw_metrics = out("evaluate", "metrics")
-        if raw_metrics:
+        if found["metrics"]:
             try:
-                metrics = json.loads(raw_metrics)
+                metrics = json.loads(found["metrics"])
             except json.JSONDecodeError:
                 metrics = {}
-        gate = out("evaluate", "gate-passed")
+        gate = found["gate"]
         return {
             "status": "failed" if failed else "succeeded",
             "run_name": self.scope.workflow_name,
@@ -325,12 +322,12 @@ class LocalExecutor:
             "failed_step": None if not failed else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
             "metrics": {k: metrics.get(k) for k in ("accuracy", "macro_f1")} | {"all": metrics},
             "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
-            "model_uri": out("upload", "model-uri"),
-            "model_version": out("register", "model-version"),
-            "mlflow_run_id": out("evaluate", "mlflow-run-id"),
+            "model_uri": found["model_uri"],
+            "model_version": found["model_version"],
+            "mlflow_run_id": found["mlflow_run_id"],
             "mlflow_tracking_uri": self.tracking_uri(),
-            "serving_url": out("rollout", "serving-url"),
-            "rollout": out("rollout", "outcome"),
+            "serving_url": found["serving_url"],
+            "rollout": found["rollout"],
         }
 
     def _print_summary(self, summary: dict[str, Any], failed: TaskResult | None) -> None:
