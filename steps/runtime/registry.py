@@ -123,22 +123,6 @@ def promote(name: str, version: str, client: MlflowClient | None = None) -> str 
     return current
 
 
-def rollback(name: str, client: MlflowClient | None = None) -> str:
-    """Point `champion` back at `previous-champion` and return that version."""
-    client = _client(client)
-    previous = get_alias_version(name, PREVIOUS_CHAMPION, client)
-    if previous is None:
-        raise StepError(f"registered model {name!r} has no '{PREVIOUS_CHAMPION}' alias; there is nothing to roll back to")
-    client.set_registered_model_alias(name, CHAMPION, previous)
-    # Walk the chain back one step so a second rollback does not re-promote the bad version.
-    older = client.get_model_version(name, previous).tags.get("previous_champion")
-    if older:
-        client.set_registered_model_alias(name, PREVIOUS_CHAMPION, older)
-    else:
-        client.delete_registered_model_alias(name, PREVIOUS_CHAMPION)
-    return previous
-
-
 def close_runs(experiment: str, workflow: str, status: str = "FAILED", client: MlflowClient | None = None) -> list[str]:
     """Terminate the runs tagged `workflow=<workflow>` that are still RUNNING; return their ids."""
     client = _client(client)
