@@ -2,3 +2,7 @@
 
 Imports no hera. The same modules run in the cluster's containers and in the local executor.
 """
+
+from steps.runtime import noise
+
+noise.install()

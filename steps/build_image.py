@@ -25,8 +25,9 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from paddle_mlops.config import PipelineConfig
 from steps.runtime import stepargs
-from steps.runtime.stepargs import StepError
+from steps.runtime.stepargs import StepError, StepFailed
 
 LOCAL_DIGEST = "local"
 # A full SHA-1 or SHA-256 object name: BuildKit's git source takes only those as a commit (anything
@@ -35,16 +36,11 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 REVISION_LABEL = "org.opencontainers.image.revision"
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m steps.build_image", description=__doc__.split("\n\n")[0])
-    stepargs.add_common_args(parser)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--git-repo", required=True, help="git URL of the repository to build")
     parser.add_argument("--image", required=True, help="image name without tag; pushed as <image>:<git-sha>")
     parser.add_argument("--dockerfile", default="images/train/Dockerfile", help="Dockerfile path inside the repo")
-    parser.add_argument("--digest-out", default=None, help="output parameter file: the pushed image digest")
     parser.add_argument("--git-branch", default="main", help="branch whose head is built when --git-sha is empty")
-    parser.add_argument("--git-sha-out", default=None, help="output parameter file: the commit that was built")
-    return stepargs.parse(parser, argv)
 
 
 def buildctl_command() -> list[str] | None:
@@ -140,41 +136,42 @@ def read_digest(metadata: Path) -> str:
     return str(digest)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
+    del cfg  # loaded only to refuse a bad configuration before anything is built
+    buildctl = buildctl_command()
+    if buildctl is None:
+        print(f"build-image: skipped — no BuildKit here (local run uses the installed project); image digest: {LOCAL_DIGEST}")
+        return {"image-digest": LOCAL_DIGEST, "git-sha": args.git_sha}
+    commit = commit_to_build(args.git_repo, args.git_sha, args.git_branch)
+    metadata = Path(tempfile.mkdtemp(prefix="build-")) / "build-meta.json"
+    cmd = build_args(buildctl, args.git_repo, commit, args.dockerfile, args.image, metadata)
+    stepargs.log.info("building %s:%s from %s#%s", args.image, commit, args.git_repo, commit)
+    result = subprocess.run(cmd, check=False)
+    if result.returncode != 0:
+        raise StepFailed(f"buildctl failed with exit code {result.returncode}; see the build log above")
+    reference = f"{args.image}@{read_digest(metadata)}"
+    sign = sign_command(reference)
+    if sign is None:
+        stepargs.log.warning("%s is not signed (no COSIGN_PRIVATE_KEY); admission policies will refuse it", reference)
+    elif subprocess.run(sign, check=False).returncode != 0:
+        raise StepFailed(f"cosign could not sign {reference}; no digest is output")
+    else:
+        print(f"build-image: signed {reference}")
+    print(f"build-image: pushed {args.image}:{commit}@{reference.split('@')[1]}")
+    return {"image-digest": reference.split("@")[1], "git-sha": commit}
 
-    def body() -> int:
-        stepargs.config_from_args(args)
-        buildctl = buildctl_command()
-        if buildctl is None:
-            print(f"build-image: skipped — no BuildKit here (local run uses the installed project); image digest: {LOCAL_DIGEST}")
-            stepargs.write_output(args.digest_out, LOCAL_DIGEST)
-            stepargs.write_output(args.git_sha_out, args.git_sha)
-            return stepargs.EXIT_OK
-        args.git_sha = commit_to_build(args.git_repo, args.git_sha, args.git_branch)
-        stepargs.write_output(args.git_sha_out, args.git_sha)
-        metadata = Path(tempfile.mkdtemp(prefix="build-")) / "build-meta.json"
-        cmd = build_args(buildctl, args.git_repo, args.git_sha, args.dockerfile, args.image, metadata)
-        stepargs.log.info("building %s:%s from %s#%s", args.image, args.git_sha, args.git_repo, args.git_sha)
-        result = subprocess.run(cmd, check=False)
-        if result.returncode != 0:
-            print(f"[build-image] buildctl failed with exit code {result.returncode}; see the build log above", file=sys.stderr)
-            return stepargs.EXIT_FAILED
-        digest = read_digest(metadata)
-        reference = f"{args.image}@{digest}"
-        sign = sign_command(reference)
-        if sign is None:
-            stepargs.log.warning("%s is not signed (no COSIGN_PRIVATE_KEY); admission policies will refuse it", reference)
-        elif subprocess.run(sign, check=False).returncode != 0:
-            print(f"[build-image] cosign could not sign {reference}; no digest is output", file=sys.stderr)
-            return stepargs.EXIT_FAILED
-        else:
-            print(f"build-image: signed {reference}")
-        stepargs.write_output(args.digest_out, digest)
-        print(f"build-image: pushed {args.image}:{args.git_sha}@{digest}")
-        return stepargs.EXIT_OK
 
-    return stepargs.run_step("build-image", body)
+STEP = stepargs.Step(
+    "build-image",
+    __doc__,
+    run,
+    _arguments,
+    outputs=(
+        stepargs.Output("image-digest", "--digest-out", "the pushed image digest"),
+        stepargs.Output("git-sha", "--git-sha-out", "the commit that was built"),
+    ),
+)
+main = STEP.main
 
 
 if __name__ == "__main__":

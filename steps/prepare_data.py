@@ -13,7 +13,7 @@ import logging
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 if not __package__:  # run as a script path: make `steps` importable
@@ -26,11 +26,8 @@ from steps.runtime.stepargs import StepError
 log = logging.getLogger("steps.prepare_data")
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="prepare-data", description=__doc__)
-    stepargs.add_common_args(parser)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="workspace data directory (local path or s3:// URI)")
-    return stepargs.parse(parser, argv)
 
 
 def read_source(cfg: PipelineConfig) -> Iterator[data.RawExample]:
@@ -109,23 +106,20 @@ def prepare(cfg: PipelineConfig, out: Path) -> dict:
     return stats
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
+    stats = prepare(cfg, local)
+    workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
+    sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
+    log.info(
+        "prepared %d examples from %s (%d lines; %d duplicates, %d conflicting texts dropped): %s -> %s",
+        stats["examples"], stats["source"], stats["raw_lines"], stats["duplicates_dropped"],
+        stats["conflicts_dropped"], sizes, args.output,
+    )
 
-    def body() -> int:
-        cfg = stepargs.config_from_args(args)
-        local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
-        stats = prepare(cfg, local)
-        workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
-        sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
-        log.info(
-            "prepared %d examples from %s (%d lines; %d duplicates, %d conflicting texts dropped): %s -> %s",
-            stats["examples"], stats["source"], stats["raw_lines"], stats["duplicates_dropped"],
-            stats["conflicts_dropped"], sizes, args.output,
-        )
-        return stepargs.EXIT_OK
 
-    return stepargs.run_step("prepare-data", body)
+STEP = stepargs.Step("prepare-data", __doc__, run, _arguments)
+main = STEP.main
 
 
 if __name__ == "__main__":

@@ -11,15 +11,13 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
 
+from paddle_mlops.config import PipelineConfig
 from steps.runtime import serving, stepargs
 from steps.runtime.stepargs import StepError
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m steps.serve", description=__doc__)
-    stepargs.add_common_args(parser)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--model-uri",
@@ -31,7 +29,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=None, help="port (default: serving.port; 0 picks a free one)")
     parser.add_argument("--model-name", default=None, help="name in the URL (default: serving.model_name)")
     parser.add_argument("--ready-file", default=None, help="write {url, port, pid} here once listening")
-    return stepargs.parse(parser, argv)
 
 
 def _write_ready_file(path: str, host: str, port: int, model_name: str) -> None:
@@ -44,44 +41,37 @@ def _write_ready_file(path: str, host: str, port: int, model_name: str) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    if not args.model_uri and not args.model_dir:
+        raise StepError("no model given: pass --model-uri URI (or env STORAGE_URI) or --model-dir DIR")
+    host = args.host or cfg.serving.host
+    port = cfg.serving.port if args.port is None else args.port
+    name = args.model_name or cfg.serving.model_name
+    model = serving.ErnieModel(
+        name, cfg.serving, model_uri=args.model_uri, model_dir=args.model_dir, endpoint_url=cfg.storage.endpoint_url
+    )
+    try:
+        # Integrity failures (objectstore.IntegrityError) are StepErrors: one line, exit 2.
+        model.load()
+    except FileNotFoundError as exc:
+        raise StepError(f"model files missing: {exc}. Check --model-uri/--model-dir points at an exported model.") from None
+    try:
+        sock = serving.bind_socket(host, port)
+    except OSError as exc:
+        raise StepError(f"cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 = any free).") from None
+    bound_port = sock.getsockname()[1]
+    app = serving.create_app([model], cfg.serving.max_request_bytes)
+    stepargs.log.info("serving model %s on http://%s:%d", name, host, bound_port)
 
-    def body() -> int:
-        cfg = stepargs.config_from_args(args)
-        if not args.model_uri and not args.model_dir:
-            raise StepError("no model given: pass --model-uri URI (or env STORAGE_URI) or --model-dir DIR")
-        host = args.host or cfg.serving.host
-        port = cfg.serving.port if args.port is None else args.port
-        name = args.model_name or cfg.serving.model_name
-        model = serving.ErnieModel(
-            name,
-            cfg.serving,
-            model_uri=args.model_uri,
-            model_dir=args.model_dir,
-            endpoint_url=cfg.storage.endpoint_url,
-        )
-        try:
-            # Integrity failures (objectstore.IntegrityError) are StepErrors: one line, exit 2.
-            model.load()
-        except FileNotFoundError as exc:
-            raise StepError(f"model files missing: {exc}. Check --model-uri/--model-dir points at an exported model.") from None
-        try:
-            sock = serving.bind_socket(host, port)
-        except OSError as exc:
-            raise StepError(f"cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 = any free).") from None
-        bound_port = sock.getsockname()[1]
-        app = serving.create_app([model], cfg.serving.max_request_bytes)
-        stepargs.log.info("serving model %s on http://%s:%d", name, host, bound_port)
+    def started() -> None:
+        if args.ready_file:
+            _write_ready_file(args.ready_file, host, bound_port, name)
 
-        def started() -> None:
-            if args.ready_file:
-                _write_ready_file(args.ready_file, host, bound_port, name)
+    serving.serve(app, sock, on_started=started)
 
-        serving.serve(app, sock, on_started=started)
-        return 0
 
-    return stepargs.run_step("serve", body)
+STEP = stepargs.Step("serve", __doc__, run, _arguments)
+main = STEP.main
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""The argument and error conventions every step shares.
+"""The one step runner: every `python -m steps.<name>` is a `Step` run by `Step.main`.
 
-Each step module has `_parse_args(argv)`, `main(argv) -> int` and `if __name__ == "__main__"`.
-Every step takes `--config/--env/--overrides` so that it loads exactly the configuration the
-pipeline was submitted with (the workflow passes `--set` overrides as a JSON list).
+A step module declares its arguments, its outputs and a `run(cfg, args) -> outputs` function. Parsing
+(`--config/--env/--overrides/--git-sha`, so a step loads exactly the configuration the pipeline was submitted
+with), logging, library-noise filtering, writing output parameters the way Argo reads them and mapping errors
+to exit codes live here, once.
 """
 
 from __future__ import annotations
@@ -12,28 +13,108 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-
-# Exit codes: one definition, shared with the retry expression pipelines/k8s.py writes into the
-# templates (re-exported: every step reads them from here), and the local home the executor sets.
-from paddle_mlops.contracts import (  # noqa: F401  (re-exported for the steps)
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_ROLLED_BACK,
-    EXIT_USER_ERROR,
-    FINAL_EXIT_CODES,
-    home_dir,
-)
+from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, home_dir  # noqa: F401 (home_dir re-exported)
 
 log = logging.getLogger("steps")
 
 
-
 class StepError(Exception):
-    """A failure the user can act on: bad data, a missing model, a failed check. Exit code 2."""
+    """A failure the user can act on: bad data, a missing model, a failed check. Exit code 2, not retried."""
+
+
+class StepFailed(Exception):
+    """A failure of the environment (a tool or server that failed): exit code 1, which the workflow retries."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output parameter: `name` as the DAG declares it, written to the file given by `flag` (Argo's
+    `valueFrom.path`, /tmp/outputs/<name> in pipelines/templates.py)."""
+
+    name: str
+    flag: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `run` returns when it ends with another exit code than 0 (rollout's rolled-back 3); otherwise `run`
+    returns the outputs mapping alone."""
+
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    exit_code: int = EXIT_OK
+
+
+Run = Callable[..., "Mapping[str, str] | Finished | None"]
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step: its name (the DAG task name), module docstring, `run(cfg, args, **deps)`, arguments and outputs.
+
+    `env_defaults` are set (when unset) before anything runs; `deps` passed to `main` reach `run` as keyword
+    arguments (tests inject fakes of remote services that way).
+    """
+
+    name: str
+    doc: str
+    run: Run
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    outputs: tuple[Output, ...] = ()
+    env_defaults: Mapping[str, str] = field(default_factory=dict)
+
+    def parser(self) -> argparse.ArgumentParser:
+        module = self.name.replace("-", "_")
+        parser = argparse.ArgumentParser(prog=f"python -m steps.{module}", description=self.doc.split("\n\n")[0])
+        add_common_args(parser)
+        self.arguments(parser)
+        for out in self.outputs:
+            parser.add_argument(out.flag, dest=out.dest, default=None, help=f"output parameter file: {out.help}")
+        return parser
+
+    def main(self, argv: Sequence[str] | None = None, **deps: Any) -> int:
+        args = self.parser().parse_args(list(argv) if argv is not None else None)
+        for key, value in self.env_defaults.items():
+            os.environ.setdefault(key, value)
+        setup_logging(self.name)
+        try:
+            result = self.run(config_from_args(args), args, **deps)
+        except ConfigError as exc:
+            return _fail(f"[{self.name}] configuration error: {exc}", EXIT_USER_ERROR)
+        except StepError as exc:
+            return _fail(f"[{self.name}] error: {exc}", EXIT_USER_ERROR)
+        except StepFailed as exc:
+            return _fail(f"[{self.name}] failed: {exc}", EXIT_FAILED)
+        finished = result if isinstance(result, Finished) else Finished(result or {})
+        self._write_outputs(args, finished.outputs)
+        return finished.exit_code
+
+    def _write_outputs(self, args: argparse.Namespace, outputs: Mapping[str, str]) -> None:
+        declared = {out.name: out for out in self.outputs}
+        undeclared = sorted(set(outputs) - set(declared))
+        if undeclared:
+            raise TypeError(f"step {self.name} returned outputs it does not declare: {', '.join(undeclared)}")
+        for name, value in outputs.items():
+            write_output(getattr(args, declared[name].dest), value)
+
+
+def _fail(message: str, code: int) -> int:
+    print(message, file=sys.stderr)
+    return code
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -68,39 +149,41 @@ def setup_logging(step: str) -> None:
     """Plain lines for people; one JSON object per line when LOG_FORMAT=json (for a log stack)."""
     if logging.getLogger().handlers:
         return
-    if os.environ.get("LOG_FORMAT") == "json":
-        fields = {
+    if os.environ.get("LOG_FORMAT") != "json":
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter(step))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+class _JsonFormatter(logging.Formatter):
+    def __init__(self, step: str) -> None:
+        super().__init__()
+        self.fields = {
             "workflow": os.environ.get("ARGO_WORKFLOW_NAME", os.environ.get("PADDLE_MLOPS_RUN", "")),
             "step": step,
             "rank": os.environ.get("PADDLE_TRAINER_ID", "0"),
             "git_sha": os.environ.get("GIT_SHA", ""),
         }
 
-        class _Json(logging.Formatter):
-            def format(self, record: logging.LogRecord) -> str:
-                return json.dumps(
-                    {"ts": self.formatTime(record), "level": record.levelname, "msg": record.getMessage(), **fields},
-                    ensure_ascii=False,
-                )
+    def format(self, record: logging.LogRecord) -> str:
+        line = {"ts": self.formatTime(record), "level": record.levelname, "msg": record.getMessage(), **self.fields}
+        return json.dumps(line, ensure_ascii=False)
 
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Json())
-        logging.basicConfig(level=logging.INFO, handlers=[handler])
-    else:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+
+# Transitional: the steps not yet declared as a Step still call these (removed once every step is one).
+from paddle_mlops.contracts import EXIT_ROLLED_BACK, FINAL_EXIT_CODES  # noqa: E402, F401
 
 
 def run_step(step: str, body: Callable[[], int]) -> int:
-    """Run a step body; user errors become one clear line on stderr and exit code 2."""
     setup_logging(step)
     try:
         return body()
     except ConfigError as exc:
-        print(f"[{step}] configuration error: {exc}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _fail(f"[{step}] configuration error: {exc}", EXIT_USER_ERROR)
     except StepError as exc:
-        print(f"[{step}] error: {exc}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _fail(f"[{step}] error: {exc}", EXIT_USER_ERROR)
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

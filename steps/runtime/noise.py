@@ -1,0 +1,33 @@
+"""Library noise kept out of step logs: warnings and glog lines that say nothing about the run.
+
+Importing Paddle prints `No ccache found` (paddle/utils/cpp_extension/extension_utils.py, a hint for compiling
+C++ extensions, which no step does) and setuptools' `Setuptools is replacing distutils`; Paddle's C++ core logs
+INFO/WARNING lines through glog. `install()` runs in `steps/__init__.py`, before any step imports Paddle, and
+also sets the environment so that worker processes `paddle.distributed.launch` starts are quiet too.
+`PADDLE_MLOPS_LIBRARY_WARNINGS=1` (`paddle-mlops run --library-warnings`) shows everything again.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+SHOW_ENV = "PADDLE_MLOPS_LIBRARY_WARNINGS"
+# Message prefixes, as both warnings.filterwarnings and PYTHONWARNINGS match them.
+SILENCED = ("No ccache found", "Setuptools is replacing distutils")
+GLOG_ERRORS_ONLY = "2"
+
+
+def shown() -> bool:
+    return os.environ.get(SHOW_ENV, "").lower() in ("1", "true", "yes")
+
+
+def install() -> None:
+    if shown():
+        return
+    for prefix in SILENCED:
+        warnings.filterwarnings("ignore", message=prefix, category=UserWarning)
+    inherited = [os.environ["PYTHONWARNINGS"]] if os.environ.get("PYTHONWARNINGS") else []
+    if not any(prefix in "".join(inherited) for prefix in SILENCED):
+        os.environ["PYTHONWARNINGS"] = ",".join([*inherited, *(f"ignore:{p}:UserWarning" for p in SILENCED)])
+    os.environ.setdefault("GLOG_minloglevel", GLOG_ERRORS_ONLY)
