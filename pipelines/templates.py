@@ -259,7 +259,6 @@ def register(cfg: PipelineConfig) -> Container:
             "--model-uri", "{{inputs.parameters.model-uri}}",
             "--manifest-digest", "{{inputs.parameters.manifest-digest}}",
             "--run-id", "{{inputs.parameters.mlflow-run-id}}",
-            "--workspace", WORKSPACE,
             "--version-out", f"{OUTPUTS}/model-version",
         ],  # fmt: skip
         inputs=["model-uri", "manifest-digest", "mlflow-run-id"],

@@ -19,7 +19,6 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-uri", required=True, help="published version prefix (upload's model-uri)")
     parser.add_argument("--manifest-digest", required=True, help="sha256 of the manifest (upload's manifest-digest)")
     parser.add_argument("--run-id", default="", help="MLflow run that produced the model")
-    parser.add_argument("--workspace", default=None, help="per-run workspace (unused; kept for a uniform interface)")
 
 
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
