@@ -116,7 +116,7 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
         ],
     }
     if cfg.training.metrics_port:
-        # Named so that the training PodMonitor (pipelines/observability.py) scrapes it by name.
+        # Named so that the training PodMonitor (pipelines/observability/monitors.py) scrapes it by name.
         ports = [*ports, {"name": "metrics", "containerPort": cfg.training.metrics_port, "protocol": "TCP"}]
     if ports:
         container["ports"] = ports

@@ -3,7 +3,6 @@ metrics have the shape their consumers require; the trainer's endpoint serves wh
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -15,24 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import (
-    SERVING_BATCH_SIZE,
-    SERVING_ERRORS_TOTAL,
-    SERVING_REQUEST_LATENCY_SECONDS,
-    SERVING_REQUESTS_TOTAL,
-    STEP_DURATION,
-    STEP_RESULT,
-    TRAIN_DATALOADER_WAIT_SECONDS,
-    TRAIN_EPOCH,
-    TRAIN_GPU_MEMORY_BYTES,
-    TRAIN_LOSS,
-    TRAIN_SAMPLES_PER_SECOND,
-    TRAIN_STEP,
-)
-from pipelines import observability as obs
+from pipelines.observability import alerts, argo_metrics, monitors, render_observability
+from pipelines.observability.promql import EXTERNAL_METRICS
+from pipelines.observability.rule_schema import PROMETHEUS_RULE_SPEC_SCHEMA
 from steps.runtime.metrics import TrainingMetrics
+from tests.prometheus_sources import declared_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
 ARGO_SCHEMA = Path("/work/shared/schemas/argo-workflows.schema.json")
 
 # ------------------------------------------------------------------ PromQL metric names
@@ -108,52 +95,28 @@ def _series(name: str, kind: str) -> set[str]:
     return {base + suffix for suffix in _SERIES_SUFFIXES[kind]}
 
 
-def declared_prometheus_metrics(source: Path) -> set[str]:
-    """Series names of every prometheus_client metric a module constructs (read from its source)."""
-    kinds = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Summary": "summary"}
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and node.args:
-            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            name = metric_name_of(node.args[0])
-            if func in kinds and name:
-                found |= _series(name, kinds[func])
-    return found
-
-
-def metric_name_of(node: ast.expr) -> str | None:
-    """A metric's name argument: a string literal, or a name from paddle_mlops.contracts."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.Name) and isinstance(getattr(contracts, node.id, None), str):
-        return str(getattr(contracts, node.id))
-    return None
-
-
 def training_series() -> set[str]:
     registry = TrainingMetrics(gpu=True).registry
     return {s for family in registry.collect() for s in _series(family.name, family.type)}
 
 
-SERVING_AGREED = {  # the agreed scheme, used until steps/runtime/serving.py exists
-    SERVING_REQUESTS_TOTAL: "counter",
-    SERVING_REQUEST_LATENCY_SECONDS: "histogram",
-    SERVING_BATCH_SIZE: "histogram",
-    SERVING_ERRORS_TOTAL: "counter",
+SERVING_AGREED = {  # the scheme the dashboards rely on; the model server must declare it
+    contracts.SERVING_REQUESTS_TOTAL: "counter",
+    contracts.SERVING_REQUEST_LATENCY_SECONDS: "histogram",
+    contracts.SERVING_BATCH_SIZE: "histogram",
+    contracts.SERVING_ERRORS_TOTAL: "counter",
 }
 
 
 def serving_series() -> set[str]:
-    source = ROOT / "steps" / "runtime" / "serving.py"
-    if source.is_file():
-        return declared_prometheus_metrics(source)
-    return {s for name, kind in SERVING_AGREED.items() for s in _series(name, kind)}
+    """Series names of every prometheus_client metric the model server constructs (read from its source)."""
+    return {s for metric in declared_metrics("steps.runtime.serving") for s in _series(metric.name, metric.kind)}
 
 
 def known_metrics() -> set[str]:
-    external = {name for names in obs.EXTERNAL_METRICS.values() for name in names}
+    external = {name for names in EXTERNAL_METRICS.values() for name in names}
     argo_custom: set[str] = set()
-    for name in obs.argo_exported_names():
+    for name in argo_metrics.argo_exported_names():
         argo_custom |= _series(name, "counter" if name.endswith("_total") else "gauge")
     return training_series() | serving_series() | argo_custom | external
 
@@ -165,7 +128,7 @@ def cfg() -> PipelineConfig:
 
 @pytest.fixture(scope="module")
 def rendered(cfg: PipelineConfig) -> dict[str, list[dict]]:
-    return obs.render_observability(cfg)
+    return render_observability(cfg)
 
 
 def test_serving_source_declares_the_agreed_names() -> None:
@@ -214,7 +177,7 @@ def test_prometheus_rule_validates_and_covers_the_required_alerts(
 ) -> None:
     (rule,) = [d for d in rendered["monitoring.yaml"] if d["kind"] == "PrometheusRule"]
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
-    jsonschema.validate(rule["spec"], obs.PROMETHEUS_RULE_SPEC_SCHEMA)
+    jsonschema.validate(rule["spec"], PROMETHEUS_RULE_SPEC_SCHEMA)
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert {
         "PaddleJobGPUIdle", "PaddleJobPendingTooLong", "PaddleMLOpsPodRestarting", "PaddleMLOpsWorkflowFailed",
@@ -229,14 +192,14 @@ def test_prometheus_rule_validates_and_covers_the_required_alerts(
 def test_rule_schema_rejects_unknown_keys() -> None:
     bad = {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "severity": "x"}]}]}
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, obs.PROMETHEUS_RULE_SPEC_SCHEMA)
+        jsonschema.validate(bad, PROMETHEUS_RULE_SPEC_SCHEMA)
 
 
 def test_thresholds_follow_config() -> None:
     cfg = PipelineConfig.model_validate(
         {"serving": {"max_p99_latency_ms": 250, "max_error_rate": 0.05}, "cluster": {"namespace": "team-a"}}
     )
-    rules = {r["alert"]: r for r in obs.alert_rules(cfg)}
+    rules = {r["alert"]: r for r in alerts.alert_rules(cfg)}
     assert "> 0.25" in rules["ModelServingLatencyP99High"]["expr"]
     assert "> 0.05" in rules["ModelServingErrorRateHigh"]["expr"]
     assert 'namespace="team-a"' in rules["PaddleJobPendingTooLong"]["expr"]
@@ -265,8 +228,8 @@ def test_argo_monitor_scheme_follows_the_controller_config(
 ) -> None:
     """argo-workflows util/telemetry/exporter_prometheus.go serves TLS exactly when metricsConfig.secure
     (default true since 3.6: workflow/controller/controller.go `GetSecure(true)`; 3.5 `GetSecure(false)`)."""
-    monkeypatch.setattr(obs, "METRICS_SECURE", secure)
-    (endpoint,) = obs.argo_controller_monitor(cfg)["spec"]["podMetricsEndpoints"]
+    monkeypatch.setattr(monitors, "METRICS_SECURE", secure)
+    (endpoint,) = monitors.argo_controller_monitor(cfg)["spec"]["podMetricsEndpoints"]
     assert endpoint["scheme"] == ("https" if secure else "http")
     assert ("tlsConfig" in endpoint) == secure
 
@@ -295,16 +258,16 @@ def _argo_metrics_validator() -> jsonschema.Validator:
 
 @pytest.mark.parametrize("template", ["prepare-data", "train", "evaluate", "rollout"])
 def test_argo_template_metrics(template: str) -> None:
-    block = obs.argo_template_metrics(template)
+    block = argo_metrics.argo_template_metrics(template)
     if ARGO_SCHEMA.is_file():
         _argo_metrics_validator().validate(block)
     names = {m["name"] for m in block["prometheus"]}
-    assert {STEP_DURATION, STEP_RESULT} <= names
+    assert {contracts.STEP_DURATION, contracts.STEP_RESULT} <= names
     for metric in block["prometheus"]:
         # Argo accepts only [a-zA-Z0-9_] names; one name must keep one help text and one type.
         assert re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", metric["name"])
         assert sum(k in metric for k in ("gauge", "counter", "histogram")) == 1
-    duration = next(m for m in block["prometheus"] if m["name"] == STEP_DURATION)
+    duration = next(m for m in block["prometheus"] if m["name"] == contracts.STEP_DURATION)
     assert duration["gauge"]["value"] == "{{duration}}"
     assert {"key": "step", "value": template} in duration["labels"]
     assert ("gate-passed" in json.dumps(block)) == (template == "evaluate")
@@ -314,7 +277,7 @@ def test_argo_template_metrics(template: str) -> None:
 def test_argo_metric_help_is_consistent_across_templates() -> None:
     helps: dict[str, str] = {}
     for template in ("prepare-data", "evaluate", "rollout"):
-        for metric in obs.argo_template_metrics(template)["prometheus"]:
+        for metric in argo_metrics.argo_template_metrics(template)["prometheus"]:
             assert helps.setdefault(metric["name"], metric["help"]) == metric["help"]
 
 
@@ -332,21 +295,21 @@ def test_training_metrics_endpoint(tmp_path: Path) -> None:
     finally:
         metrics.stop()
     samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
-    assert samples[TRAIN_STEP] == 7
-    assert samples[TRAIN_EPOCH] == 2
-    assert samples[TRAIN_LOSS] == 0.25
-    assert samples[TRAIN_SAMPLES_PER_SECOND] == 128
-    assert samples[TRAIN_GPU_MEMORY_BYTES] == 1024
-    assert samples[TRAIN_DATALOADER_WAIT_SECONDS + "_count"] == 1
-    assert samples[TRAIN_DATALOADER_WAIT_SECONDS + "_sum"] == pytest.approx(0.02)
+    assert samples[contracts.TRAIN_STEP] == 7
+    assert samples[contracts.TRAIN_EPOCH] == 2
+    assert samples[contracts.TRAIN_LOSS] == 0.25
+    assert samples[contracts.TRAIN_SAMPLES_PER_SECOND] == 128
+    assert samples[contracts.TRAIN_GPU_MEMORY_BYTES] == 1024
+    assert samples[contracts.TRAIN_DATALOADER_WAIT_SECONDS + "_count"] == 1
+    assert samples[contracts.TRAIN_DATALOADER_WAIT_SECONDS + "_sum"] == pytest.approx(0.02)
     # Its own registry: the process-global one (kserve, other libraries) does not leak in.
     assert "python_gc_objects_collected_total" not in text
 
 
 def test_training_metrics_without_gpu_omit_gpu_memory() -> None:
     names = {f.name for f in TrainingMetrics(gpu=False).registry.collect()}
-    assert TRAIN_GPU_MEMORY_BYTES not in names
-    assert TRAIN_LOSS in names
+    assert contracts.TRAIN_GPU_MEMORY_BYTES not in names
+    assert contracts.TRAIN_LOSS in names
 
 
 def test_two_instances_do_not_collide() -> None:

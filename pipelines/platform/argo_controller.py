@@ -28,7 +28,7 @@ METRICS_PORT = 9090
 METRICS_PATH = "/metrics"
 # Said explicitly: the controller's default flipped from plain HTTP (v3.5 controller.go
 # `GetSecure(false)`) to a self-signed TLS listener (v3.6+ `GetSecure(true)`), and the Helm chart
-# writes `secure: false` unless told otherwise. The controller PodMonitor scrapes https (observability.py).
+# writes `secure: false` unless told otherwise. The controller PodMonitor scrapes https (observability/monitors.py).
 METRICS_SECURE = True
 
 # Requests and limits so quota'd team namespaces admit the pod on the executor containers' own

@@ -52,9 +52,40 @@ def address(cfg: PipelineConfig) -> str:
     return f"tcp://{NAME}.{cfg.cluster.build_namespace}.svc:{PORT}"
 
 
-def deployment(cfg: PipelineConfig) -> dict[str, Any]:
+def _daemon_object(
+    cfg: PipelineConfig, api_version: str, kind: str, spec: dict[str, Any], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """One of the daemon's objects: named for it, in the build namespace, selected by its labels."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": metadata(NAME, cfg.cluster.build_namespace, LABELS, annotations),
+        "spec": spec,
+    }
+
+
+def _security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": IMAGE_UID,
+        "runAsGroup": IMAGE_UID,
+        # rootlesskit maps the user namespace with the setuid-root newuidmap/newgidmap, which need
+        # privilege escalation (no no_new_privs) and CAP_SETUID/CAP_SETGID in the bounding set:
+        # `allowPrivilegeEscalation: false` or `capabilities.drop: [ALL]` stop the daemon with
+        # "newuidmap: Could not set caps" (moby/buildkit#1671, #3217). Upstream's rootless example
+        # keeps both at the runtime's defaults, and so does this one.
+        "allowPrivilegeEscalation": True,
+        # Upstream allows it: build state, XDG_RUNTIME_DIR and TMPDIR are emptyDirs.
+        "readOnlyRootFilesystem": True,
+        # The exemption (see the pod annotation): user namespaces and mounts need these unconfined.
+        "seccompProfile": {"type": "Unconfined"},
+        "appArmorProfile": {"type": "Unconfined"},
+    }
+
+
+def _container(cfg: PipelineConfig) -> dict[str, Any]:
     resources = k8s.BUILD_RESOURCES
-    container = {
+    return {
         "name": NAME,
         "image": cfg.images.buildkit,
         "imagePullPolicy": "IfNotPresent",
@@ -75,22 +106,7 @@ def deployment(cfg: PipelineConfig) -> dict[str, Any]:
         },
         # Stated rather than inherited from the image, so the emptyDirs below are where they are used.
         "env": [{"name": "TMPDIR", "value": TMPDIR}, {"name": "XDG_RUNTIME_DIR", "value": RUNTIME_DIR}],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": IMAGE_UID,
-            "runAsGroup": IMAGE_UID,
-            # rootlesskit maps the user namespace with the setuid-root newuidmap/newgidmap, which need
-            # privilege escalation (no no_new_privs) and CAP_SETUID/CAP_SETGID in the bounding set:
-            # `allowPrivilegeEscalation: false` or `capabilities.drop: [ALL]` stop the daemon with
-            # "newuidmap: Could not set caps" (moby/buildkit#1671, #3217). Upstream's rootless example
-            # keeps both at the runtime's defaults, and so does this one.
-            "allowPrivilegeEscalation": True,
-            # Upstream allows it: build state, XDG_RUNTIME_DIR and TMPDIR are emptyDirs.
-            "readOnlyRootFilesystem": True,
-            # The exemption (see the pod annotation): user namespaces and mounts need these unconfined.
-            "seccompProfile": {"type": "Unconfined"},
-            "appArmorProfile": {"type": "Unconfined"},
-        },
+        "securityContext": _security_context(),
         "volumeMounts": [
             {"name": "certs", "mountPath": "/certs", "readOnly": True},
             {"name": "state", "mountPath": STATE_DIR},
@@ -98,72 +114,48 @@ def deployment(cfg: PipelineConfig) -> dict[str, Any]:
             {"name": "tmp", "mountPath": TMPDIR},
         ],
     }
+
+
+def deployment(cfg: PipelineConfig) -> dict[str, Any]:
     pod_meta = {
         "labels": {**metadata(NAME)["labels"], **LABELS},
         "annotations": {"paddle-mlops/pod-security-exempt": EXEMPT_REASON},
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(NAME, cfg.cluster.build_namespace, LABELS, CHECKOV_SKIPS),
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": LABELS},
-            "template": {
-                "metadata": pod_meta,
-                "spec": {
-                    # buildkitd needs no Kubernetes API.
-                    "automountServiceAccountToken": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": IMAGE_UID,
-                        "runAsGroup": IMAGE_UID,
-                        "fsGroup": IMAGE_UID,
-                    },
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "certs", "secret": {"secretName": SERVER_CERTS}},
-                        {"name": "state", "emptyDir": {}},
-                        {"name": "run", "emptyDir": {}},
-                        {"name": "tmp", "emptyDir": {}},
-                    ],
-                },
-            },
+    pod_spec = {
+        # buildkitd needs no Kubernetes API.
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": IMAGE_UID,
+            "runAsGroup": IMAGE_UID,
+            "fsGroup": IMAGE_UID,
         },
+        "containers": [_container(cfg)],
+        "volumes": [
+            {"name": "certs", "secret": {"secretName": SERVER_CERTS}},
+            {"name": "state", "emptyDir": {}},
+            {"name": "run", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
     }
+    spec = {"replicas": 1, "selector": {"matchLabels": LABELS}, "template": {"metadata": pod_meta, "spec": pod_spec}}
+    return _daemon_object(cfg, "apps/v1", "Deployment", spec, CHECKOV_SKIPS)
 
 
 def service(cfg: PipelineConfig) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(NAME, cfg.cluster.build_namespace, LABELS),
-        "spec": {
-            "selector": LABELS,
-            "ports": [{"name": "buildkit", "port": PORT, "targetPort": "buildkit", "protocol": "TCP"}],
-        },
-    }
+    ports = [{"name": "buildkit", "port": PORT, "targetPort": "buildkit", "protocol": "TCP"}]
+    return _daemon_object(cfg, "v1", "Service", {"selector": LABELS, "ports": ports})
 
 
 def network_policy(cfg: PipelineConfig) -> dict[str, Any]:
     """Only pods of the pipeline namespace may reach the daemon."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": metadata(NAME, cfg.cluster.build_namespace, LABELS),
-        "spec": {
-            "podSelector": {"matchLabels": LABELS},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [
-                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cfg.cluster.namespace}}}
-                    ],
-                    "ports": [{"protocol": "TCP", "port": PORT}],
-                }
-            ],
-        },
+    pipeline_namespace = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cfg.cluster.namespace}}}
+    spec = {
+        "podSelector": {"matchLabels": LABELS},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [pipeline_namespace], "ports": [{"protocol": "TCP", "port": PORT}]}],
     }
+    return _daemon_object(cfg, "networking.k8s.io/v1", "NetworkPolicy", spec)
 
 
 def render(cfg: PipelineConfig) -> list[dict[str, Any]]:

@@ -146,64 +146,51 @@ def event_bus(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def github_event_source(cfg: PipelineConfig) -> dict[str, Any]:
-    """GitHub push webhook; the hook itself is configured in GitHub with the same secret (no apiToken:
-    the EventSource never needs write access to the repository)."""
+def _webhook(cfg: PipelineConfig, port: int) -> dict[str, Any]:
+    """Where the EventSource listens for pushes: `/push` on `port`, registered at `trigger.webhook_url`."""
+    return {"endpoint": "/push", "port": str(port), "method": "POST", "url": cfg.trigger.webhook_url}
+
+
+def _event_source(cfg: PipelineConfig, name: str, check: str, port: int, source: dict[str, Any]) -> dict[str, Any]:
+    """An EventSource on `port` whose webhook check is stated in an annotation; `source` is its
+    type-specific part (`{"github": ...}`, `{"webhook": ...}`)."""
     return {
         "apiVersion": API_VERSION,
         "kind": "EventSource",
-        "metadata": metadata(
-            GITHUB_SOURCE, cfg.cluster.namespace, annotations={"paddle-mlops/webhook-check": GITHUB_CHECK}
-        ),
+        "metadata": metadata(name, cfg.cluster.namespace, annotations={"paddle-mlops/webhook-check": check}),
         "spec": {
             "eventBusName": EVENT_BUS,
             "template": _pod_template(EVENTSOURCE_SERVICE_ACCOUNT),
-            "service": {"ports": [{"port": GITHUB_PORT, "targetPort": GITHUB_PORT}]},
-            "github": {
-                "push": {
-                    "repositories": [{"owner": cfg.trigger.github_owner, "names": list(cfg.trigger.github_repositories)}],
-                    "webhook": {
-                        "endpoint": "/push",
-                        "port": str(GITHUB_PORT),
-                        "method": "POST",
-                        "url": cfg.trigger.webhook_url,
-                    },
-                    "events": ["push"],
-                    "webhookSecret": dict(GITHUB_SECRET),
-                    "contentType": "json",
-                    "active": True,
-                    "insecure": False,
-                }
-            },
+            "service": {"ports": [{"port": port, "targetPort": port}]},
+            **source,
         },
     }
+
+
+def github_event_source(cfg: PipelineConfig) -> dict[str, Any]:
+    """GitHub push webhook; the hook itself is configured in GitHub with the same secret (no apiToken:
+    the EventSource never needs write access to the repository)."""
+    push = {
+        "repositories": [{"owner": cfg.trigger.github_owner, "names": list(cfg.trigger.github_repositories)}],
+        "webhook": _webhook(cfg, GITHUB_PORT),
+        "events": ["push"],
+        "webhookSecret": dict(GITHUB_SECRET),
+        "contentType": "json",
+        "active": True,
+        "insecure": False,
+    }
+    return _event_source(cfg, GITHUB_SOURCE, GITHUB_CHECK, GITHUB_PORT, {"github": {"push": push}})
 
 
 def gitea_event_source(cfg: PipelineConfig) -> dict[str, Any]:
     """Generic webhook for Gitea pushes, authenticated by a bearer token (see GITEA_CHECK)."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "EventSource",
-        "metadata": metadata(
-            GITEA_SOURCE, cfg.cluster.namespace, annotations={"paddle-mlops/webhook-check": GITEA_CHECK}
-        ),
-        "spec": {
-            "eventBusName": EVENT_BUS,
-            "template": _pod_template(EVENTSOURCE_SERVICE_ACCOUNT),
-            "service": {"ports": [{"port": GITEA_PORT, "targetPort": GITEA_PORT}]},
-            "webhook": {
-                "push": {
-                    "endpoint": "/push",
-                    "port": str(GITEA_PORT),
-                    "method": "POST",
-                    "url": cfg.trigger.webhook_url,
-                    "authSecret": dict(GITEA_TOKEN),
-                    # A push payload is small; refusing big bodies bounds what an attacker can send.
-                    "maxPayloadSize": 1048576,
-                }
-            },
-        },
+    push = {
+        **_webhook(cfg, GITEA_PORT),
+        "authSecret": dict(GITEA_TOKEN),
+        # A push payload is small; refusing big bodies bounds what an attacker can send.
+        "maxPayloadSize": 1048576,
     }
+    return _event_source(cfg, GITEA_SOURCE, GITEA_CHECK, GITEA_PORT, {"webhook": {"push": push}})
 
 
 def push_filters(cfg: PipelineConfig, source: str) -> dict[str, Any]:
@@ -215,7 +202,11 @@ def push_filters(cfg: PipelineConfig, source: str) -> dict[str, Any]:
     return {
         "dataLogicalOperator": "and",
         "data": [
-            {"path": "body.ref", "type": "string", "value": [f"^refs/heads/{_regex_literal(b)}$" for b in cfg.trigger.branches]},
+            {
+                "path": "body.ref",
+                "type": "string",
+                "value": [f"^refs/heads/{_regex_literal(b)}$" for b in cfg.trigger.branches],
+            },
             {
                 "path": PAYLOAD_KEYS[source]["pusher"],
                 "type": "string",

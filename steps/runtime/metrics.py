@@ -1,9 +1,10 @@
 """The Prometheus naming scheme and the training metrics rank 0 exposes while it trains.
 
 Naming scheme: `paddle_mlops_<subsystem>_<name>_<unit>` — subsystems `train` (this module),
-`serving` (steps/runtime/serving.py) and `step` (Argo custom metrics, pipelines/observability.py,
-which the Argo controller exports with its own `argo_workflows_` prefix). Base units only
-(`_seconds`, `_bytes`), `_total` on counters; labels are small closed sets, never run ids.
+`serving` (steps/runtime/serving) and `step` (Argo custom metrics,
+pipelines/observability/argo_metrics.py, which the Argo controller exports with its own
+`argo_workflows_` prefix). Base units only (`_seconds`, `_bytes`), `_total` on counters; labels
+are small closed sets, never run ids.
 The names themselves are defined once, in `paddle_mlops/contracts.py`.
 
 `TrainingMetrics` uses its own `CollectorRegistry`, not the process-global one, so that two
@@ -19,14 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
-from paddle_mlops.contracts import (
-    TRAIN_DATALOADER_WAIT_SECONDS,
-    TRAIN_EPOCH,
-    TRAIN_GPU_MEMORY_BYTES,
-    TRAIN_LOSS,
-    TRAIN_SAMPLES_PER_SECOND,
-    TRAIN_STEP,
-)
+from paddle_mlops import contracts
 
 # Waits for the next batch: sub-millisecond when the loader keeps up, seconds when it starves the GPU.
 DATALOADER_WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -47,24 +41,22 @@ class TrainingMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.samples_per_second = Gauge(
-            TRAIN_SAMPLES_PER_SECOND,
+            contracts.TRAIN_SAMPLES_PER_SECOND,
             "Training samples processed per second in the last step",
             registry=r,
         )
-        self.loss = Gauge(TRAIN_LOSS, "Training loss of the last optimizer step", registry=r)
-        self.step = Gauge(TRAIN_STEP, "Optimizer steps done", registry=r)
-        self.epoch = Gauge(TRAIN_EPOCH, "Current epoch (1-based)", registry=r)
+        self.loss = Gauge(contracts.TRAIN_LOSS, "Training loss of the last optimizer step", registry=r)
+        self.step = Gauge(contracts.TRAIN_STEP, "Optimizer steps done", registry=r)
+        self.epoch = Gauge(contracts.TRAIN_EPOCH, "Current epoch (1-based)", registry=r)
         self.dataloader_wait = Histogram(
-            TRAIN_DATALOADER_WAIT_SECONDS,
+            contracts.TRAIN_DATALOADER_WAIT_SECONDS,
             "Time a step waited for its batch from the data loader",
             buckets=DATALOADER_WAIT_BUCKETS,
             registry=r,
         )
         # Only on GPU: a constant 0 on CPU would read as "no memory used" on the dashboard.
         self.gpu_memory = (
-            Gauge(TRAIN_GPU_MEMORY_BYTES, "GPU memory allocated by this process", registry=r)
-            if gpu
-            else None
+            Gauge(contracts.TRAIN_GPU_MEMORY_BYTES, "GPU memory allocated by this process", registry=r) if gpu else None
         )
         self._server: Any = None
         self._thread: Any = None
