@@ -14,13 +14,13 @@ server and through the plain kserve.Model (both on one event loop in one thread,
 127.0.0.1 socket); the in-process batch-1 calls are handed to that same thread, so every batch-1
 call runs on one thread, and the in-process batches run on our server's model thread, where its
 batches run. This process only sends commands and HTTP requests. Separate processes loading the
-same model run it at different speeds (identical processes: p50 40.3-43.1 ms on one 2-core
-machine), and so do two threads of one process calling one predictor (batches of 16: up to 6 %
-apart, for the life of the process); either would swamp a serving overhead of a few per cent.
-Sharing the predictor and the thread leaves only the serving path to measure.
+same model run it at different speeds, and so do two threads of one process calling one predictor,
+for the life of the process (docs/benchmarks.md, "Why one host" and serving item 10); either would
+swamp a serving overhead of a few per cent. Sharing the predictor and the thread leaves only the
+serving path to measure.
 
-On a shared machine the speed of every contender dips by 20-40 % for a few seconds at a time
-(other guests), so the contenders are interleaved as finely as each measurement allows: batch-1
+On a shared machine the speed of every contender dips for a few seconds at a time (other guests;
+docs/benchmarks.md gives the size of the dips), so the contenders are interleaved as finely as each measurement allows: batch-1
 latency one request at a time, each contender in turn, so that a dip falls on all three alike;
 throughput in many short rounds whose order rotates, with a pause before each round for the
 previous contender's OpenMP threads to stop spinning. Each contender's texts/s is the median of its
@@ -92,14 +92,20 @@ TINY = Shape(hidden=32, layers=1, heads=2, intermediate=64, vocab=2_000, seq_len
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=None,
-                        help="batch-1 requests per contender (default 320; 24 with --quick)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.serving", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--requests", type=int, default=None, help="batch-1 requests per contender (default 320; 24 with --quick)"
+    )
     parser.add_argument("--rounds", type=int, default=80, help="interleaved throughput rounds (default 80)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients for throughput (default 16)")
-    parser.add_argument("--cpu-threads", type=int, default=None,
-                        help="Paddle math threads for every contender (default: the CPU count, at most 4)")
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        help="Paddle math threads for every contender (default: the CPU count, at most 4)",
+    )
     parser.add_argument("--max-batch-size", type=int, default=None, help="our server's serving.max_batch_size")
     parser.add_argument("--max-wait-ms", type=float, default=None, help="our server's serving.max_wait_ms")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, few requests")
@@ -140,8 +146,14 @@ def export_model(shape: Shape, directory: Path) -> Path:
     vocab_file = directory.parent / "vocab.txt"
     tokens = [*data.SPECIAL_TOKENS, *cjk_chars(shape.vocab - len(data.SPECIAL_TOKENS))]
     vocab_file.write_text("\n".join(tokens) + "\n", encoding="utf-8")
-    cfg = ModelConfig(hidden_size=shape.hidden, num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                      intermediate_size=shape.intermediate, max_seq_len=shape.seq_len, dropout=0.0)
+    cfg = ModelConfig(
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        intermediate_size=shape.intermediate,
+        max_seq_len=shape.seq_len,
+        dropout=0.0,
+    )
     paddle.seed(0)
     tokenizer = ernie.load_tokenizer(vocab_file)
     model = ernie.build_model(cfg, len(tokenizer.vocab), 2, tokenizer.pad_token_id)
@@ -173,7 +185,11 @@ class Result:
         self.per_round.append(done / seconds)
 
     def pct(self, q: float) -> float:
-        return statistics.quantiles(self.latencies, n=100, method="inclusive")[q - 1] if len(self.latencies) > 1 else self.latencies[0]
+        return (
+            statistics.quantiles(self.latencies, n=100, method="inclusive")[q - 1]
+            if len(self.latencies) > 1
+            else self.latencies[0]
+        )
 
     @property
     def p50(self) -> float:
@@ -223,8 +239,8 @@ class InProcess:
 class HttpContender:
     """A load generator that costs the shared CPUs as little as possible.
 
-    Batch-1 latency uses one keep-alive `http.client` connection (the leanest client in Python:
-    ~0.2 ms of CPU a request, against ~0.7 ms for httpx); throughput uses aiohttp with one keep-alive
+    Batch-1 latency uses one keep-alive `http.client` connection (the leanest client in Python; its
+    CPU cost per request is in docs/benchmarks.md); throughput uses aiohttp with one keep-alive
     connection per concurrent client. Both send the body in one write with the headers.
     """
 
@@ -333,16 +349,33 @@ class Host:
 
     def __init__(self, stack: ExitStack, model_dir: Path, work: Path, args: argparse.Namespace) -> None:
         read_fd, write_fd = os.pipe()
-        cmd = [sys.executable, "-m", "benchmarks.serving", "--host-model", str(model_dir), "--reply-fd", str(write_fd),
-               "--cpu-threads", str(args.cpu_threads)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.serving",
+            "--host-model",
+            str(model_dir),
+            "--reply-fd",
+            str(write_fd),
+            "--cpu-threads",
+            str(args.cpu_threads),
+        ]
         if args.max_batch_size is not None:
             cmd += ["--max-batch-size", str(args.max_batch_size)]
         if args.max_wait_ms is not None:
             cmd += ["--max-wait-ms", str(args.max_wait_ms)]
         self.log_path = work / "host.log"
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=log,
-                                         stderr=subprocess.STDOUT, pass_fds=(write_fd,), process_group=0)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env=_env(),
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                process_group=0,
+            )
         os.close(write_fd)
         self.replies = os.fdopen(read_fd, encoding="utf-8")
         stack.callback(self.replies.close)
@@ -417,6 +450,111 @@ def _wait_http(url: str, timeout: float = 120) -> None:
     raise RuntimeError(f"{url} not ready within {timeout:.0f}s")
 
 
+@dataclass
+class Servers:
+    """What the host process serves: one predictor, through ours and the baseline, on one event loop."""
+
+    clf: Any  # the ExportedClassifier both servers call
+    ours: Any  # our serving.ErnieModel around `clf`
+    loop: asyncio.AbstractEventLoop
+    urls: dict[str, str]
+
+    def on_loop_thread(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the servers' event loop thread (blocking the loop meanwhile)."""
+
+        async def call() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+
+    def on_model_thread(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on our server's model thread, where its batches run (none are running now)."""
+        return self.ours.batcher.run_on_model_thread(fn).result()
+
+
+def _host_serving_config(args: argparse.Namespace) -> ServingConfig:
+    settings: dict[str, object] = {"cpu_threads": args.cpu_threads}
+    if args.max_batch_size is not None:
+        settings["max_batch_size"] = args.max_batch_size
+    if args.max_wait_ms is not None:
+        settings["max_wait_ms"] = args.max_wait_ms
+    return ServingConfig.model_validate(settings)
+
+
+def _start_servers(args: argparse.Namespace) -> Servers:
+    """Load the predictor once and serve it as ours and as the baseline, once both are listening."""
+    from steps.runtime import openmp, serving
+    from steps.runtime.ernie import ExportedClassifier
+
+    clf = ExportedClassifier(args.host_model, cpu_threads=args.cpu_threads)
+    cfg = _host_serving_config(args)
+    ours = serving.ErnieModel(MODEL_NAME, cfg, model_dir=args.host_model, classifier_factory=lambda _d, _c: clf)
+    ours.load()
+    sock = serving.bind_socket("127.0.0.1", 0)
+    started = threading.Event()
+    ours_server = serving.uvicorn_server(serving.create_app([ours], cfg.max_request_bytes))
+    base_port = free_port()
+    base_server = _baseline_server(clf, base_port)
+    loop_ready: list[asyncio.AbstractEventLoop] = []
+
+    # Both servers on one event loop in one thread; the in-process batch-1 calls are handed to
+    # that same thread, and the in-process batches to our model thread. So every batch-1 call,
+    # whoever makes it, runs on one thread with one OpenMP team and its per-thread buffers, and
+    # every batch of ours and of the in-process limit on another: the same predictor called
+    # from two threads differed by more than the serving overhead being measured
+    # (docs/benchmarks.md, serving item 10). (The plain kserve.Model runs its batches on the loop
+    # thread, as kserve calls a synchronous predict.)
+    async def both() -> None:
+        # The in-process calls get what a process of their own would: Intel OpenMP's default
+        # spin (200 ms). This process has more OpenMP threads than CPUs (the loop's team and
+        # our model thread's), where the runtime would otherwise drop it to 0 on this thread.
+        openmp.set_blocktime(OPENMP_DEFAULT_SPIN_MS)
+        loop_ready.append(asyncio.get_running_loop())
+        await asyncio.gather(serving.run_server(ours_server, sock, started.set), base_server.start())
+
+    def run_loop() -> None:
+        with asyncio.Runner(loop_factory=ours_server.config.get_loop_factory()) as runner:
+            runner.run(both())
+
+    threading.Thread(target=run_loop, name="servers", daemon=True).start()
+    # Ours is listening (with its model loaded) once `started` is set; kserve's server only
+    # says so over HTTP.
+    if not started.wait(120):
+        raise RuntimeError("our server did not start within 120 s")
+    urls = {"ours": f"http://127.0.0.1:{sock.getsockname()[1]}", "baseline": f"http://127.0.0.1:{base_port}"}
+    _wait_http(f"{urls['baseline']}/v1/models/{BASELINE_NAME}")
+    return Servers(clf, ours, loop_ready[0], urls)
+
+
+def _time_one(clf: Any, texts: list[str]) -> float:
+    start = time.perf_counter()
+    clf.predict(texts)
+    return time.perf_counter() - start
+
+
+def _throughput(clf: Any, texts: list[str], batch: int) -> dict:
+    start = time.perf_counter()
+    for i in range(0, len(texts) - batch + 1, batch):
+        clf.predict(texts[i : i + batch])
+    return {"done": (len(texts) // batch) * batch, "seconds": time.perf_counter() - start}
+
+
+def _host_command(servers: Servers, command: dict) -> dict:
+    """Run one command of the orchestrator's where its contender's calls run; the reply to send."""
+    texts = command.get("texts", [])
+    try:
+        if command["op"] == "time":
+            return {"seconds": servers.on_loop_thread(partial(_time_one, servers.clf, texts))}
+        if command["op"] == "throughput":
+            return servers.on_model_thread(partial(_throughput, servers.clf, texts, command["batch"]))
+        if command["op"] == "predict":
+            servers.on_loop_thread(partial(servers.clf.predict, texts))
+            return {}
+        return {"error": f"unknown command {command['op']!r}"}
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def run_host(args: argparse.Namespace) -> int:
     """Load the predictor once; serve it as ours and as the baseline; run in-process commands."""
     reply = os.fdopen(args.reply_fd, "w", encoding="utf-8")
@@ -427,95 +565,14 @@ def run_host(args: argparse.Namespace) -> int:
 
     # kserve parses sys.argv when imported (parse_known_args at module level): hand it none of ours.
     sys.argv = sys.argv[:1]
-    from steps.runtime import openmp, serving
-    from steps.runtime.ernie import ExportedClassifier
-
     try:
-        clf = ExportedClassifier(args.host_model, cpu_threads=args.cpu_threads)
-        settings: dict[str, object] = {"cpu_threads": args.cpu_threads}
-        if args.max_batch_size is not None:
-            settings["max_batch_size"] = args.max_batch_size
-        if args.max_wait_ms is not None:
-            settings["max_wait_ms"] = args.max_wait_ms
-        cfg = ServingConfig.model_validate(settings)
-        ours = serving.ErnieModel(MODEL_NAME, cfg, model_dir=args.host_model, classifier_factory=lambda _d, _c: clf)
-        ours.load()
-        sock = serving.bind_socket("127.0.0.1", 0)
-        started = threading.Event()
-        ours_server = serving.uvicorn_server(serving.create_app([ours], cfg.max_request_bytes))
-        base_port = free_port()
-        base_server = _baseline_server(clf, base_port)
-        loop_ready: list[asyncio.AbstractEventLoop] = []
-
-        # Both servers on one event loop in one thread; the in-process batch-1 calls are handed to
-        # that same thread, and the in-process batches to our model thread. So every batch-1 call,
-        # whoever makes it, runs on one thread with one OpenMP team and its per-thread buffers, and
-        # every batch of ours and of the in-process limit on another: the same predictor called
-        # from two threads differed by up to 6 %, more than the serving overhead being measured.
-        # (The plain kserve.Model runs its batches on the loop thread, as kserve calls a
-        # synchronous predict.)
-        async def both() -> None:
-            # The in-process calls get what a process of their own would: Intel OpenMP's default
-            # spin (200 ms). This process has more OpenMP threads than CPUs (the loop's team and
-            # our model thread's), where the runtime would otherwise drop it to 0 on this thread.
-            openmp.set_blocktime(OPENMP_DEFAULT_SPIN_MS)
-            loop_ready.append(asyncio.get_running_loop())
-            await asyncio.gather(serving.run_server(ours_server, sock, started.set), base_server.start())
-
-        def run_loop() -> None:
-            with asyncio.Runner(loop_factory=ours_server.config.get_loop_factory()) as runner:
-                runner.run(both())
-
-        threading.Thread(target=run_loop, name="servers", daemon=True).start()
-        # Ours is listening (with its model loaded) once `started` is set; kserve's server only
-        # says so over HTTP.
-        if not started.wait(120):
-            raise RuntimeError("our server did not start within 120 s")
-        urls = {"ours": f"http://127.0.0.1:{sock.getsockname()[1]}", "baseline": f"http://127.0.0.1:{base_port}"}
-        _wait_http(f"{urls['baseline']}/v1/models/{BASELINE_NAME}")
+        servers = _start_servers(args)
     except Exception as exc:  # noqa: BLE001 — the orchestrator reports it with this log's tail
         answer({"error": f"{type(exc).__name__}: {exc}"})
         return 1
-    answer(urls)
-
-    def on_loop_thread(fn: Callable[[], T]) -> T:
-        """Run `fn` on the servers' event loop thread (blocking the loop meanwhile)."""
-
-        async def call() -> T:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(call(), loop_ready[0]).result()
-
-    def on_model_thread(fn: Callable[[], T]) -> T:
-        """Run `fn` on our server's model thread, where its batches run (none are running now)."""
-        return ours.batcher.run_on_model_thread(fn).result()
-
-    def time_one(texts: list[str]) -> float:
-        start = time.perf_counter()
-        clf.predict(texts)
-        return time.perf_counter() - start
-
-    def throughput(texts: list[str], batch: int) -> dict:
-        start = time.perf_counter()
-        for i in range(0, len(texts) - batch + 1, batch):
-            clf.predict(texts[i : i + batch])
-        return {"done": (len(texts) // batch) * batch, "seconds": time.perf_counter() - start}
-
+    answer(servers.urls)
     for line in sys.stdin:
-        command = json.loads(line)
-        texts = command.get("texts", [])
-        try:
-            if command["op"] == "time":
-                answer({"seconds": on_loop_thread(partial(time_one, texts))})
-            elif command["op"] == "throughput":
-                answer(on_model_thread(partial(throughput, texts, command["batch"])))
-            elif command["op"] == "predict":
-                on_loop_thread(partial(clf.predict, texts))
-                answer({})
-            else:
-                answer({"error": f"unknown command {command['op']!r}"})
-        except Exception as exc:  # noqa: BLE001
-            answer({"error": f"{type(exc).__name__}: {exc}"})
+        answer(_host_command(servers, json.loads(line)))
     return 0
 
 
@@ -565,6 +622,104 @@ def rotated(items: Sequence[T], r: int) -> list[T]:
     return [*items[k:], *items[:k]]
 
 
+def warm_up(inproc: InProcess, ours: HttpContender, base: HttpContender, texts: list[str], clients: int) -> None:
+    """The first runs of every batch shape on every calling thread allocate and pick kernels
+    (oneDNN caches are per thread). Our server sees batches of up to `clients` texts here; every
+    contender runs one such batch too, so all carry the same history into the batch-1 timings."""
+    for contender in (inproc, ours, base):
+        contender.open(texts[0])
+        for text in texts[1:4]:
+            contender.time_one(text)
+    for contender in (ours, base):
+        contender.throughput(texts[: 2 * clients], clients)
+    for contender in (inproc, ours, base):
+        contender.predict_many(texts[:clients])
+
+
+def measure_latency(
+    contenders: Sequence[tuple[str, Any]], results: dict[str, Result], texts: list[str], requests: int
+) -> None:
+    """Batch-1 latency one request at a time, each contender in turn (the order rotating), so that
+    the machine's slow spells (seconds long on a shared host) fall on all three alike. Every call
+    runs on the host's one loop thread with its OpenMP team still spinning from the call before,
+    whichever contender made it: the steady state of back-to-back requests."""
+    for _, contender in contenders:
+        contender.open(texts[0])
+    for i in range(requests):
+        text = texts[i % len(texts)]
+        for name, contender in rotated(contenders, i):
+            results[name].latencies.append(contender.time_one(text))
+
+
+def throughput_rounds(
+    args: argparse.Namespace,
+    measured: Sequence[tuple[Result, Callable[[list[str]], tuple[int, float]]]],
+    round_texts: Callable[[int], list[str]],
+    servers: tuple[HttpContender, HttpContender],
+    ours_url: str,
+) -> dict[int, int]:
+    """`args.rounds` rotations of one round per contender; our server's model calls by size meanwhile."""
+    # One untimed round for each server first: after the batch-1 requests and the in-process
+    # sweep, our batcher expects lone clients, and the first wave of 16 is split (its first
+    # request runs alone, then the few already parsed, then the rest): a transition worth two
+    # model calls that the steady state under 16 clients does not have.
+    for contender in servers:
+        contender.throughput(round_texts(0), args.clients)
+    batches_before = batch_sizes(ours_url)
+    for r in range(args.rounds):
+        chunk = round_texts(r)
+        for result, run in rotated(measured, r):
+            settle()
+            result.add_round(*run(chunk))
+    return {size: n - batches_before.get(size, 0) for size, n in batch_sizes(ours_url).items()}
+
+
+def measure_throughput(
+    args: argparse.Namespace,
+    texts: list[str],
+    rates: dict[int, float],
+    contenders: tuple[InProcess, HttpContender, HttpContender],
+    results: dict[str, Result],
+    ours_url: str,
+) -> None:
+    """Fill `results` with every contender's throughput rounds; in-process: the machine's limit."""
+    inproc, ours, base = contenders
+    # The machine's limit: the in-process predictor at the fastest batch size of the sweep and at
+    # the batch our server forms under `clients` clients, each measured in the same rotating
+    # rounds as the servers; the better of them is the denominator. (One sweep alone is too
+    # noisy to pick a single size: its fastest size is often not the fastest a minute later.)
+    server_batch = min(args.clients, args.max_batch_size or ServingConfig().max_batch_size)
+    sizes = sorted({max(rates, key=rates.__getitem__), server_batch})
+    limit = {size: Result(f"in-process@{size}") for size in sizes}
+    # Short rounds (two waves of `clients` requests), many of them: a slow spell of the machine
+    # spoils one round of one contender, and the median round leaves it out.
+    tp_round = max(2 * args.clients, max(sizes))
+    measured: list[tuple[Result, Callable[[list[str]], tuple[int, float]]]] = [
+        *((limit[size], lambda c, size=size: inproc.throughput(c, size)) for size in sizes),
+        (results["ours"], lambda c: ours.throughput(c, args.clients)),
+        (results["baseline"], lambda c: base.throughput(c, args.clients)),
+    ]
+
+    def round_texts(r: int) -> list[str]:
+        return [texts[(r * tp_round + i) % len(texts)] for i in range(tp_round)]
+
+    ours_batches = throughput_rounds(args, measured, round_texts, (ours, base), ours_url)
+    # Each round is tp_round / clients waves; a wave that is not gathered into one batch shows here.
+    results["ours"].note = (
+        f"{args.clients} clients; {sum(ours_batches.values())} model calls for "
+        f"{args.rounds * tp_round // args.clients} waves; sizes "
+        + ", ".join(f"<={size}: {n}" for size, n in sorted(ours_batches.items()) if n)
+    )
+    best = max(sizes, key=lambda size: limit[size].throughput)
+    results["in-process"] = replace(
+        limit[best],
+        name="in-process",
+        latencies=results["in-process"].latencies,
+        note=f"batch {best}"
+        + (" of " + ", ".join(f"{s}: {limit[s].throughput:.1f}" for s in sizes) if len(sizes) > 1 else ""),
+    )
+
+
 def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
     started = time.perf_counter()
     model_dir = export_model(shape, work / "model")
@@ -578,85 +733,27 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
         stack.callback(ours.close)
         stack.callback(base.close)
         results = {name: Result(name) for name in ("in-process", "ours", "baseline")}
-        contenders = (("in-process", inproc), ("ours", ours), ("baseline", base))
-
-        # Warm-up: the first runs of every batch shape on every calling thread allocate and pick
-        # kernels (oneDNN caches are per thread). Our server sees batches of up to `clients` texts
-        # here; every contender runs one such batch too, so all carry the same history into the
-        # batch-1 timings.
-        for contender in (inproc, ours, base):
-            contender.open(texts[0])
-            for text in texts[1:4]:
-                contender.time_one(text)
-        for contender in (ours, base):
-            contender.throughput(texts[: 2 * args.clients], args.clients)
-        for contender in (inproc, ours, base):
-            contender.predict_many(texts[: args.clients])
-
-        # Latency one request at a time, each contender in turn (the order rotating), so that the
-        # machine's slow spells (seconds long on a shared host) fall on all three alike. Every
-        # call runs on the host's one loop thread with its OpenMP team still spinning from the
-        # call before, whichever contender made it: the steady state of back-to-back requests.
-        for contender in (inproc, ours, base):
-            contender.open(texts[0])
-        for i in range(args.requests):
-            text = texts[i % len(texts)]
-            for name, contender in rotated(contenders, i):
-                results[name].latencies.append(contender.time_one(text))
-
+        warm_up(inproc, ours, base, texts, args.clients)
+        measure_latency((("in-process", inproc), ("ours", ours), ("baseline", base)), results, texts, args.requests)
         rates = batch_rates(inproc, texts, args.quick)
         print("in-process texts/s by batch size: " + ", ".join(f"{b}: {v:.1f}" for b, v in rates.items()), flush=True)
-        # The machine's limit: the in-process predictor at the fastest batch size of the sweep and at
-        # the batch our server forms under `clients` clients, each measured in the same rotating
-        # rounds as the servers; the better of them is the denominator. (One sweep alone is too
-        # noisy to pick a single size: its fastest size is often not the fastest a minute later.)
-        server_batch = min(args.clients, args.max_batch_size or ServingConfig().max_batch_size)
-        sizes = sorted({max(rates, key=rates.__getitem__), server_batch})
-        limit = {size: Result(f"in-process@{size}") for size in sizes}
-        # Short rounds (two waves of `clients` requests), many of them: a slow spell of the machine
-        # spoils one round of one contender, and the median round leaves it out.
-        tp_round = max(2 * args.clients, max(sizes))
-        measured: list[tuple[Result, Callable[[list[str]], tuple[int, float]]]] = [
-            *((limit[size], lambda c, size=size: inproc.throughput(c, size)) for size in sizes),
-            (results["ours"], lambda c: ours.throughput(c, args.clients)),
-            (results["baseline"], lambda c: base.throughput(c, args.clients)),
-        ]
-        # One untimed round for each server first: after the batch-1 requests and the in-process
-        # sweep, our batcher expects lone clients, and the first wave of 16 is split (its first
-        # request runs alone, then the few already parsed, then the rest): a transition worth two
-        # model calls that the steady state under 16 clients does not have.
-        def round_texts(r: int) -> list[str]:
-            return [texts[(r * tp_round + i) % len(texts)] for i in range(tp_round)]
-
-        for contender in (ours, base):
-            contender.throughput(round_texts(0), args.clients)
-        batches_before = batch_sizes(urls["ours"])
-        for r in range(args.rounds):
-            chunk = round_texts(r)
-            for result, run in rotated(measured, r):
-                settle()
-                result.add_round(*run(chunk))
-        ours_batches = {size: n - batches_before.get(size, 0) for size, n in batch_sizes(urls["ours"]).items()}
-        # Each round is tp_round / clients waves; a wave that is not gathered into one batch shows here.
-        results["ours"].note = (f"{args.clients} clients; {sum(ours_batches.values())} model calls for "
-                                f"{args.rounds * tp_round // args.clients} waves; sizes " + ", ".join(
-                                    f"<={size}: {n}" for size, n in sorted(ours_batches.items()) if n))
-        best = max(sizes, key=lambda size: limit[size].throughput)
-        results["in-process"] = replace(
-            limit[best], name="in-process", latencies=results["in-process"].latencies,
-            note=f"batch {best}" + (" of " + ", ".join(f"{s}: {limit[s].throughput:.1f}" for s in sizes) if len(sizes) > 1 else ""))
+        measure_throughput(args, texts, rates, (inproc, ours, base), results, urls["ours"])
 
     return report(args, shape, results, rates)
 
 
 def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], rates: dict[int, float]) -> dict:
     inproc, ours, base = results["in-process"], results["ours"], results["baseline"]
-    print(f"model: {shape.describe()}; cpu_threads {args.cpu_threads}; {os.cpu_count()} CPUs; "
-          f"{args.requests} requests x {args.rounds} rounds; {args.clients} clients")
+    print(
+        f"model: {shape.describe()}; cpu_threads {args.cpu_threads}; {os.cpu_count()} CPUs; "
+        f"{args.requests} requests x {args.rounds} rounds; {args.clients} clients"
+    )
     for r in (inproc, ours, base):
         extra = f" ({r.note})" if r.note else f" ({args.clients} clients)"
-        print(f"  {r.name:<11} batch-1 p50 {r.p50 * 1e3:7.2f} ms  p99 {r.pct(99) * 1e3:7.2f} ms  "
-              f"throughput {r.throughput:7.2f} texts/s (all rounds together {r.total_throughput:6.2f}){extra}")
+        print(
+            f"  {r.name:<11} batch-1 p50 {r.p50 * 1e3:7.2f} ms  p99 {r.pct(99) * 1e3:7.2f} ms  "
+            f"throughput {r.throughput:7.2f} texts/s (all rounds together {r.total_throughput:6.2f}){extra}"
+        )
     figures = {
         "latency_ratio": ours.p50 / inproc.p50,
         "throughput_ratio": ours.paired_ratio(inproc),
@@ -667,13 +764,21 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
         "total_throughput_ratio": ours.total_throughput / inproc.total_throughput,
         "baseline_total_throughput_ratio": base.total_throughput / inproc.total_throughput,
     }
-    print(f"latency ratio: {figures['latency_ratio']:.3f}  (target <= 1.05; baseline {figures['baseline_latency_ratio']:.3f})")
-    print(f"throughput ratio: {figures['throughput_ratio']:.3f}  (target >= 0.95; baseline "
-          f"{figures['baseline_throughput_ratio']:.3f}; median over {args.rounds} rotations of round / in-process round)")
-    print(f"throughput ratio of the median rounds: {figures['median_round_throughput_ratio']:.3f}  "
-          f"(baseline {figures['baseline_median_round_throughput_ratio']:.3f})")
-    print(f"throughput ratio of all rounds together: {figures['total_throughput_ratio']:.3f}  "
-          f"(baseline {figures['baseline_total_throughput_ratio']:.3f})")
+    print(
+        f"latency ratio: {figures['latency_ratio']:.3f}  (target <= 1.05; baseline {figures['baseline_latency_ratio']:.3f})"
+    )
+    print(
+        f"throughput ratio: {figures['throughput_ratio']:.3f}  (target >= 0.95; baseline "
+        f"{figures['baseline_throughput_ratio']:.3f}; median over {args.rounds} rotations of round / in-process round)"
+    )
+    print(
+        f"throughput ratio of the median rounds: {figures['median_round_throughput_ratio']:.3f}  "
+        f"(baseline {figures['baseline_median_round_throughput_ratio']:.3f})"
+    )
+    print(
+        f"throughput ratio of all rounds together: {figures['total_throughput_ratio']:.3f}  "
+        f"(baseline {figures['baseline_total_throughput_ratio']:.3f})"
+    )
     print(f"baseline latency ratio: {figures['baseline_latency_ratio']:.3f}")
     print(f"baseline throughput ratio: {figures['baseline_throughput_ratio']:.3f}")
     return {
@@ -684,9 +789,14 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
         "clients": args.clients,
         "in_process_by_batch": rates,
         "contenders": {
-            r.name: {"p50_ms": r.p50 * 1e3, "p99_ms": r.pct(99) * 1e3, "texts_per_s": r.throughput,
-                     "all_rounds_texts_per_s": r.total_throughput, "note": r.note,
-                     "texts_per_s_by_round": r.per_round}
+            r.name: {
+                "p50_ms": r.p50 * 1e3,
+                "p99_ms": r.pct(99) * 1e3,
+                "texts_per_s": r.throughput,
+                "all_rounds_texts_per_s": r.total_throughput,
+                "note": r.note,
+                "texts_per_s_by_round": r.per_round,
+            }
             for r in (inproc, ours, base)
         },
         **figures,

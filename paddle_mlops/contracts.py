@@ -66,7 +66,7 @@ TRAIN_STEP = "paddle_mlops_train_step"
 TRAIN_EPOCH = "paddle_mlops_train_epoch"
 TRAIN_DATALOADER_WAIT_SECONDS = "paddle_mlops_train_dataloader_wait_seconds"
 TRAIN_GPU_MEMORY_BYTES = "paddle_mlops_train_gpu_memory_bytes"
-# Serving: the model server's `/metrics` (steps/runtime/serving.py).
+# Serving: the model server's `/metrics` (steps/runtime/serving/metrics.py).
 SERVING_REQUESTS_TOTAL = "paddle_mlops_serving_requests_total"
 SERVING_REQUEST_LATENCY_SECONDS = "paddle_mlops_serving_request_latency_seconds"
 SERVING_BATCH_SIZE = "paddle_mlops_serving_batch_size"

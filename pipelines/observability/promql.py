@@ -1,7 +1,7 @@
 """PromQL pieces the alerts and the dashboards share, and the metrics of other exporters they name.
 
 Every metric a query names comes from one of: our exporters (steps/runtime/metrics.py,
-steps/runtime/serving.py), our Argo custom metrics (argo_metrics.py), the Argo controller,
+steps/runtime/serving/metrics.py), our Argo custom metrics (argo_metrics.py), the Argo controller,
 kube-state-metrics, the NVIDIA DCGM exporter, or Prometheus itself (`up`). `EXTERNAL_METRICS` lists
 the outside ones with their source; tests/test_observability.py checks every query against these names.
 """

@@ -1,0 +1,109 @@
+"""`GuardMiddleware`: the body-size limit and the request/latency/error metrics of every request."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from steps.runtime.serving.metrics import ERRORS, LATENCY, REQUESTS
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+_REASONS = {400: "invalid_input", 404: "model_not_found", 413: "body_too_large", 422: "invalid_input", 503: "not_ready"}
+
+
+def _protocol_of(path: str) -> str | None:
+    if path.startswith("/v1/models/") and path.endswith(":predict"):
+        return "v1"
+    if path.startswith("/v2/models/") and path.endswith("/infer"):
+        return "v2"
+    return None
+
+
+class GuardMiddleware:
+    """Reject oversized bodies before anything parses them, and count every inference request.
+
+    Both the declared Content-Length and the bytes actually received are checked, so a chunked or
+    lying client cannot push more than `max_request_bytes` into the JSON parser.
+    """
+
+    def __init__(self, app: Any, max_request_bytes: int):
+        self.app = app
+        self.max_bytes = max_request_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        protocol = _protocol_of(scope.get("path", ""))
+        start = time.perf_counter()
+        status: dict[str, int] = {}
+
+        async def send_and_record(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        body = await self._read_body(scope, receive)
+        if body is None:
+            await _json_response(
+                send_and_record, 413, f"request body exceeds {self.max_bytes} bytes; send fewer or shorter texts"
+            )
+        else:
+            await self.app(scope, _replay(body, receive), send_and_record)
+        if protocol is not None:
+            code = status.get("code", 500)
+            REQUESTS.labels(protocol=protocol, code=str(code)).inc()
+            LATENCY.labels(protocol=protocol).observe(time.perf_counter() - start)
+            if code >= 400:
+                ERRORS.labels(reason=_REASONS.get(code, "inference_error" if code >= 500 else "bad_request")).inc()
+
+    async def _read_body(self, scope: dict[str, Any], receive: Receive) -> bytes | None:
+        for key, value in scope.get("headers", []):
+            if key == b"content-length":
+                try:
+                    if int(value) > self.max_bytes:
+                        return None
+                except ValueError:
+                    return None
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _json_response(send: Any, status: int, message: str) -> None:
+    payload = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
