@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.config.loader import default_config_path
 from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE
@@ -20,26 +21,12 @@ from paddle_mlops.local.dag import DagError
 DEFAULT_WORKDIR = Path(DEFAULT_HOME)
 
 
-def _config_args(p: argparse.ArgumentParser, default_env: str | None) -> None:
-    p.add_argument("--config", type=Path, default=None, help="pipeline YAML (default: configs/pipeline.yaml)")
-    p.add_argument(
-        "--env",
-        default=default_env,
-        help=f"environment overlay from configs/env/ (local, dev, prod; default: {default_env or 'none'})",
-    )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="A.B=VALUE",
-        help="override one setting, e.g. --set training.epochs=1 (repeatable)",
-    )
-
-
 def _workdir_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--workdir", type=Path, default=DEFAULT_WORKDIR, help="local state: runs, MLflow DB, store (default .paddle-mlops/)"
+        "--workdir",
+        type=Path,
+        default=DEFAULT_WORKDIR,
+        help="local state: runs, MLflow DB, store (default .paddle-mlops/)",
     )
 
 
@@ -52,7 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_manifest_commands(sub)
+    _add_local_services(sub)
+    _add_preflight(sub)
+    for name, (_, summary) in DELEGATED.items():
+        # Parsed by the module's own parser (see main); listed here for `paddle-mlops --help`.
+        sub.add_parser(name, help=summary, add_help=False)
+    return parser
 
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser(
         "run",
         help="run the whole train-deploy DAG locally (embedded MLflow, object store and model server)",
@@ -62,13 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
             "rollout (a model server on 127.0.0.1). Writes a summary to WORKDIR/last-run.json."
         ),
     )
-    _config_args(run, "local")
+    add_config_args(run, "local")
     _workdir_arg(run)
     group = run.add_mutually_exclusive_group()
     group.add_argument("--only", metavar="STEP", help="run only this step, reusing earlier outputs of the last run")
-    group.add_argument("--from", dest="start_from", metavar="STEP", help="rerun from this step on, reusing earlier ones")
+    group.add_argument(
+        "--from", dest="start_from", metavar="STEP", help="rerun from this step on, reusing earlier ones"
+    )
     run.add_argument("--git-sha", default=None, help="commit recorded on the run (default: git rev-parse HEAD)")
 
+
+def _add_manifest_commands(sub: argparse._SubParsersAction) -> None:
+    """`compile` and `config`: what the configuration renders to, written or printed."""
     comp = sub.add_parser(
         "compile",
         help="write the Argo manifests to argo/ (or check them with --check)",
@@ -76,15 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("--check", action="store_true", help="do not write; exit 1 with a diff if argo/ is stale")
     comp.add_argument("--out", type=Path, default=Path("argo"), help="output directory (default argo/)")
-    _config_args(comp, None)
-
+    add_config_args(comp)
     cfg = sub.add_parser(
         "config",
         help="print the merged, validated configuration",
         description="Merge base -> env overlay -> --set overrides, validate, and print the result as JSON.",
     )
-    _config_args(cfg, None)
+    add_config_args(cfg)
 
+
+def _add_local_services(sub: argparse._SubParsersAction) -> None:
+    """`ui` and `serve`: the MLflow UI and the model server of local runs."""
     ui = sub.add_parser(
         "ui",
         help="open the MLflow UI on the local store (127.0.0.1)",
@@ -92,7 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _workdir_arg(ui)
     ui.add_argument("--port", type=int, default=5000, help="port (default 5000)")
-
     serve = sub.add_parser(
         "serve",
         help="manage the local model server (status, stop)",
@@ -101,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("action", choices=["status", "stop"], help="status: print URL and version; stop: stop it")
     _workdir_arg(serve)
 
+
+def _add_preflight(sub: argparse._SubParsersAction) -> None:
     pre = sub.add_parser(
         "preflight",
         help="check a live cluster is ready for the install set (versions, CRDs, namespaces, secrets); exit 1 on findings",
@@ -112,14 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     pre.add_argument("--context", default=None, help="kubeconfig context (default: the current context)")
-    pre.add_argument("--kubeconfig", default=None, metavar="PATH", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    pre.add_argument(
+        "--kubeconfig", default=None, metavar="PATH", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)"
+    )
     pre.add_argument("--json", dest="as_json", action="store_true", help="print the results as JSON")
-    _config_args(pre, None)
-
-    for name, (_, summary) in DELEGATED.items():
-        # Parsed by the module's own parser (see main); listed here for `paddle-mlops --help`.
-        sub.add_parser(name, help=summary, add_help=False)
-    return parser
+    add_config_args(pre)
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -185,7 +187,7 @@ def _cmd_ui(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
-    from steps.rollout import stop_local_server
+    from steps.runtime.local_server import stop_local_server
 
     home = args.workdir.resolve()
     current = home / "serving" / "current.json"
@@ -201,8 +203,14 @@ def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
 
 
 DELEGATED = {
-    "lint": ("paddle_mlops.lint", "check the manifests' pods against the security and pinning policy (exit 1 on findings)"),
-    "submit": ("paddle_mlops.submit", "submit a Workflow from a WorkflowTemplate (after a GPU quota check); --dry-run prints it"),
+    "lint": (
+        "paddle_mlops.lint",
+        "check the manifests' pods against the security and pinning policy (exit 1 on findings)",
+    ),
+    "submit": (
+        "paddle_mlops.submit",
+        "submit a Workflow from a WorkflowTemplate (after a GPU quota check); --dry-run prints it",
+    ),
     "report": ("paddle_mlops.report", "write an MLflow run's plots and an HTML summary to a local folder"),
 }
 
@@ -214,6 +222,10 @@ def _cmd_preflight(args: argparse.Namespace, console: Console) -> int:
     return preflight.preflight(cfg, console, kubeconfig=args.kubeconfig, context=args.context, as_json=args.as_json)
 
 
+USER_ERRORS = (
+    (ConfigError, EXIT_USAGE, "configuration error: {exc}"),
+    (DagError, EXIT_USAGE, "error: {exc}"),
+)
 COMMANDS = {
     "run": _cmd_run,
     "compile": _cmd_compile,
@@ -232,14 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
     args = build_parser().parse_args(argv)
     console = Console(soft_wrap=True)
-    try:
-        return COMMANDS[args.command](args, console)
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except DagError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return exit_status(lambda: COMMANDS[args.command](args, console), USER_ERRORS)
+
 
 if __name__ == "__main__":
     sys.exit(main())

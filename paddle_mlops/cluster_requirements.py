@@ -11,10 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from paddle_mlops import lint
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.lint import ARGO_WORKFLOW_KINDS, resource_manifest, workflow_spec
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 # argoproj.io holds both Argo Workflows and Argo Events kinds; these are Argo Events'.
@@ -92,13 +90,10 @@ def runtime_documents(cfg: PipelineConfig) -> list[dict[str, Any]]:
 def _embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The document and the manifests its Argo resource templates create."""
     yield doc
-    spec = doc.get("spec") or {}
-    for template in (spec.get("workflowSpec") or spec).get("templates") or []:
-        manifest = (template.get("resource") or {}).get("manifest")
-        if isinstance(manifest, str):
-            embedded = yaml.safe_load(manifest)
-            if isinstance(embedded, dict):
-                yield embedded
+    for template in workflow_spec(doc).get("templates") or []:
+        manifest = resource_manifest(template)
+        if manifest is not None:
+            yield manifest
 
 
 def secret_refs(node: Any) -> Iterator[tuple[str, str | None, str | None]]:
@@ -169,9 +164,8 @@ def _collect(req: Requirements, cfg: PipelineConfig, file: str, doc: dict[str, A
     if kind == "EventBus":
         req.event_bus_version = ((doc.get("spec") or {}).get("jetstream") or {}).get("version")
         req.event_bus = (meta["name"], meta.get("namespace") or namespace, file)
-    if kind in lint.ARGO_WORKFLOW_KINDS or kind == "CronWorkflow":
-        spec = doc.get("spec") or {}
-        req.workflow_pod_contexts.append((spec.get("workflowSpec") or spec).get("securityContext") or {})
+    if kind in ARGO_WORKFLOW_KINDS or kind == "CronWorkflow":
+        req.workflow_pod_contexts.append(workflow_spec(doc).get("securityContext") or {})
     if kind == "ConfigMap" and _is_argo_controller_config(meta):
         req.controller_file = file
     for name, key, ref_ns in secret_refs(doc):

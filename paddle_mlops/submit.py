@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_USAGE
 
@@ -163,11 +164,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("-n", "--namespace", default=None, help="namespace (default: cluster.namespace from the config)")
     p.add_argument("--dry-run", action="store_true", help="print the Workflow YAML; no API call")
-    p.add_argument("--config", default=None, help="pipeline YAML (default configs/pipeline.yaml)")
-    p.add_argument("--env", default=None, help="environment overlay (sizes the GPU request)")
-    p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="A.B=VALUE", help="config override (repeatable)"
-    )
+    add_config_args(p)  # the configuration sizes the GPU request
     return p.parse_args(argv)
 
 
@@ -176,27 +173,29 @@ def main(argv: Sequence[str] | None = None, api: Any = None) -> int:
     from kubernetes.config import ConfigException
 
     args = _parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.env, args.overrides)
-        params = parse_params(args.params)
-        namespace = args.namespace or cfg.cluster.namespace
-        result = submit(args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg))
-    except ConfigError as exc:
-        print(f"submit: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except QuotaExceeded as exc:
-        print(f"submit: not submitted: {exc}", file=sys.stderr)
-        return EXIT_NO_CAPACITY
-    except ConfigException as exc:
-        print(f"submit: no Kubernetes credentials ({exc}). Set KUBECONFIG or run inside the cluster.", file=sys.stderr)
-        return EXIT_API
-    except ApiException as exc:
-        print(
-            f"submit: the Kubernetes API refused the request ({exc.status} {exc.reason}). "
+    errors = (
+        (ConfigError, EXIT_USAGE, "submit: {exc}"),
+        (QuotaExceeded, EXIT_NO_CAPACITY, "submit: not submitted: {exc}"),
+        (
+            ConfigException,
+            EXIT_API,
+            "submit: no Kubernetes credentials ({exc}). Set KUBECONFIG or run inside the cluster.",
+        ),
+        (
+            ApiException,
+            EXIT_API,
+            "submit: the Kubernetes API refused the request ({exc.status} {exc.reason}). "
             "Check that the namespace exists and that your account may create workflows there.",
-            file=sys.stderr,
-        )
-        return EXIT_API
+        ),
+    )
+    return exit_status(lambda: _submit(args, api), errors)
+
+
+def _submit(args: argparse.Namespace, api: Any) -> int:
+    cfg = load_config(args.config, args.env, args.overrides)
+    params = parse_params(args.params)
+    namespace = args.namespace or cfg.cluster.namespace
+    result = submit(args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg))
     if args.dry_run:
         print(yaml.safe_dump(result, sort_keys=False), end="")
     else:

@@ -16,7 +16,7 @@ import yaml
 
 from paddle_mlops.compile import default_compile_config, render_all
 from paddle_mlops.config import load_config
-from paddle_mlops.validate import pod_templates, validate_document, validate_documents
+from tests.validate_manifests import pod_templates, validate_document, validate_documents
 
 FLAVOURS = {
     "default": [],

@@ -16,8 +16,8 @@ from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
 from pipelines.observability import alerts, argo_metrics, monitors, render_observability
 from pipelines.observability.promql import EXTERNAL_METRICS
-from pipelines.observability.rule_schema import PROMETHEUS_RULE_SPEC_SCHEMA
 from steps.runtime.metrics import TrainingMetrics
+from tests.prometheus_rule_schema import PROMETHEUS_RULE_SPEC_SCHEMA
 from tests.prometheus_sources import declared_metrics
 
 ARGO_SCHEMA = Path("/work/shared/schemas/argo-workflows.schema.json")

@@ -11,8 +11,8 @@ import pytest
 from paddle_mlops.config import TeamConfig, load_config
 from paddle_mlops.contracts import PART_OF_KEY, PART_OF_VALUE
 from paddle_mlops.lint import lint_documents
-from paddle_mlops.validate_crds import walk_argo_events as _walk
 from pipelines.platform import events, kyverno, mlflow_server, network, rbac, render_platform, tenancy
+from tests.validate_crds import walk_argo_events as _walk
 
 KUBERNETES_VERSION = "1.30.0"
 CRD_GROUPS = ("argoproj.io/", "kyverno.io/")

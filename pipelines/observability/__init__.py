@@ -5,7 +5,7 @@ PodMonitors and a PrometheusRule) and `argo/dashboards.yaml` (a ConfigMap the Gr
 loads); `argo_template_metrics(name)` is the `metrics` block of one Argo template.
 
 Modules: `argo_metrics` (Argo custom metrics), `monitors` (PodMonitors), `promql` (query pieces and
-the outside metrics they name), `alerts` (the PrometheusRule), `rule_schema` (its schema),
+the outside metrics they name), `alerts` (the PrometheusRule),
 `dashboards` (Grafana). tests/test_observability.py checks every query against the names something
 exports, and tests/test_upstream_prometheus.py checks every alert's label matchers against the labels
 each series really carries after Prometheus merges in the target labels (`honorLabels`, `exported_` prefix).
@@ -20,9 +20,8 @@ from pipelines.observability.alerts import prometheus_rule
 from pipelines.observability.argo_metrics import argo_template_metrics
 from pipelines.observability.dashboards import dashboards_configmap
 from pipelines.observability.monitors import pod_monitors
-from pipelines.observability.rule_schema import PROMETHEUS_RULE_SPEC_SCHEMA
 
-__all__ = ["PROMETHEUS_RULE_SPEC_SCHEMA", "argo_template_metrics", "render_observability"]
+__all__ = ["argo_template_metrics", "render_observability"]
 
 
 def render_observability(cfg: PipelineConfig) -> dict[str, list[dict[str, Any]]]:

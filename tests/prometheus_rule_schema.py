@@ -1,5 +1,5 @@
 """A minimal schema of PrometheusRule.spec (prometheus-operator CRD), strict where we write; the
-manifest validator (paddle_mlops/validate_crds.py) checks every PrometheusRule against it."""
+manifest validator (tests/validate_crds.py) checks every PrometheusRule against it."""
 
 from __future__ import annotations
 

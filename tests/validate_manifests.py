@@ -3,7 +3,7 @@
 - Argo kinds: round-trip through Hera's generated models (types), then walk the document beside
   those models and report every key that is not a field (Hera's models ignore unknown keys).
 - PaddleJob (both operators): the upstream CRD's openAPIV3Schema (vendored in
-  `paddle_mlops/schemas/`, pod templates pruned) with unknown keys forbidden, and each replica's
+  `tests/schemas/`, pod templates pruned) with unknown keys forbidden, and each replica's
   pod template as a Pod through kubernetes-validate in strict mode.
 - Event, monitoring and policy custom resources: `validate_crds`.
 - Kubernetes core kinds: kubernetes-validate in strict mode.
@@ -25,7 +25,7 @@ import yaml
 from hera.workflows import models as hera_models
 from pydantic import BaseModel, RootModel, ValidationError
 
-from paddle_mlops.validate_crds import validate_crd
+from tests.validate_crds import validate_crd
 
 KUBERNETES_VERSION = "1.30.0"
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -192,5 +192,7 @@ def _validate_kubernetes(doc: dict[str, Any], where: str) -> list[str]:
         # kubernetes-validate copies the jsonschema error's attributes onto its own.
         return [f"{where}: {_loc(tuple(exc.absolute_path))}: {exc.message}"]
     except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
-        return [f"{where}: no Kubernetes {KUBERNETES_VERSION} schema for {doc.get('apiVersion')}/{doc.get('kind')}: {exc}"]
+        return [
+            f"{where}: no Kubernetes {KUBERNETES_VERSION} schema for {doc.get('apiVersion')}/{doc.get('kind')}: {exc}"
+        ]
     return []

@@ -1,6 +1,6 @@
 """Structural checks for the custom resources that kubernetes-validate has no schema for.
 
-Each check rejects unknown keys, the way the Argo and PaddleJob checks in `validate.py` do:
+Each check rejects unknown keys, the way the Argo and PaddleJob checks in `validate_manifests.py` do:
 - Argo Events (EventSource, Sensor, EventBus): a vendored subset of the upstream JSON schema.
 - Prometheus operator (PrometheusRule, PodMonitor, ServiceMonitor): strict JSON schemas of the
   fields this project uses.
@@ -222,7 +222,11 @@ _ENDPOINT = {
         "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
         "scrapeTimeout": {"type": "string"},
         "honorLabels": {"type": "boolean"},
-        "tlsConfig": {"type": "object", "properties": {"insecureSkipVerify": {"type": "boolean"}}, "additionalProperties": False},
+        "tlsConfig": {
+            "type": "object",
+            "properties": {"insecureSkipVerify": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
         "relabelings": {"type": "array", "items": _RELABEL},
         "metricRelabelings": {"type": "array", "items": _RELABEL},
     },
@@ -271,7 +275,9 @@ def _kyverno(doc: dict[str, Any], where: str) -> list[str]:
             problems.append(f"{at}: a rule needs 'name' and 'match'")
         for j, verify in enumerate(rule.get("verifyImages") or []):
             problems += [
-                f"{at}.verifyImages[{j}].{k}: not a field of verifyImages" for k in verify if k not in KYVERNO_VERIFY_KEYS
+                f"{at}.verifyImages[{j}].{k}: not a field of verifyImages"
+                for k in verify
+                if k not in KYVERNO_VERIFY_KEYS
             ]
     return problems
 
@@ -292,7 +298,7 @@ def validate_crd(doc: dict[str, Any], where: str) -> list[str] | None:
         walk_argo_events(doc.get("spec") or {}, ARGO_EVENTS_SPECS[kind], f"{where}.spec", problems)
         return problems
     if api_version == "monitoring.coreos.com/v1":
-        from pipelines.observability import PROMETHEUS_RULE_SPEC_SCHEMA
+        from tests.prometheus_rule_schema import PROMETHEUS_RULE_SPEC_SCHEMA
 
         schemas = {
             "PrometheusRule": PROMETHEUS_RULE_SPEC_SCHEMA,

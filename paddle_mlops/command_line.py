@@ -1,0 +1,42 @@
+"""What the `paddle-mlops` commands share on the command line: the configuration options (--config,
+--env, --set) and the way an error a user can act on ends a command, as one line on stderr and a
+distinct exit code (paddle_mlops.contracts) instead of a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+# (exception type, exit code, message template formatted with `exc`), matched in order.
+UserErrors = Sequence[tuple[type[BaseException], int, str]]
+
+
+def add_config_args(p: argparse.ArgumentParser, default_env: str | None = None) -> None:
+    """--config, --env and repeatable --set, as `paddle_mlops.config.load_config` takes them."""
+    p.add_argument("--config", type=Path, default=None, help="pipeline YAML (default: configs/pipeline.yaml)")
+    p.add_argument(
+        "--env",
+        default=default_env,
+        help=f"environment overlay from configs/env/ (local, dev, prod; default: {default_env or 'none'})",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="A.B=VALUE",
+        help="override one setting, e.g. --set training.epochs=1 (repeatable)",
+    )
+
+
+def exit_status(action: Callable[[], int], errors: UserErrors) -> int:
+    """`action()`'s exit code; when it raises one of `errors`' types, that entry's message on stderr
+    and its exit code."""
+    try:
+        return action()
+    except tuple(kind for kind, _, _ in errors) as exc:
+        code, template = next((code, template) for kind, code, template in errors if isinstance(exc, kind))
+        print(template.format(exc=exc), file=sys.stderr)
+        return code

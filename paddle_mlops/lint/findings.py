@@ -1,0 +1,53 @@
+"""What `paddle-mlops lint` reports: a Finding per broken rule, collected over documents and files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paddle_mlops.lint.documents import document_name, load, yaml_files
+from paddle_mlops.lint.executor import controller_executor
+from paddle_mlops.lint.pods import pods_of
+from paddle_mlops.lint.rules import check_pod
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    document: str
+    container: str
+    rule: str
+    message: str
+    fix: str
+
+
+def lint_documents(
+    docs: Iterable[dict[str, Any]],
+    file: str = "-",
+    env: str | None = None,
+    executor: dict[str, Any] | None = None,
+) -> list[Finding]:
+    """Findings for `docs`; Argo's executor containers get `executor`, or the controller ConfigMap's
+    setting when one is among `docs`, or none (upstream's default)."""
+    docs = list(docs)
+    if executor is None:
+        executor = controller_executor(docs)
+    findings = []
+    for doc in docs:
+        for pod in pods_of(doc, executor):
+            for container, rule, message, fix in check_pod(pod, prod=env == "prod"):
+                findings.append(Finding(file, document_name(doc), container, rule, message, fix))
+    return findings
+
+
+def lint_paths(paths: Sequence[str | Path], env: str | None = None) -> list[Finding]:
+    """Every finding in the YAML files under `paths`; `env='prod'` also requires image digests."""
+    loaded = [(path, load(path)) for path in yaml_files(paths)]
+    # The controller's executor setting applies to the workflows of every file linted with it.
+    executor = controller_executor(doc for _, docs in loaded for doc in docs)
+    findings = []
+    for path, docs in loaded:
+        findings += lint_documents(docs, str(path), env, executor)
+    return findings

@@ -1,0 +1,170 @@
+"""Every pod a manifest will create, with the context the lint rules need.
+
+Pods are rendered from Argo Workflow/WorkflowTemplate/CronWorkflow templates (container and script
+templates with their sidecars and init containers; resource templates' embedded manifests),
+Deployments/StatefulSets/DaemonSets/Jobs/CronJobs/Pods, PaddleJobs of both operators,
+InferenceServices, and Argo Events EventSource/Sensor pod templates (their image is the
+controller's, so only the other rules apply). Argo's executor containers are added as the
+controller adds them: `init` in every pod, `wait` beside a container/script/containerSet
+template's main, and a resource template's `main` running argoexec (see `executor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from paddle_mlops.lint.documents import document_name, resource_manifest, workflow_spec
+from paddle_mlops.lint.executor import executor_container
+
+EXEMPT_ANNOTATION = "paddle-mlops/pod-security-exempt"
+ARGO_WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate"}
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
+POD_TEMPLATE_TYPES = ("container", "script", "resource", "containerSet")
+
+
+@dataclass
+class Pod:
+    """One pod the manifests will create, with the context the rules need."""
+
+    label: str
+    spec: dict[str, Any]
+    annotations: dict[str, Any]
+    containers: list[dict[str, Any]]
+    argo_template: dict[str, Any] | None = None
+    argo_defaults: dict[str, Any] | None = None
+    service_account: str | None = None
+    automount: bool | None = None
+
+    @property
+    def exempt(self) -> bool:
+        return EXEMPT_ANNOTATION in (self.annotations or {})
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*spec.get("initContainers", []), *spec.get("containers", []), *spec.get("ephemeralContainers", [])]
+
+
+def _pod(label: str, spec: dict[str, Any], annotations: dict[str, Any] | None = None) -> Pod:
+    return Pod(
+        label,
+        spec,
+        annotations or {},
+        _containers(spec),
+        service_account=spec.get("serviceAccountName") or spec.get("serviceAccount"),
+        automount=spec.get("automountServiceAccountToken"),
+    )
+
+
+def _from_pod_template(label: str, template: dict[str, Any]) -> Pod:
+    return _pod(label, template.get("spec") or {}, (template.get("metadata") or {}).get("annotations"))
+
+
+def _argo_pods(spec: dict[str, Any], executor: dict[str, Any] | None = None) -> Iterator[Pod]:
+    for template in spec.get("templates", []):
+        kind = next((t for t in POD_TEMPLATE_TYPES if t in template), None)
+        if kind == "resource":
+            yield from _resource_template_pods(template, spec, executor)
+        elif kind is not None:
+            yield _container_template_pod(template, kind, spec, executor)
+
+
+def _resource_template_pods(
+    template: dict[str, Any], spec: dict[str, Any], executor: dict[str, Any] | None
+) -> Iterator[Pod]:
+    label = f"template {template.get('name', '?')}"
+    embedded = resource_manifest(template)
+    if embedded is not None:
+        for pod in pods_of(embedded):
+            pod.label = f"{label} > {document_name(embedded)} {pod.label}"
+            yield pod
+    # The resource template itself runs argoexec as `main` beside `init`; no `wait` (build:
+    # needsAuxCtr is false for resource templates unless they save logs as an artifact).
+    yield Pod(
+        label,
+        # The pod securityContext applies to every pod the template makes (addSchedulingConstraints).
+        {"securityContext": template.get("securityContext", spec.get("securityContext", {}))},
+        (template.get("metadata") or {}).get("annotations") or {},
+        [executor_container(n, executor, resource_template=True) for n in ("init", "main")],
+        argo_template=template,
+        argo_defaults=spec.get("templateDefaults") or {},
+        service_account="(executor)",
+    )
+
+
+def _container_template_pod(
+    template: dict[str, Any], kind: str, spec: dict[str, Any], executor: dict[str, Any] | None
+) -> Pod:
+    if kind == "containerSet":
+        main = list(template["containerSet"].get("containers", []))
+    else:
+        main = [dict(template[kind], name=template[kind].get("name") or "main")]
+    pod_spec = {
+        "securityContext": template.get("securityContext", spec.get("securityContext", {})),
+        "volumes": [*spec.get("volumes", []), *template.get("volumes", [])],
+    }
+    # `init` comes first among the init containers, then the template's; `wait` is the first
+    # container (build: newInitContainers, then auxContainer before the main containers).
+    return Pod(
+        f"template {template.get('name', '?')}",
+        pod_spec,
+        (template.get("metadata") or {}).get("annotations") or {},
+        [
+            executor_container("init", executor, resource_template=False),
+            *template.get("initContainers", []),
+            executor_container("wait", executor, resource_template=False),
+            *main,
+            *template.get("sidecars", []),
+        ],
+        argo_template=template,
+        argo_defaults=spec.get("templateDefaults") or {},
+        service_account=template.get("serviceAccountName") or spec.get("serviceAccountName"),
+        automount=template.get("automountServiceAccountToken", spec.get("automountServiceAccountToken")),
+    )
+
+
+def _inference_service_pods(spec: dict[str, Any]) -> Iterator[Pod]:
+    for component in ("predictor", "transformer", "explainer"):
+        part = spec.get(component)
+        if not isinstance(part, dict):
+            continue
+        pod_spec = dict(part)
+        containers = list(part.get("containers", []))
+        model = part.get("model")
+        if isinstance(model, dict) and model.get("image"):
+            containers.append(dict(model, name=model.get("name") or "kserve-container"))
+        pod_spec["containers"] = containers
+        yield _pod(component, pod_spec)
+
+
+def _paddle_job_pods(spec: dict[str, Any]) -> Iterator[Pod]:
+    # kubeflow.org/v1: paddleReplicaSpecs.<Type>.template; batch.paddlepaddle.org/v1: worker/ps/heter.
+    replicas = spec.get("paddleReplicaSpecs") or {
+        k: spec[k] for k in ("ps", "worker", "heter") if isinstance(spec.get(k), dict)
+    }
+    for replica, rspec in replicas.items():
+        yield _from_pod_template(f"replica {replica}", rspec.get("template") or {})
+
+
+def pods_of(doc: dict[str, Any], executor: dict[str, Any] | None = None) -> Iterator[Pod]:
+    """Every pod one manifest will create (nested manifests of resource templates included);
+    `executor` is the workflow controller's executor setting (see `controller_executor`)."""
+    kind, spec = doc.get("kind"), doc.get("spec") or {}
+    if kind in ARGO_WORKFLOW_KINDS or kind == "CronWorkflow":
+        yield from _argo_pods(workflow_spec(doc), executor)
+    elif kind in WORKLOAD_KINDS:
+        yield _from_pod_template("pod", spec.get("template") or {})
+    elif kind == "CronJob":
+        yield _from_pod_template("pod", ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {})
+    elif kind == "Pod":
+        yield _pod("pod", spec, (doc.get("metadata") or {}).get("annotations"))
+    elif kind == "PaddleJob":
+        yield from _paddle_job_pods(spec)
+    elif kind == "InferenceService":
+        yield from _inference_service_pods(spec)
+    elif kind in ("EventSource", "Sensor") and isinstance(spec.get("template"), dict):
+        template = spec["template"]
+        container = dict(template.get("container") or {}, name="main")
+        pod_spec = {k: v for k, v in template.items() if k != "container"}
+        yield _pod("pod", dict(pod_spec, containers=[container]))
