@@ -219,7 +219,7 @@ def test_rollout_account_manages_inference_services(files):
     rules = _rules(files, rbac.ROLLOUT_SERVICE_ACCOUNT)
     (isvc,) = [r for r in rules if r["apiGroups"] == ["serving.kserve.io"]]
     assert isvc["resources"] == ["inferenceservices"]
-    assert set(isvc["verbs"]) == {"get", "create", "update", "delete"}  # steps/rollout.py KServeRollout
+    assert set(isvc["verbs"]) == {"get", "create", "update", "delete"}  # steps/runtime/kserve_rollout.py KServeRollout
 
 
 def test_sensor_may_submit_workflows_and_write_dead_letters_only(files):

@@ -11,32 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from paddle_mlops.config.loader import load_config, load_regions
 from paddle_mlops.contracts import PART_OF_KEY, PART_OF_VALUE
-from steps import rollout
 from steps.runtime import inference_service as isvc
+from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK
+from tests import rollout_doubles
 from tests.kserve_standin import KServeStandIn
-from tests.test_rollout import IMAGE, MODEL_URI, FakeClock, FakeProbe, previous_services
+from tests.rollout_doubles import IMAGE, MODEL_URI, FakeProbe, previous_services
+from tests.rollout_doubles import run_machine as run
 
 OLD_URI = "s3://paddle-mlops/models/ernie-sentiment/7"
-
-
-@pytest.fixture
-def cfg() -> Any:
-    return load_config(env="prod", overrides=["serving.ready_timeout_seconds=60", "serving.canary_window_seconds=30"])
-
-
-@pytest.fixture
-def regions(cfg: Any) -> list[Any]:
-    known = load_regions()
-    return [known[name] for name in cfg.serving.regions]
-
-
-def run(cfg: Any, regions: list[Any], api: KServeStandIn, probe: FakeProbe) -> rollout.Outcome:
-    clock = FakeClock()
-    return rollout.KServeRollout(cfg, api, probe, clock=clock, sleep=clock.sleep, poll_seconds=5).run(regions, MODEL_URI, "8", IMAGE)
+cfg, regions = rollout_doubles.cfg, rollout_doubles.regions  # the shared fixtures
 
 
 def live_traffic(api: KServeStandIn, name: str, since: int = 0) -> list[dict[str, int]]:
@@ -58,9 +43,11 @@ def test_failed_canary_never_gets_traffic_after_the_verdict(cfg: Any, regions: l
     api = KServeStandIn(existing=previous_services(cfg, regions[:1]), ready_after=3)
     outcome = run(cfg, regions[:1], api, FakeProbe(unhealthy_urls=(name,)))
     api.settle()
-    assert outcome.outcome == rollout.ROLLED_BACK and "error rate" in outcome.reason
+    assert outcome.outcome == ROLLED_BACK and "error rate" in outcome.reason
     (failed,) = api.revision_of(name, MODEL_URI)
-    canary_ticks = [t for t, n, traffic in api.history if n == name and traffic.get(failed) == cfg.serving.canary_percent]
+    canary_ticks = [
+        t for t, n, traffic in api.history if n == name and traffic.get(failed) == cfg.serving.canary_percent
+    ]
     assert canary_ticks, "the canary never got its share"
     verdict = first_write_after(api, name, canary_ticks[-1])
     after = live_traffic(api, name, since=verdict)
@@ -77,15 +64,17 @@ def test_rollback_of_a_promoted_region_pins_to_its_previous_revision(cfg: Any, r
     api = KServeStandIn(existing=previous_services(cfg, regions))
     outcome = run(cfg, regions, api, FakeProbe(unhealthy_urls=(second,)))
     api.settle()
-    assert outcome.outcome == rollout.ROLLED_BACK and "region cn-east" in outcome.reason
+    assert outcome.outcome == ROLLED_BACK and "region cn-east" in outcome.reason
     (promoted,) = api.revision_of(first, MODEL_URI)
     assert any(t == {promoted: 100} for t in live_traffic(api, first)), "cn-north was promoted first"
-    pinned_at = min(t for t, n, body in api.writes if n == first and body["spec"]["predictor"].get("canaryTrafficPercent") == 0)
+    pinned_at = min(
+        t for t, n, body in api.writes if n == first and body["spec"]["predictor"].get("canaryTrafficPercent") == 0
+    )
     back = [t for t in live_traffic(api, first, since=pinned_at) if t.get(promoted, 0) == 0]
     assert back, "traffic never left the new revision"
     # Once moved off the new model, traffic never returns to it.
     later = live_traffic(api, first, since=pinned_at)
-    assert all(t.get(promoted, 0) == 0 for t in later[later.index(back[0]):])
+    assert all(t.get(promoted, 0) == 0 for t in later[later.index(back[0]) :])
     for name in (first, second):
         assert api.model_uri(name) == OLD_URI
 
@@ -103,7 +92,7 @@ def test_restore_that_never_gets_ready_stays_pinned(cfg: Any, regions: list[Any]
 
     api = KServeStandIn(ready=ready, existing=previous_services(cfg, regions[:1]))
     outcome = run(cfg, regions[:1], api, FakeProbe(unhealthy_urls=(name,)))
-    assert outcome.outcome == rollout.ROLLED_BACK
+    assert outcome.outcome == ROLLED_BACK
     assert "traffic stays pinned to revision" in outcome.reason
     original = api.revision_of(name, OLD_URI)[0]
     assert {r: p for r, p in live_traffic(api, name)[-1].items() if p} == {original: 100}
@@ -119,27 +108,29 @@ def test_stale_status_right_after_an_update_is_not_taken_for_the_new_revision(cf
     api = KServeStandIn(ready=lambda n, body: OLD_URI in json.dumps(body), existing=previous_services(cfg, regions[:1]))
     probe = FakeProbe()
     outcome = run(cfg, regions[:1], api, probe)
-    assert outcome.outcome == rollout.ROLLED_BACK and "not reached within 60s" in outcome.reason
+    assert outcome.outcome == ROLLED_BACK and "not reached within 60s" in outcome.reason
     assert probe.smoked == [], "smoke-tested the old revision through a stale Ready"
     assert api.model_uri(name) == OLD_URI
 
 
 def test_rerun_of_the_serving_version_changes_nothing(cfg: Any, regions: list[Any]) -> None:
     api = KServeStandIn(existing=previous_services(cfg, regions[:1]))
-    assert run(cfg, regions[:1], api, FakeProbe()).outcome == rollout.PROMOTED
+    assert run(cfg, regions[:1], api, FakeProbe()).outcome == PROMOTED
     calls = list(api.calls)
-    assert run(cfg, regions[:1], api, FakeProbe()).outcome == rollout.PROMOTED
+    assert run(cfg, regions[:1], api, FakeProbe()).outcome == PROMOTED
     assert api.calls == calls
 
 
 def test_raw_deployment_checks_a_separate_canary_service() -> None:
     """Only ksvc_reconciler.go reads canaryTrafficPercent: Standard (raw) mode has no traffic split."""
-    cfg = load_config(env="prod", overrides=["serving.deployment_mode=RawDeployment", "serving.ready_timeout_seconds=60"])
+    cfg = load_config(
+        env="prod", overrides=["serving.deployment_mode=RawDeployment", "serving.ready_timeout_seconds=60"]
+    )
     region = load_regions()[cfg.serving.regions[0]]
     existing = {isvc.service_name(cfg, region): isvc.build_inference_service(cfg, region, OLD_URI, IMAGE, "7")}
     api = KServeStandIn(existing=existing)
     probe = FakeProbe()
-    assert run(cfg, [region], api, probe).outcome == rollout.PROMOTED
+    assert run(cfg, [region], api, probe).outcome == PROMOTED
     canary = isvc.canary_name(cfg, region)
     assert probe.smoked == [f"http://{canary}.ns.example.com"]
     assert ("delete", canary) in api.calls and canary not in api.objects
@@ -179,7 +170,9 @@ def test_predictor_pod_spec_passes_knative_default_field_mask(cfg: Any, regions:
     always_allowed = {"containers", "volumes", "automountServiceAccountToken", "serviceAccountName", "imagePullSecrets"}
     flagged = {"nodeSelector", "tolerations"}  # need kubernetes.podspec-nodeselector / -tolerations
     kserve_fields = {"minReplicas", "maxReplicas", "canaryTrafficPercent", "labels", "annotations"}
-    assert set(predictor) <= always_allowed | flagged | kserve_fields, set(predictor) - always_allowed - flagged - kserve_fields
+    assert set(predictor) <= always_allowed | flagged | kserve_fields, (
+        set(predictor) - always_allowed - flagged - kserve_fields
+    )
     assert predictor["automountServiceAccountToken"] is False  # only false is allowed
     ctx = predictor["containers"][0]["securityContext"]
     knative_container_fields = {
@@ -209,7 +202,7 @@ def test_a_retried_rollout_finishes_the_canary_its_first_attempt_applied(cfg: An
     api = _first_attempt_died_after_the_canary(cfg, regions[0])
     (canary,) = api.revision_of(name, MODEL_URI)
     assert live_traffic(api, name)[-1][canary] == cfg.serving.canary_percent
-    assert run(cfg, regions[:1], api, FakeProbe()).outcome == rollout.PROMOTED
+    assert run(cfg, regions[:1], api, FakeProbe()).outcome == PROMOTED
     api.settle()
     assert api.revision_of(name, MODEL_URI) == [canary], "the retry made a revision of its own"
     assert live_traffic(api, name)[-1] == {canary: 100}
@@ -222,7 +215,7 @@ def test_a_retried_rollout_that_fails_pins_traffic_off_the_canary(cfg: Any, regi
     api = _first_attempt_died_after_the_canary(cfg, regions[0])
     outcome = run(cfg, regions[:1], api, FakeProbe(unhealthy_urls=(name,)))
     api.settle()
-    assert outcome.outcome == rollout.ROLLED_BACK
+    assert outcome.outcome == ROLLED_BACK
     (failed,) = api.revision_of(name, MODEL_URI)
     (original,) = api.revision_of(name, OLD_URI)
     assert {r: p for r, p in live_traffic(api, name)[-1].items() if p} == {original: 100}

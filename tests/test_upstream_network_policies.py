@@ -7,7 +7,7 @@ Pod labels are built the way the controllers build them, from our generated mani
   Knative revision template gets them (reconcilers/knative/ksvc_reconciler.go, minus only
   `networking.knative.dev/visibility`, constants.go RevisionTemplateLabelDisallowedList), and so
   does the RawDeployment pod template (reconcilers/deployment/deployment_reconciler.go, plus `app`).
-- steps/rollout.py names InferenceServices `<model>-<region>` and `<model>-<region>-canary`.
+- steps/runtime/inference_service.py names InferenceServices `<model>-<region>` and `<model>-<region>-canary`.
 - kubeflow/training-operator v1.9.0 pkg/controller.v1/common/pod.go and PaddleFlow/paddle-operator
   v0.3.5 controllers/paddlejob_helper.go keep the pod template's labels and add their own.
 - prometheus-operator v0.93.0 pkg/prometheus/server/operator.go `makeSelectorLabels`: the labels of
