@@ -67,6 +67,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "--from", dest="start_from", metavar="STEP", help="rerun from this step on, reusing earlier ones"
     )
     run.add_argument("--git-sha", default=None, help="commit recorded on the run (default: git rev-parse HEAD)")
+    run.add_argument(
+        "--library-warnings",
+        action="store_true",
+        help="show the libraries' own warnings and glog lines in step logs (filtered by default)",
+    )
 
 
 def _add_manifest_commands(sub: argparse._SubParsersAction) -> None:
@@ -139,6 +144,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         only=args.only,
         start_from=args.start_from,
         git_sha=args.git_sha,
+        library_warnings=args.library_warnings,
     )
     code, _ = LocalExecutor(cfg, doc, opts, console).run()
     return code

@@ -37,6 +37,7 @@ from paddle_mlops.local.dag import (
     task_inputs,
 )
 from pipelines.train_deploy import RESULTS
+from steps.runtime import noise
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TAIL_LINES = 40
@@ -62,6 +63,7 @@ class RunOptions:
     only: str | None = None
     start_from: str | None = None
     git_sha: str | None = None
+    library_warnings: bool = False
 
 
 def _git_sha() -> str:
@@ -140,7 +142,7 @@ class LocalExecutor:
             }
         )
         env.setdefault(TRACKING_URI_ENV, self.tracking_uri())
-        return env
+        return noise.showing(env) if self.opts.library_warnings else env
 
     def tracking_uri(self) -> str:
         return tracking_uri(self.cfg.mlflow.tracking_uri, self.workdir)

@@ -16,6 +16,8 @@ SHOW_ENV = "PADDLE_MLOPS_LIBRARY_WARNINGS"
 # Message prefixes, as both warnings.filterwarnings and PYTHONWARNINGS match them.
 SILENCED = ("No ccache found", "Setuptools is replacing distutils")
 GLOG_ERRORS_ONLY = "2"
+# What the user had set before install() touched the environment (showing() leaves those alone).
+_USER_SET = frozenset(k for k in ("GLOG_minloglevel",) if k in os.environ)
 
 
 def shown() -> bool:
@@ -31,3 +33,16 @@ def install() -> None:
     if not any(prefix in "".join(inherited) for prefix in SILENCED):
         os.environ["PYTHONWARNINGS"] = ",".join([*inherited, *(f"ignore:{p}:UserWarning" for p in SILENCED)])
     os.environ.setdefault("GLOG_minloglevel", GLOG_ERRORS_ONLY)
+
+
+def showing(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a child process that should show the library noise: the flag set, our filters removed."""
+    shown_env = {**env, SHOW_ENV: "1"}
+    kept = [f for f in shown_env.get("PYTHONWARNINGS", "").split(",") if f and not any(p in f for p in SILENCED)]
+    if kept:
+        shown_env["PYTHONWARNINGS"] = ",".join(kept)
+    else:
+        shown_env.pop("PYTHONWARNINGS", None)
+    if shown_env.get("GLOG_minloglevel") == GLOG_ERRORS_ONLY and "GLOG_minloglevel" not in _USER_SET:
+        shown_env.pop("GLOG_minloglevel")
+    return shown_env
