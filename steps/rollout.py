@@ -27,6 +27,7 @@ from typing import Any
 
 from paddle_mlops.config.loader import load_regions
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.contracts import EXIT_ROLLED_BACK
 from steps.runtime import inference_service as isvc
 from steps.runtime import stepargs
 from steps.runtime.champion import MlflowRegistry, Registry, record
@@ -56,56 +57,57 @@ def resolve_regions(cfg: PipelineConfig, names: Sequence[str], config_dir: Path 
     return [known[n] for n in names]
 
 
-# --------------------------------------------------------------------------- step
-
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m steps.rollout", description=__doc__.split("\n\n")[0])
-    stepargs.add_common_args(parser)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-uri", required=True, help="published model version (upload step's model-uri)")
     parser.add_argument("--model-version", required=True, help="MLflow model version (register step's output)")
     parser.add_argument("--region", default=None, help="the run's region when serving.regions is empty")
     parser.add_argument("--image-digest", default=None, help="serve image digest from build-image (pins the image)")
-    parser.add_argument("--url-out", default=None, help="output parameter file: serving URL")
-    parser.add_argument("--outcome-out", default=None, help="output parameter file: promoted | rolled-back")
-    return stepargs.parse(parser, argv)
 
 
-def main(
-    argv: Sequence[str] | None = None, registry: Registry | None = None, api: Any = None, probe: Any = None
-) -> int:
-    args = _parse_args(argv)
+def run(
+    cfg: PipelineConfig,
+    args: argparse.Namespace,
+    registry: Registry | None = None,
+    api: Any = None,
+    probe: Any = None,
+) -> stepargs.Finished:
+    """`registry`, `api` and `probe` stand in for MLflow, the Kubernetes API and HTTP in tests."""
+    reg = registry or MlflowRegistry(cfg)
+    if cfg.serving.target == "local":
+        outcome = rollout_local(cfg, args.model_uri, args.model_version, stepargs.home_dir(), reg, _common_args(args), probe)
+    else:
+        names = list(cfg.serving.regions) or [args.region or cfg.cluster.region]
+        config_dir = Path(args.config).resolve().parent if args.config else None
+        regions = resolve_regions(cfg, names, config_dir)
+        image = isvc.pin_image(cfg.images.serve, args.image_digest)
+        machine = KServeRollout(cfg, api or kubernetes_api(), probe or HttpProbe())
+        outcome = machine.run(regions, args.model_uri, args.model_version, image)
+        if outcome.outcome == PROMOTED:
+            reg.promote(args.model_version)
+    record(reg, args.model_version, outcome)
+    outputs = {"outcome": outcome.outcome, "serving-url": outcome.url}
+    if outcome.outcome != PROMOTED:
+        print(
+            f"[rollout] rolled back model version {args.model_version}: {outcome.reason}. "
+            "The previous version keeps serving and 'champion' is unchanged.",
+            file=sys.stderr,
+        )
+        return stepargs.Finished(outputs, EXIT_ROLLED_BACK)
+    print(f"[rollout] model version {args.model_version} promoted; serving at {outcome.url}")
+    return stepargs.Finished(outputs)
 
-    def body() -> int:
-        cfg = stepargs.config_from_args(args)
-        reg = registry or MlflowRegistry(cfg)
-        if cfg.serving.target == "local":
-            outcome = rollout_local(
-                cfg, args.model_uri, args.model_version, stepargs.home_dir(), reg, _common_args(args), probe
-            )
-        else:
-            names = list(cfg.serving.regions) or [args.region or cfg.cluster.region]
-            config_dir = Path(args.config).resolve().parent if args.config else None
-            regions = resolve_regions(cfg, names, config_dir)
-            image = isvc.pin_image(cfg.images.serve, args.image_digest)
-            machine = KServeRollout(cfg, api or kubernetes_api(), probe or HttpProbe())
-            outcome = machine.run(regions, args.model_uri, args.model_version, image)
-            if outcome.outcome == PROMOTED:
-                reg.promote(args.model_version)
-        record(reg, args.model_version, outcome)
-        stepargs.write_output(args.outcome_out, outcome.outcome)
-        stepargs.write_output(args.url_out, outcome.url)
-        if outcome.outcome != PROMOTED:
-            print(
-                f"[rollout] rolled back model version {args.model_version}: {outcome.reason}. "
-                "The previous version keeps serving and 'champion' is unchanged.",
-                file=sys.stderr,
-            )
-            return stepargs.EXIT_ROLLED_BACK
-        print(f"[rollout] model version {args.model_version} promoted; serving at {outcome.url}")
-        return stepargs.EXIT_OK
 
-    return stepargs.run_step("rollout", body)
+STEP = stepargs.Step(
+    "rollout",
+    __doc__,
+    run,
+    _arguments,
+    outputs=(
+        stepargs.Output("serving-url", "--url-out", "the serving URL"),
+        stepargs.Output("outcome", "--outcome-out", "promoted | rolled-back"),
+    ),
+)
+main = STEP.main
 
 
 if __name__ == "__main__":
