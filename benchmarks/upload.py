@@ -23,16 +23,24 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 MIB = 1024 * 1024
-DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 BUCKET = "bench-models"
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.upload", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size-mib", type=int, default=None, help="size of the params file (default 256; 8 with --quick)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.upload", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size-mib", type=int, default=None, help="size of the params file (default 256; 8 with --quick)"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="alternating publish/put rounds (default 2)")
     parser.add_argument("--quick", action="store_true", help="smoke run: small model, small parts")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the results to this JSON file")
@@ -73,8 +81,11 @@ def moto_server(work: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     log_path = work / "moto.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -97,7 +108,7 @@ def moto_server(work: Path) -> Iterator[str]:
             proc.wait()
 
 
-def put_each(client, model_dir: Path, prefix: str) -> int:  # type: ignore[no-untyped-def]
+def put_each(client: Any, model_dir: Path, prefix: str) -> int:
     """The baseline: one put_object per whole file."""
     sent = 0
     for path in sorted(model_dir.iterdir()):
@@ -107,7 +118,64 @@ def put_each(client, model_dir: Path, prefix: str) -> int:  # type: ignore[no-un
     return sent
 
 
-def measure(args: argparse.Namespace, work: Path) -> dict:
+def _publish(model_dir: Path, root: str, version: str, endpoint: str, transfer: Any) -> Any:
+    """The upload step's `objectstore.publish` of `model_dir` as `version` under `root`, without progress bars."""
+    from steps.runtime import objectstore
+
+    return objectstore.publish(
+        model_dir, root, "bench", version, endpoint_url=endpoint, progress=False, transfer_config=transfer
+    )
+
+
+def _hashing_seconds(model_dir: Path) -> float:
+    """The local sha256 of every file, the part of each publish that sends nothing."""
+    from steps.runtime import objectstore
+
+    start = time.perf_counter()
+    for path in model_dir.iterdir():
+        objectstore.sha256_file(path)
+    return time.perf_counter() - start
+
+
+def _alternate(client: Any, model_dir: Path, endpoint: str, transfer: Any, rounds: int) -> dict[str, float]:
+    """MiB/s of `publish` and of one put_object per file, alternating rounds so both see the same load."""
+    times = {"publish": 0.0, "put_object": 0.0}
+    sent = {"publish": 0, "put_object": 0}
+    for r in range(rounds):
+        # A fresh store root per round: objects are content-addressed, and a second publish
+        # into the same root would rightly skip them.
+        start = time.perf_counter()
+        result = _publish(model_dir, f"s3://{BUCKET}/publish-{r}", "v1", endpoint, transfer)
+        times["publish"] += time.perf_counter() - start
+        sent["publish"] += result.bytes_sent
+        start = time.perf_counter()
+        sent["put_object"] += put_each(client, model_dir, f"put-{r}")
+        times["put_object"] += time.perf_counter() - start
+    return {name: sent[name] / MIB / times[name] for name in times}
+
+
+def _report(figures: dict[str, Any], files: int) -> None:
+    transfer = figures["transfer"]
+    print(
+        f"model: {figures['model_bytes'] / MIB:.1f} MiB in {files} files; {figures['rounds']} rounds; "
+        f"{os.cpu_count()} CPUs; moto S3 server on 127.0.0.1"
+    )
+    print(
+        f"transfer: threshold {transfer['multipart_threshold'] // MIB} MiB, "
+        f"parts {transfer['multipart_chunksize'] // MIB} MiB, {transfer['max_concurrency']} threads"
+    )
+    print(f"publish (multipart):  {figures['publish_mib_s']:8.1f} MiB/s  (includes hashing and verification)")
+    print(f"  of which local sha256 of every file: {figures['hashing_seconds_per_publish']:.2f} s per publish")
+    print(f"put_object per file:  {figures['put_object_mib_s']:8.1f} MiB/s")
+    print(f"upload ratio: {figures['ratio']:.2f}")
+    print(f"re-run of the same version sent {figures['rerun_bytes_sent']} bytes")
+    print(
+        f"same content as a new version sent {figures['new_version_bytes_sent']} bytes "
+        f"({figures['new_version_objects_skipped']} objects already stored)"
+    )
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from boto3.s3.transfer import TransferConfig
 
     from steps.runtime import objectstore, s3
@@ -119,37 +187,22 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
         TransferConfig(multipart_threshold=MIB, multipart_chunksize=MIB, max_concurrency=8) if args.quick else None
     )
     chosen = transfer or objectstore.DEFAULT_TRANSFER
-    start = time.perf_counter()
-    for path in model_dir.iterdir():
-        objectstore.sha256_file(path)
-    hashing = time.perf_counter() - start
+    hashing = _hashing_seconds(model_dir)
     with moto_server(work) as endpoint:
         client = s3.client(endpoint)
         client.create_bucket(Bucket=BUCKET)
-        times = {"publish": 0.0, "put_object": 0.0}
-        sent = {"publish": 0, "put_object": 0}
-        for r in range(args.rounds):
-            # A fresh store root per round: objects are content-addressed, and a second publish
-            # into the same root would rightly skip them.
-            start = time.perf_counter()
-            result = objectstore.publish(model_dir, f"s3://{BUCKET}/publish-{r}", "bench", "v1",
-                                         endpoint_url=endpoint, progress=False, transfer_config=transfer)
-            times["publish"] += time.perf_counter() - start
-            sent["publish"] += result.bytes_sent
-            start = time.perf_counter()
-            sent["put_object"] += put_each(client, model_dir, f"put-{r}")
-            times["put_object"] += time.perf_counter() - start
-        again = objectstore.publish(model_dir, f"s3://{BUCKET}/publish-0", "bench", "v1",
-                                    endpoint_url=endpoint, progress=False, transfer_config=transfer)
-        new_version = objectstore.publish(model_dir, f"s3://{BUCKET}/publish-0", "bench", "v2",
-                                          endpoint_url=endpoint, progress=False, transfer_config=transfer)
+        rates = _alternate(client, model_dir, endpoint, transfer, args.rounds)
+        again = _publish(model_dir, f"s3://{BUCKET}/publish-0", "v1", endpoint, transfer)
+        new_version = _publish(model_dir, f"s3://{BUCKET}/publish-0", "v2", endpoint, transfer)
 
-    rates = {name: sent[name] / MIB / times[name] for name in times}
     figures = {
         "model_bytes": total,
         "rounds": args.rounds,
-        "transfer": {"multipart_threshold": chosen.multipart_threshold, "multipart_chunksize": chosen.multipart_chunksize,
-                     "max_concurrency": chosen.max_concurrency},
+        "transfer": {
+            "multipart_threshold": chosen.multipart_threshold,
+            "multipart_chunksize": chosen.multipart_chunksize,
+            "max_concurrency": chosen.max_concurrency,
+        },
         "publish_mib_s": rates["publish"],
         "put_object_mib_s": rates["put_object"],
         "ratio": rates["publish"] / rates["put_object"],
@@ -158,16 +211,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
         "new_version_bytes_sent": new_version.bytes_sent,
         "new_version_objects_skipped": new_version.skipped,
     }
-    print(f"model: {total / MIB:.1f} MiB in {len(list(model_dir.iterdir()))} files; {args.rounds} rounds; "
-          f"{os.cpu_count()} CPUs; moto S3 server on 127.0.0.1")
-    print(f"transfer: threshold {chosen.multipart_threshold // MIB} MiB, parts {chosen.multipart_chunksize // MIB} MiB, "
-          f"{chosen.max_concurrency} threads")
-    print(f"publish (multipart):  {rates['publish']:8.1f} MiB/s  (includes hashing and verification)")
-    print(f"  of which local sha256 of every file: {hashing:.2f} s per publish")
-    print(f"put_object per file:  {rates['put_object']:8.1f} MiB/s")
-    print(f"upload ratio: {figures['ratio']:.2f}")
-    print(f"re-run of the same version sent {again.bytes_sent} bytes")
-    print(f"same content as a new version sent {new_version.bytes_sent} bytes ({new_version.skipped} objects already stored)")
+    _report(figures, len(list(model_dir.iterdir())))
     return figures
 
 

@@ -51,11 +51,15 @@ def _require_postgres() -> Path:
     if bindir:
         return bindir
     if os.environ.get("CI") == "true":
-        pytest.fail(f"PostgreSQL is not installed; .ci/run installs Debian's postgresql package ({pgserver.INSTALL_HINT})")
+        pytest.fail(
+            f"PostgreSQL is not installed; .ci/run installs Debian's postgresql package ({pgserver.INSTALL_HINT})"
+        )
     pytest.skip(f"PostgreSQL is not installed ({pgserver.INSTALL_HINT}); CI=true makes this a failure")
 
 
-def manifest_process(cfg: PipelineConfig, secret_values: dict[tuple[str, str], str], home: Path) -> tuple[list[str], dict[str, str]]:
+def manifest_process(
+    cfg: PipelineConfig, secret_values: dict[tuple[str, str], str], home: Path
+) -> tuple[list[str], dict[str, str]]:
     """argv and environment of the manifest's mlflow container, Secret references resolved from `secret_values`.
 
     Substituted: the bind address (loopback, not 0.0.0.0), HOME (the pod's /tmp emptyDir) and the
@@ -93,17 +97,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # localhost, not 127.0.0.1: the manifest's MLFLOW_SERVER_ALLOWED_HOSTS admits localhost:<port> only.
         tracking_uri = f"http://localhost:{port}"
         # argo/ is compiled from the base config without an environment overlay; only the two URIs differ.
-        cfg = load_config(default_config_path(), overrides=[f"mlflow.tracking_uri={tracking_uri}",
-                                                            f"storage.endpoint_url={endpoint}"])
+        cfg = load_config(
+            default_config_path(), overrides=[f"mlflow.tracking_uri={tracking_uri}", f"storage.endpoint_url={endpoint}"]
+        )
         secret_values = {
             (mlflow_server.BACKEND_SECRET["name"], mlflow_server.BACKEND_SECRET["key"]): database_uri,
-            **{(cfg.storage.credentials_secret, k): DUMMY_CREDENTIALS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")},
+            **{
+                (cfg.storage.credentials_secret, k): DUMMY_CREDENTIALS[k]
+                for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+            },
         }
         argv, env = manifest_process(cfg, secret_values, tmp)
         log = open(tmp / "server.log", "wb")
         # Only the container's environment (and PATH): nothing of the test process's leaks into the server.
-        proc = subprocess.Popen(argv, env={"PATH": os.environ["PATH"], **env}, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=tmp, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env={"PATH": os.environ["PATH"], **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp,
+            start_new_session=True,
+        )
         try:
             _wait_healthy(proc, f"{tracking_uri}/health", tmp / "server.log")
             yield Stack(tracking_uri, database_uri, endpoint, cfg)
@@ -123,7 +137,9 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s:
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            pytest.fail(f"mlflow server not healthy at {url} after {timeout_s:.0f} s:\n{log.read_text(errors='replace')[-3000:]}")
+            pytest.fail(
+                f"mlflow server not healthy at {url} after {timeout_s:.0f} s:\n{log.read_text(errors='replace')[-3000:]}"
+            )
         time.sleep(0.3)
 
 
@@ -147,39 +163,90 @@ def artifact_keys(endpoint: str, run_id: str) -> list[str]:
     return [o["Key"] for page in pages for o in page.get("Contents", []) if f"/{run_id}/artifacts/" in o["Key"]]
 
 
-@pytest.mark.slow
-def test_pipeline_tracks_and_registers_on_postgres(tracking: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mlflow
-    from mlflow.entities import DatasetInput, InputTag
-
-    workflow = f"train-deploy-{uuid.uuid4().hex[:6]}"
-    monkeypatch.setenv("PADDLE_MLOPS_RUN", workflow)
-    name = f"ernie-{uuid.uuid4().hex[:6]}"
-    steps_common = common(f"mlflow.experiment={name}", f"mlflow.registered_model={name}",
-                          f"storage.uri=s3://{MODEL_BUCKET}/models")
-    src = write_jsonl(tmp_path / "reviews.jsonl", sentiment_rows())
-    ws, out = tmp_path / "ws", tmp_path / "out"
-    assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
+def train_and_evaluate(steps_common: list[str], source: Path, ws: Path, out: Path) -> str:
+    """prepare-data, train and evaluate as the workflow runs them; returns the training run's id."""
+    assert prepare_data.main([*common(f"data.source={source}"), "--output", str(ws / "data")]) == 0
     assert train.main([*steps_common, "--workspace", str(ws), "--git-sha", GIT_SHA]) == 0
     run_id = json.loads((ws / "model" / "training.json").read_text())["mlflow_run_id"]
     assert evaluate.main([*steps_common, "--workspace", str(ws), "--metrics-out", str(out / "metrics")]) == 0
+    return run_id
 
-    # No step logs dataset inputs yet; the server's dataset tables are exercised through the client.
+
+def log_train_dataset(client: Any, run_id: str, data_dir: Path) -> None:
+    """No step logs dataset inputs yet; the server's dataset tables are exercised through the client."""
+    import mlflow
+    from mlflow.entities import DatasetInput, InputTag
+
+    rows = pd.read_json(data_dir / "train.jsonl", lines=True)
+    train_rows = mlflow.data.from_pandas(rows, source=str(data_dir), name="train")
+    tags = [InputTag("mlflow.data.context", "train")]
+    client.log_inputs(run_id, datasets=[DatasetInput(train_rows._to_mlflow_entity(), tags)])
+
+
+def upload_and_register(steps_common: list[str], ws: Path, out: Path, run_id: str, published: str) -> str:
+    """The upload and register steps for one published version; returns the registered model version."""
+    upload_args = ["--workspace", str(ws), "--run-id", run_id, "--version", published]
+    outputs = ["--model-uri-out", str(out / "model-uri"), "--digest-out", str(out / "digest")]
+    assert upload.main([*steps_common, "--git-sha", GIT_SHA, *upload_args, *outputs]) == 0
+    model = ["--model-uri", (out / "model-uri").read_text(), "--manifest-digest", (out / "digest").read_text()]
+    register_args = [*model, "--run-id", run_id, "--version-out", str(out / "version")]
+    assert register.main([*steps_common, "--git-sha", GIT_SHA, *register_args]) == 0
+    return (out / "version").read_text()
+
+
+def assert_run_rows(db: str, run_id: str, workflow: str) -> None:
+    """The training run's rows in PostgreSQL: status, name, params, metrics, tags and dataset inputs."""
+    ((status, artifact_uri, run_name),) = query(
+        db, "SELECT status, artifact_uri, name FROM runs WHERE run_uuid = %s", run_id
+    )
+    assert (status, run_name) == ("FINISHED", workflow)
+    assert artifact_uri.startswith("mlflow-artifacts:/")  # proxied: steps hold no S3 credentials for artifacts
+    assert query(db, "SELECT value FROM params WHERE run_uuid = %s AND key = 'model.hidden_size'", run_id) == [("32",)]
+    steps = query(db, "SELECT step FROM metrics WHERE run_uuid = %s AND key = 'dev_accuracy' ORDER BY step", run_id)
+    assert [s for (s,) in steps] == [1, 2]  # one dev evaluation per epoch
+    metric_keys = {k for (k,) in query(db, "SELECT key FROM latest_metrics WHERE run_uuid = %s", run_id)}
+    assert {"train_loss", "best_dev_accuracy", "test_accuracy", "test_macro_f1"} <= metric_keys
+    gate = query(db, "SELECT value FROM tags WHERE run_uuid = %s AND key = 'gate.passed'", run_id)
+    assert gate in ([("true",)], [("false",)])
+    inputs = query(
+        db,
+        "SELECT d.name FROM inputs i JOIN datasets d ON d.dataset_uuid = i.source_id "
+        "WHERE i.destination_id = %s AND i.destination_type = 'RUN'",
+        run_id,
+    )
+    assert inputs == [("train",)]
+
+
+def assert_registry_rows(db: str, name: str, run_id: str, v1: str, v2: str) -> None:
+    """The registered model, both versions (from the run, stored under the model bucket) and the aliases."""
+    assert query(db, "SELECT name FROM registered_models WHERE name = %s", name) == [(name,)]
+    rows = query(db, "SELECT version, source, run_id FROM model_versions WHERE name = %s ORDER BY version", name)
+    assert [(str(v), r) for v, _, r in rows] == [(v1, run_id), (v2, run_id)]
+    assert all(src.startswith(f"s3://{MODEL_BUCKET}/models/") for _, src, _ in rows)
+    aliases = dict(query(db, "SELECT alias, version FROM registered_model_aliases WHERE name = %s", name))
+    assert {k: str(v) for k, v in aliases.items()} == {CHALLENGER: v2, CHAMPION: v2, PREVIOUS_CHAMPION: v1}
+
+
+@pytest.mark.slow
+def test_pipeline_tracks_and_registers_on_postgres(
+    tracking: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workflow = f"train-deploy-{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("PADDLE_MLOPS_RUN", workflow)
+    name = f"ernie-{uuid.uuid4().hex[:6]}"
+    steps_common = common(
+        f"mlflow.experiment={name}", f"mlflow.registered_model={name}", f"storage.uri=s3://{MODEL_BUCKET}/models"
+    )
+    src = write_jsonl(tmp_path / "reviews.jsonl", sentiment_rows())
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    run_id = train_and_evaluate(steps_common, src, ws, out)
     client = registry.connect(load_config(env="local"))
-    train_rows = mlflow.data.from_pandas(pd.read_json(ws / "data" / "train.jsonl", lines=True), source=str(ws / "data"),
-                                         name="train")
-    client.log_inputs(run_id, datasets=[DatasetInput(train_rows._to_mlflow_entity(), [InputTag("mlflow.data.context", "train")])])
+    log_train_dataset(client, run_id, ws / "data")
 
     s3.client(tracking.s3_endpoint).create_bucket(Bucket=MODEL_BUCKET)
     versions = []
     for published in ("v1", "v2"):
-        assert upload.main([*steps_common, "--git-sha", GIT_SHA, "--workspace", str(ws), "--run-id", run_id,
-                            "--version", published, "--model-uri-out", str(out / "model-uri"),
-                            "--digest-out", str(out / "digest")]) == 0
-        assert register.main([*steps_common, "--git-sha", GIT_SHA, "--model-uri", (out / "model-uri").read_text(),
-                              "--manifest-digest", (out / "digest").read_text(), "--run-id", run_id,
-                              "--version-out", str(out / "version")]) == 0
-        versions.append((out / "version").read_text())
+        versions.append(upload_and_register(steps_common, ws, out, run_id, published))
         assert registry.get_alias_version(name, CHALLENGER, client) == versions[-1]
         assert registry.promote(name, versions[-1], client) == (versions[0] if len(versions) == 2 else None)
     v1, v2 = versions
@@ -189,27 +256,9 @@ def test_pipeline_tracks_and_registers_on_postgres(tracking: Stack, tmp_path: Pa
     champ = evaluate.champion(client, name, tracking.cfg.gate.metric)
     assert champ is not None and champ[0] == v2
 
-    # The rows are in PostgreSQL, not in some store of the client's.
-    db = tracking.database_uri
-    ((status, artifact_uri, run_name),) = query(db, "SELECT status, artifact_uri, name FROM runs WHERE run_uuid = %s", run_id)
-    assert (status, run_name) == ("FINISHED", workflow)
-    assert artifact_uri.startswith("mlflow-artifacts:/")  # proxied: steps hold no S3 credentials for artifacts
-    assert query(db, "SELECT value FROM params WHERE run_uuid = %s AND key = 'model.hidden_size'", run_id) == [("32",)]
-    steps = query(db, "SELECT step FROM metrics WHERE run_uuid = %s AND key = 'dev_accuracy' ORDER BY step", run_id)
-    assert [s for (s,) in steps] == [1, 2]  # one dev evaluation per epoch
-    metric_keys = {k for (k,) in query(db, "SELECT key FROM latest_metrics WHERE run_uuid = %s", run_id)}
-    assert {"train_loss", "best_dev_accuracy", "test_accuracy", "test_macro_f1"} <= metric_keys
-    assert query(db, "SELECT value FROM tags WHERE run_uuid = %s AND key = 'gate.passed'", run_id) in ([("true",)], [("false",)])
-    assert query(db, "SELECT d.name FROM inputs i JOIN datasets d ON d.dataset_uuid = i.source_id "
-                     "WHERE i.destination_id = %s AND i.destination_type = 'RUN'", run_id) == [("train",)]
-    assert query(db, "SELECT name FROM registered_models WHERE name = %s", name) == [(name,)]
-    rows = query(db, "SELECT version, source, run_id FROM model_versions WHERE name = %s ORDER BY version", name)
-    assert [(str(v), r) for v, _, r in rows] == [(v1, run_id), (v2, run_id)]
-    assert all(src.startswith(f"s3://{MODEL_BUCKET}/models/") for _, src, _ in rows)
-    aliases = dict(query(db, "SELECT alias, version FROM registered_model_aliases WHERE name = %s", name))
-    assert {k: str(v) for k, v in aliases.items()} == {
-        CHALLENGER: v2, CHAMPION: v2, PREVIOUS_CHAMPION: v1}
-
+    # The rows are in PostgreSQL, not in some store of the client's ...
+    assert_run_rows(tracking.database_uri, run_id, workflow)
+    assert_registry_rows(tracking.database_uri, name, run_id, v1, v2)
     # ... and the artifacts in the S3 bucket the server proxies to.
     keys = artifact_keys(tracking.s3_endpoint, run_id)
     assert any(k.endswith("/artifacts/evaluation/metrics.json") for k in keys), keys
@@ -217,20 +266,37 @@ def test_pipeline_tracks_and_registers_on_postgres(tracking: Stack, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_exit_handler_closes_running_runs_with_the_workflow_status(tracking: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_handler_closes_running_runs_with_the_workflow_status(
+    tracking: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
     experiment = f"ernie-{uuid.uuid4().hex[:6]}"
     client = registry.connect(load_config(env="local"))
     exp_id = client.create_experiment(experiment)
     # What a step killed mid-run (OOM, preemption) leaves behind: a run that never ended.
-    left = {status: client.create_run(exp_id, tags={"workflow": f"wf-{status.lower()}"}).info.run_id
-            for status in ("Failed", "Succeeded")}
+    left = {
+        status: client.create_run(exp_id, tags={"workflow": f"wf-{status.lower()}"}).info.run_id
+        for status in ("Failed", "Succeeded")
+    }
     for argo_status, run_id in left.items():
         assert query(tracking.database_uri, "SELECT status FROM runs WHERE run_uuid = %s", run_id) == [("RUNNING",)]
-        rc = close_run.main(["--overrides", json.dumps([f"mlflow.experiment={experiment}"]),
-                             "--workflow-name", f"wf-{argo_status.lower()}", "--workflow-status", argo_status])
+        rc = close_run.main(
+            [
+                "--overrides",
+                json.dumps([f"mlflow.experiment={experiment}"]),
+                "--workflow-name",
+                f"wf-{argo_status.lower()}",
+                "--workflow-status",
+                argo_status,
+            ]
+        )
         assert rc == 0 and run_id in capsys.readouterr().out
-    rows = dict(query(tracking.database_uri, "SELECT run_uuid, status FROM runs WHERE experiment_id = %s AND end_time IS NOT NULL",
-                      int(exp_id)))
+    rows = dict(
+        query(
+            tracking.database_uri,
+            "SELECT run_uuid, status FROM runs WHERE experiment_id = %s AND end_time IS NOT NULL",
+            int(exp_id),
+        )
+    )
     assert rows == {left["Failed"]: "FAILED", left["Succeeded"]: "FINISHED"}
 
 
@@ -256,11 +322,16 @@ def test_mlflow_image_installs_the_driver_postgresql_uris_select() -> None:
     pins = image_pins()
     assert pins.get("sqlalchemy", ("", ""))[1] == sqlalchemy.__version__, (
         f"images/mlflow/Dockerfile must pin sqlalchemy=={sqlalchemy.__version__} (uv.lock's): the driver "
-        "a postgresql:// URI loads is SQLAlchemy's default, which changes between releases")
+        "a postgresql:// URI loads is SQLAlchemy's default, which changes between releases"
+    )
     module = make_url("postgresql://mlflow@db/mlflow").get_dialect().import_dbapi().__name__.split(".")[0]
     pinned = [pins[d.lower()] for d in packages_distributions().get(module, []) if d.lower() in pins]
-    assert pinned, (f"images/mlflow/Dockerfile installs no distribution of {module!r}, the driver SQLAlchemy "
-                    f"{sqlalchemy.__version__} loads for postgresql:// URIs: add it to its pip install line")
+    assert pinned, (
+        f"images/mlflow/Dockerfile installs no distribution of {module!r}, the driver SQLAlchemy "
+        f"{sqlalchemy.__version__} loads for postgresql:// URIs: add it to its pip install line"
+    )
     ((requirement, version),) = pinned
     assert installed_version(requirement.split("[")[0]) == version
-    assert f'"{requirement}=={version}"' in (ROOT / "pyproject.toml").read_text(), "pin the same driver in the dev extra"
+    assert f'"{requirement}=={version}"' in (ROOT / "pyproject.toml").read_text(), (
+        "pin the same driver in the dev extra"
+    )
