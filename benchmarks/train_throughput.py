@@ -70,7 +70,7 @@ def run_bare(ws: Path, overrides: list[str], steps: int) -> float:
 
     from paddle_mlops.config import loader
     from steps.runtime import data, ernie
-    from steps.runtime.batching import LengthGroupedBatchSampler
+    from steps.runtime.sampler import LengthGroupedBatchSampler
 
     cfg = loader.load_config(CONFIG, env="local", overrides=overrides)
     paddle.seed(cfg.training.seed)

@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 from paddle_mlops.config import PipelineConfig  # noqa: E402
 from paddle_mlops.contracts import CHAMPION  # noqa: E402
 from steps.runtime import data, s3, stepargs, workspace  # noqa: E402
+from steps.runtime.scoring import classification_report  # noqa: E402
 from steps.runtime.stepargs import StepError  # noqa: E402
 
 log = logging.getLogger("steps.evaluate")
@@ -39,23 +40,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--gate-out", default=None, help="output parameter file: 'true' or 'false'")
     parser.add_argument("--run-id-out", default=None, help="output parameter file: the training MLflow run id")
     return stepargs.parse(parser, argv)
-
-
-def classification_report(labels: Sequence[int], predictions: Sequence[int], names: dict[int, str]) -> dict[str, Any]:
-    """Accuracy, macro-F1, per-class precision/recall/F1/support and the confusion matrix."""
-    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
-
-    ids = sorted(names)
-    precision, recall, f1, support = precision_recall_fscore_support(labels, predictions, labels=ids, zero_division=0)
-    return {
-        "accuracy": float(accuracy_score(labels, predictions)),
-        "macro_f1": float(f1_score(labels, predictions, labels=ids, average="macro", zero_division=0)),
-        "per_class": {
-            names[i]: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-            for i, p, r, f, s in zip(ids, precision, recall, f1, support, strict=True)
-        },
-        "confusion_matrix": confusion_matrix(labels, predictions, labels=ids).tolist(),
-    }
 
 
 def predict_timed(classifier: Any, texts: Sequence[str], batch_size: int) -> tuple[list[int], dict[str, float]]:
@@ -112,7 +96,9 @@ def champion(client: Any, registered_model: str, metric: str) -> tuple[str, floa
     return None
 
 
-def decide(value: float, metric: str, threshold: float, tolerance: float, champ: tuple[str, float] | None) -> GateDecision:
+def decide(
+    value: float, metric: str, threshold: float, tolerance: float, champ: tuple[str, float] | None
+) -> GateDecision:
     """Pass iff value >= threshold and value >= champion - tolerance."""
     ok_threshold = value >= threshold
     rel = "≥" if ok_threshold else "<"
@@ -146,8 +132,11 @@ def log_to_mlflow(client: Any, run_id: str, metrics: dict[str, Any], gate: GateD
     values |= {f"test_latency_{k}": v for k, v in metrics["latency"].items() if k.endswith("_ms")}
     for name, scores in metrics["per_class"].items():
         values |= {f"test_{name}_{k}": v for k, v in scores.items() if k != "support"}
-    tags = {"gate.passed": str(gate.passed).lower(), "gate.reason": gate.reason,
-            "gate.champion_version": gate.champion_version or ""}
+    tags = {
+        "gate.passed": str(gate.passed).lower(),
+        "gate.reason": gate.reason,
+        "gate.champion_version": gate.champion_version or "",
+    }
     client.log_batch(
         run_id,
         metrics=[Metric(_mlflow_key(k), float(v), now, 0) for k, v in values.items()],
@@ -180,7 +169,9 @@ def evaluate(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> tuple[dict
     texts, labels = [t for t, _ in rows], [y for _, y in rows]
     unknown = sorted(set(labels) - set(classifier.labels))
     if unknown:
-        raise StepError(f"test.jsonl has labels {unknown} the model does not know; data and model are from different runs.")
+        raise StepError(
+            f"test.jsonl has labels {unknown} the model does not know; data and model are from different runs."
+        )
     predictions, latency = predict_timed(classifier, texts, cfg.serving.max_batch_size)
     metrics = classification_report(labels, predictions, classifier.labels)
     metrics |= {"examples": len(rows), "latency": latency}
@@ -227,7 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         lat = metrics["latency"]
         log.info(
             "test: accuracy %.4f macro_f1 %.4f on %d examples; latency p50 %.1f ms / p99 %.1f ms per batch of %d",
-            metrics["accuracy"], metrics["macro_f1"], metrics["examples"], lat["batch_p50_ms"], lat["batch_p99_ms"],
+            metrics["accuracy"],
+            metrics["macro_f1"],
+            metrics["examples"],
+            lat["batch_p50_ms"],
+            lat["batch_p99_ms"],
             lat["batch_size"],
         )
         print(f"gate {'PASSED' if gate.passed else 'FAILED'}: {gate.reason}")

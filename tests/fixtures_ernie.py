@@ -46,6 +46,16 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def prepared_workspace(base: Path) -> Path:
+    """`base/ws`, whose data/ prepare-data wrote from the 64 tiny reviews (split 60/20/20 %)."""
+    from steps import prepare_data
+
+    src = write_jsonl(base / "reviews.jsonl", sentiment_rows())
+    ws = base / "ws"
+    assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
+    return ws
+
+
 def make_exported_model(
     directory: Path,
     labels: tuple[str, ...] = ("negative", "positive"),

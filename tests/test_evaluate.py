@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures_ernie import common, make_exported_model, sentiment_rows, write_jsonl
+from fixtures_ernie import common, make_exported_model, prepared_workspace
 
 from paddle_mlops.contracts import CHAMPION
-from steps import evaluate, prepare_data
+from steps import evaluate
 
 MODEL_NAME = "ernie-sentiment"
 
@@ -17,10 +17,7 @@ MODEL_NAME = "ernie-sentiment"
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """data/ from prepare-data on the tiny reviews, model/ a random-weight tiny export."""
-    base = tmp_path_factory.mktemp("evaluate")
-    src = write_jsonl(base / "reviews.jsonl", sentiment_rows())
-    ws = base / "ws"
-    assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
+    ws = prepared_workspace(tmp_path_factory.mktemp("evaluate"))
     make_exported_model(ws / "model")
     return ws
 
@@ -49,8 +46,19 @@ def client(tracking):  # type: ignore[no-untyped-def]
 
 
 def run_eval(ws: Path, out: Path, *overrides: str) -> tuple[int, dict, str, str]:
-    rc = evaluate.main([*common(*overrides), "--workspace", str(ws), "--metrics-out", str(out / "metrics"),
-                        "--gate-out", str(out / "gate"), "--run-id-out", str(out / "run-id")])
+    rc = evaluate.main(
+        [
+            *common(*overrides),
+            "--workspace",
+            str(ws),
+            "--metrics-out",
+            str(out / "metrics"),
+            "--gate-out",
+            str(out / "gate"),
+            "--run-id-out",
+            str(out / "run-id"),
+        ]
+    )
     return rc, json.loads((out / "metrics").read_text()), (out / "gate").read_text(), (out / "run-id").read_text()
 
 
@@ -111,8 +119,13 @@ def test_gate_passes_against_champion_metric_from_its_run(workspace: Path, clien
 
 @pytest.mark.parametrize(
     ("value", "champion", "passed"),
-    [(0.85, None, True), (0.79, None, False), (0.85, ("3", 0.86), True), (0.85, ("3", 0.8601), False),
-     (0.80, ("1", 0.70), True)],
+    [
+        (0.85, None, True),
+        (0.79, None, False),
+        (0.85, ("3", 0.86), True),
+        (0.85, ("3", 0.8601), False),
+        (0.80, ("1", 0.70), True),
+    ],
 )
 def test_decide(value: float, champion: tuple[str, float] | None, passed: bool) -> None:
     decision = evaluate.decide(value, "accuracy", 0.80, 0.01, champion)
@@ -138,3 +151,13 @@ def test_exported_classifier_predicts_named_labels(workspace: Path) -> None:
     ids, types = classifier.encode(["好", "手机很好"])
     assert ids.shape == (2, 6) and ids.dtype.name == "int64" and not types.any()  # padded to the longest, not 32
     assert classifier.predict_batch_ids(ids, types).shape == (2, 2)
+
+
+def test_report_averages_f1_over_every_known_class() -> None:
+    from steps.runtime.scoring import classification_metrics, classification_report
+
+    # Dev scoring averages over the classes it sees; the test report over every class the model knows.
+    assert classification_metrics([0, 1], [0, 1]) == {"accuracy": 1.0, "macro_f1": 1.0}
+    report = classification_report([0, 1], [0, 1], {0: "negative", 1: "positive", 2: "neutral"})
+    assert report["accuracy"] == 1.0 and report["macro_f1"] == pytest.approx(2 / 3)
+    assert report["per_class"]["neutral"]["support"] == 0 and report["confusion_matrix"][2] == [0, 0, 0]

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_ernie import NEGATIVE, POSITIVE, SUBJECTS, common, sentiment_rows, write_jsonl
+from fixtures_ernie import NEGATIVE, POSITIVE, SUBJECTS, common, prepared_workspace, write_jsonl
 
-from steps import prepare_data, train
+from steps import train
+from steps.runtime.checkpoints import Checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,11 +24,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workspace whose data/ holds the 64 tiny reviews, split 60/20/20."""
-    base = tmp_path_factory.mktemp("train")
-    src = write_jsonl(base / "reviews.jsonl", sentiment_rows())
-    ws = base / "ws"
-    assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
-    return ws
+    return prepared_workspace(tmp_path_factory.mktemp("train"))
 
 
 @pytest.fixture
@@ -73,6 +70,19 @@ def assert_same_params(a: Path, b: Path, rtol: float = 1e-4, atol: float = 1e-5)
         np.testing.assert_allclose(left[name], right[name], rtol=rtol, atol=atol, err_msg=name)
 
 
+def launch_command(ws: Path, log_dir: Path, *overrides: str) -> list[str]:
+    """steps/train.py in 2 processes under `paddle.distributed.launch`, tiny configuration plus `overrides`."""
+    launcher = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(log_dir)]
+    return [*launcher, "steps/train.py", *common(*overrides), "--workspace", str(ws)]
+
+
+def launch_env(mlflow_dir: Path) -> dict[str, str]:
+    """The launcher's environment: this checkout importable, MLflow in `mlflow_dir`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{mlflow_dir / 'mlflow.db'}"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # it breaks the launcher's device detection
+    return env
+
+
 def copy_data(prepared: Path, ws: Path) -> Path:
     import shutil
 
@@ -87,11 +97,24 @@ def test_train_exports_best_model_and_tracks_mlflow(
 
     ws = copy_data(prepared, tmp_path / "ws")
     caplog.set_level(logging.INFO)
-    args = [*common("training.max_steps=6", "training.checkpoint_every=2"), "--workspace", str(ws), "--git-sha", "abc123"]
+    args = [
+        *common("training.max_steps=6", "training.checkpoint_every=2"),
+        "--workspace",
+        str(ws),
+        "--git-sha",
+        "abc123",
+    ]
     assert train.main(args) == 0
     model = ws / "model"
-    for name in ("inference.json", "inference.pdiparams", "vocab.txt", "tokenizer_config.json", "label_map.json",
-                 "model_config.json", "training.json"):
+    for name in (
+        "inference.json",
+        "inference.pdiparams",
+        "vocab.txt",
+        "tokenizer_config.json",
+        "label_map.json",
+        "model_config.json",
+        "training.json",
+    ):
         assert (model / name).is_file(), name
     config = json.loads((model / "model_config.json").read_text())
     assert (config["max_seq_len"], config["num_labels"], config["hidden_size"]) == (32, 2, 32)
@@ -136,11 +159,8 @@ def test_missing_data_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_train_under_paddle_distributed_launch(prepared: Path, tmp_path: Path) -> None:
     ws = copy_data(prepared, tmp_path / "ws")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
-           "steps/train.py", *common("training.max_steps=4", "training.nproc=2"), "--workspace", str(ws)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    cmd = launch_command(ws, tmp_path / "log", "training.max_steps=4", "training.nproc=2")
+    proc = subprocess.run(cmd, cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=300)
     logs = "".join(p.read_text(errors="replace") for p in sorted((tmp_path / "log").glob("workerlog.*")))
     assert proc.returncode == 0, proc.stderr[-3000:] + logs[-3000:]
     training = json.loads((ws / "model" / "training.json").read_text())
@@ -149,7 +169,7 @@ def test_train_under_paddle_distributed_launch(prepared: Path, tmp_path: Path) -
 
 
 def test_checkpoints_ignore_half_written_directories(tmp_path: Path) -> None:
-    checkpoints = train.Checkpoints(tmp_path)
+    checkpoints = Checkpoints(tmp_path)
     assert checkpoints.latest() is None
     for name in ("step-2", "step-10", "step-12", ".tmp-step-14-abc", "step-x", "step-16.old"):
         (tmp_path / name).mkdir()
@@ -188,8 +208,12 @@ def test_grad_accumulation_matches_a_larger_batch(tracking: str, tmp_path: Path)
     dumps = {}
     for batch, accumulation in ((16, 1), (8, 2)):
         dumps[accumulation] = tmp_path / f"accum-{accumulation}.npz"
-        overrides = ["model.dropout=0", f"training.batch_size={batch}", f"training.grad_accumulation={accumulation}",
-                     "training.max_steps=6"]
+        overrides = [
+            "model.dropout=0",
+            f"training.batch_size={batch}",
+            f"training.grad_accumulation={accumulation}",
+            "training.max_steps=6",
+        ]
         assert train.main([*common(*overrides), "--workspace", str(ws), "--dump-params", str(dumps[accumulation])]) == 0
         training = json.loads((ws / "model" / "training.json").read_text())
         assert training["global_steps"] == 6 and training["steps_run"] == 6

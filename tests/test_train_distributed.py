@@ -14,9 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 from fixtures_ernie import common
-from test_train import assert_same_params, write_workspace
+from test_train import assert_same_params, launch_command, launch_env, write_workspace
 
 from steps import train
+from steps.runtime.checkpoints import Checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -34,14 +35,11 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def env(base: Path) -> dict[str, str]:
-    out = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{base / 'mlflow.db'}"}
-    out.pop("CUDA_VISIBLE_DEVICES", None)  # it breaks the launcher's device detection
-    return out
+    return launch_env(base)
 
 
 def launch(ws: Path, log_dir: Path, env: dict[str, str], *overrides: str, dump: Path | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(log_dir),
-           "steps/train.py", *common(*RUN, *overrides), "--workspace", str(ws)]
+    cmd = launch_command(ws, log_dir, *RUN, *overrides)
     if dump:
         cmd += ["--dump-params", str(dump)]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -58,7 +56,9 @@ def reference(base: Path, env: dict[str, str]) -> tuple[dict, Path]:
     """An uninterrupted 2-process run: per-process batch 8, final parameters dumped."""
     ws = write_workspace(base / "reference")
     dump = base / "reference.npz"
-    code, logs = finish(launch(ws, base / "reference-log", env, "training.batch_size=8", dump=dump), base / "reference-log")
+    code, logs = finish(
+        launch(ws, base / "reference-log", env, "training.batch_size=8", dump=dump), base / "reference-log"
+    )
     assert code == 0, logs[-4000:]
     training = json.loads((ws / "model" / "training.json").read_text())
     assert (training["world_size"], training["global_steps"], training["resumed_from_step"]) == (2, TOTAL_STEPS, 0)
@@ -71,7 +71,13 @@ def test_two_processes_match_one_process_with_double_batch(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])  # already created: no migrations
     ws = write_workspace(tmp_path / "single")
     dump = tmp_path / "single.npz"
-    args = [*common(*RUN, "training.nproc=1", "training.batch_size=16"), "--workspace", str(ws), "--dump-params", str(dump)]
+    args = [
+        *common(*RUN, "training.nproc=1", "training.batch_size=16"),
+        "--workspace",
+        str(ws),
+        "--dump-params",
+        str(dump),
+    ]
     assert train.main(args) == 0
     training = json.loads((ws / "model" / "training.json").read_text())
     assert (training["world_size"], training["global_steps"]) == (1, TOTAL_STEPS)
@@ -95,7 +101,7 @@ def test_killed_worker_resumes_from_its_last_checkpoint(
     os.kill(workers[0].pid, signal.SIGKILL)
     code, logs = finish(first, tmp_path / "log-1")
     assert code != 0, "the launcher should report the killed worker"
-    killed_at = train.Checkpoints(checkpoints).complete()[-1][0]
+    killed_at = Checkpoints(checkpoints).complete()[-1][0]
     assert 0 < killed_at < TOTAL_STEPS, logs[-3000:]
 
     code, logs = finish(launch(ws, tmp_path / "log-2", env, *overrides), tmp_path / "log-2")
@@ -127,8 +133,13 @@ def ps_python() -> str | None:
         return candidate if ps_available() else None
     if not Path(candidate).exists():
         return None
-    probe = subprocess.run([candidate, "-W", "ignore", "-c", "from steps.runtime import ps; print(ps.available())"],
-                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    probe = subprocess.run(
+        [candidate, "-W", "ignore", "-c", "from steps.runtime import ps; print(ps.available())"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
     return candidate if probe.stdout.strip().endswith("True") else None
 
 
@@ -151,9 +162,23 @@ def test_parameter_server_training_lowers_the_loss(env: dict[str, str], tmp_path
         pytest.skip(message)
     ws = write_workspace(tmp_path / "ws")
     # 1 server, 2 trainers: the launcher starts all three and sets their roles and endpoints.
-    cmd = [python, "-m", "paddle.distributed.launch", "--run_mode", "ps", "--server_num", "1", "--trainer_num", "2",
-           "--log_dir", str(tmp_path / "log"), str(ROOT / "steps" / "train.py"),
-           *common("training.topology=ps", "training.epochs=30", "training.learning_rate=0.05"), "--workspace", str(ws)]
+    cmd = [
+        python,
+        "-m",
+        "paddle.distributed.launch",
+        "--run_mode",
+        "ps",
+        "--server_num",
+        "1",
+        "--trainer_num",
+        "2",
+        "--log_dir",
+        str(tmp_path / "log"),
+        str(ROOT / "steps" / "train.py"),
+        *common("training.topology=ps", "training.epochs=30", "training.learning_rate=0.05"),
+        "--workspace",
+        str(ws),
+    ]
     # cwd outside the checkout: fleet's gloo rendezvous server writes http.log into it
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     code, logs = finish(proc, tmp_path / "log")

@@ -27,7 +27,7 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from steps.runtime import data
-from steps.runtime.batching import LengthGroupedBatchSampler
+from steps.runtime.sampler import LengthGroupedBatchSampler
 from steps.runtime.stepargs import StepError
 
 log = logging.getLogger("steps.train.ps")

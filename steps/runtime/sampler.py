@@ -1,4 +1,4 @@
-"""Length-grouped batches for data-parallel training.
+"""Length-grouped batch sampler for data-parallel training (serving's dynamic batching is in serving.py).
 
 Padding every batch to its longest text wastes most of the compute on a corpus whose texts vary
 from 5 to 128 characters. Each epoch shuffles the data, sorts it by length inside windows of

@@ -1,0 +1,83 @@
+"""One optimizer step of the ERNIE trainer: the AdamW recipe, mixed precision, and gradient accumulation over
+micro-batches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+
+from paddle_mlops.config import PipelineConfig
+
+log = logging.getLogger("steps.train")
+
+
+def make_optimizer(cfg: PipelineConfig, model: Any, total_steps: int) -> tuple[Any, Any]:
+    """AdamW with linear warmup and decay over `total_steps`; (optimizer, LR scheduler)."""
+    import paddle
+    from paddlenlp.transformers import LinearDecayWithWarmup
+
+    tcfg = cfg.training
+    scheduler = LinearDecayWithWarmup(tcfg.learning_rate, total_steps, tcfg.warmup_ratio)
+    # Standard transformer recipe: no weight decay on biases and LayerNorm.
+    decay = {p.name for n, p in model.named_parameters() if not any(k in n for k in ("bias", "norm"))}
+    optimizer = paddle.optimizer.AdamW(
+        learning_rate=scheduler,
+        parameters=model.parameters(),
+        weight_decay=tcfg.weight_decay,
+        apply_decay_param_fun=lambda name: name in decay,
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
+    )
+    return optimizer, scheduler
+
+
+def amp_dtype(mode: str, use_gpu: bool) -> str | None:
+    """The autocast dtype for `training.amp`, or None for float32 (always on CPU)."""
+    if mode == "off":
+        return None
+    if not use_gpu:
+        log.warning("training.amp=%s needs a GPU; training in float32 on CPU", mode)
+        return None
+    return {"fp16": "float16", "bf16": "bfloat16"}[mode]
+
+
+def split(indices: Sequence[int], parts: int) -> list[list[int]]:
+    """A step's examples as `parts` micro-batches (gradient accumulation); never an empty one."""
+    return [chunk.tolist() for chunk in np.array_split(np.asarray(indices), parts) if len(chunk)]
+
+
+def step_gradients(
+    model: Any, batches: list[tuple[list[int], Any]], labels: np.ndarray, total: int, amp: str | None, scaler: Any
+) -> Any:
+    """Forward and backward over one step's micro-batches; the step's mean loss, still on the device."""
+    import paddle
+    import paddle.nn.functional as F
+
+    distributed = isinstance(model, paddle.DataParallel)
+    step_loss = None
+    for i, (micro, (input_ids, token_type_ids)) in enumerate(batches):
+        # DataParallel all-reduces on backward; once per step (the last micro-batch) is enough.
+        sync = model.no_sync() if distributed and i < len(batches) - 1 else nullcontext()
+        with sync:
+            with paddle.amp.auto_cast(dtype=amp) if amp else nullcontext():
+                logits = model(input_ids, token_type_ids=token_type_ids)
+                loss = F.cross_entropy(logits, paddle.to_tensor(labels[micro])).mean()
+            # weighted by its share of the step's examples, so the step's gradient is the mean over all of them
+            scaled = loss * (len(micro) / total)
+            (scaler.scale(scaled) if scaler else scaled).backward()
+        step_loss = scaled.detach() if step_loss is None else step_loss + scaled.detach()
+    return step_loss
+
+
+def apply_step(optimizer: Any, scheduler: Any, scaler: Any) -> None:
+    """Update the parameters from the accumulated gradients, advance the LR schedule, clear the gradients."""
+    if scaler:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    scheduler.step()
+    optimizer.clear_grad()

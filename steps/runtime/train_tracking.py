@@ -1,0 +1,74 @@
+"""What a training run records in MLflow (rank 0 only): the run with its tags and flattened parameters,
+per-epoch metrics, and the best model's metrics, files and learning curves."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from paddle_mlops.config import PipelineConfig
+
+MODEL_INFO = "model-info"  # artifact folder for the exported model's small JSON files
+
+
+def run_name() -> str | None:
+    return os.environ.get("PADDLE_MLOPS_RUN") or os.environ.get("ARGO_WORKFLOW_NAME") or None
+
+
+def flatten(prefix: str, value: Any) -> dict[str, Any]:
+    """Nested mappings -> `a.b.c` keys (MLflow params are flat)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(f"{prefix}.{key}" if prefix else str(key), item))
+        return out
+    return {prefix: value}
+
+
+@contextmanager
+def start_run(cfg: PipelineConfig, git_sha: str, world: int, stats: dict[str, Any]) -> Iterator[str]:
+    """An MLflow run with the configuration and data statistics as parameters; yields its run id."""
+    import mlflow
+
+    from steps.runtime import registry
+
+    mlflow.set_tracking_uri(registry.tracking_uri(cfg))
+    mlflow.set_experiment(cfg.mlflow.experiment)
+    tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world)}
+    # The context manager ends the run FINISHED, or FAILED when an exception escapes.
+    with mlflow.start_run(run_name=run_name(), tags=tags) as active:
+        params = flatten("model", cfg.model.model_dump()) | flatten(
+            "training", cfg.training.model_dump(exclude={"paddlejob"})
+        )
+        params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels")})
+        params["world_size"] = world
+        mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
+        yield active.info.run_id
+
+
+def log_epoch(record: dict[str, float], epoch: int) -> None:
+    """One epoch's train and dev metrics, at step `epoch` (counted from 1)."""
+    import mlflow
+
+    mlflow.log_metrics(record, step=epoch)
+
+
+def log_best(
+    best: dict[str, Any], model_dir: Path, data_dir: Path, history: list[dict[str, float]], out_dir: Path
+) -> None:
+    """The best-on-dev metrics, the exported model's JSON files, the data statistics and the learning curves."""
+    import mlflow
+
+    mlflow.log_metrics({"best_dev_accuracy": best["dev_accuracy"], "best_dev_macro_f1": best["dev_macro_f1"]})
+    for name in ("label_map.json", "model_config.json", "training.json"):
+        mlflow.log_artifact(str(model_dir / name), artifact_path=MODEL_INFO)
+    if (data_dir / "stats.json").is_file():
+        mlflow.log_artifact(str(data_dir / "stats.json"), artifact_path=MODEL_INFO)
+    if history:
+        from steps.runtime import plots
+
+        curves = plots.plot_curves(history, out_dir / plots.PLOTS_DIR / plots.CURVES_PNG)
+        mlflow.log_artifact(str(curves), artifact_path=plots.PLOTS_DIR)

@@ -1,0 +1,328 @@
+"""The ERNIE trainer behind `steps/train.py`: one process of the data-parallel job, from data to the exported
+best-on-dev model, resumable from its checkpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from paddle_mlops.config import PipelineConfig
+from steps.runtime import data, optimization, train_tracking
+from steps.runtime.checkpoints import Checkpoints, check_layout, rng_state
+from steps.runtime.sampler import LengthGroupedBatchSampler
+from steps.runtime.scoring import classification_metrics
+from steps.runtime.stepargs import StepError
+from steps.runtime.train_progress import LiveProgress
+
+log = logging.getLogger("steps.train")
+
+
+@dataclass
+class Setup:
+    """What a training run works with, built once before the first epoch."""
+
+    train_ids: list[list[int]]
+    train_labels: np.ndarray
+    dev_ids: list[list[int]]  # empty on ranks other than 0: only rank 0 evaluates
+    dev_labels: np.ndarray
+    sampler: LengthGroupedBatchSampler
+    total_steps: int
+    optimizer: Any
+    scheduler: Any
+    model: Any  # the model, wrapped in paddle.DataParallel when there are several processes
+    amp: str | None
+    scaler: Any
+
+
+@dataclass
+class TrainState:
+    """Where training stands: restored from a checkpoint, advanced by every step, read by the summary."""
+
+    step: int = 0
+    start_epoch: int = 0
+    skip: int = 0  # batches of `start_epoch` already trained before the checkpoint
+    resumed_from: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"dev_accuracy": -1.0})
+    best_state: dict[str, np.ndarray] | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+    trained: int = 0  # examples trained over all processes
+    loop_seconds: float = 0.0  # the optimisation loop alone
+
+    def keep_best(self, epoch: int, dev: dict[str, float], model: Any) -> None:
+        self.best = {"epoch": epoch, "dev_accuracy": dev["accuracy"], "dev_macro_f1": dev["macro_f1"]}
+        self.best_state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+
+class Trainer:
+    """One process of the data-parallel job; rank 0 evaluates, exports, logs and checkpoints."""
+
+    def __init__(
+        self, cfg: PipelineConfig, data_dir: Path, out_dir: Path, git_sha: str, dump_params: Path | None = None
+    ) -> None:
+        import paddle
+        import paddle.distributed as dist
+
+        from steps.runtime import ernie
+
+        self.cfg, self.data_dir, self.out_dir, self.git_sha = cfg, data_dir, out_dir, git_sha
+        self.dump_params = dump_params
+        self.ernie = ernie
+        self.world = dist.get_world_size()
+        self.use_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+        paddle.set_device(f"gpu:{dist.ParallelEnv().device_id}" if self.use_gpu else "cpu")
+        if self.world > 1:
+            dist.init_parallel_env()
+        self.rank = dist.get_rank()
+        self.labels = data.read_label_map(data_dir / "label_map.json")
+        self.stats = json.loads((data_dir / "stats.json").read_text()) if (data_dir / "stats.json").is_file() else {}
+        self.checkpoints = Checkpoints(out_dir / "checkpoints")
+        seed_everything(cfg.training.seed)
+        self.tokenizer, self.model = self._build()
+
+    def _build(self) -> tuple[Any, Any]:
+        mcfg = self.cfg.model
+        if mcfg.pretrained:
+            directory = self.ernie.stage_pretrained(mcfg.pretrained, self.cfg.storage.endpoint_url)
+            return self.ernie.load_tokenizer(directory), self.ernie.load_pretrained(
+                directory, len(self.labels), mcfg.dropout
+            )
+        vocab = self.data_dir / "vocab.txt"
+        if not vocab.is_file():
+            raise StepError(f"{vocab} does not exist; prepare-data writes it when model.pretrained is null.")
+        tokenizer = self.ernie.load_tokenizer(vocab)
+        return tokenizer, self.ernie.build_model(mcfg, len(tokenizer.vocab), len(self.labels), tokenizer.pad_token_id)
+
+    def _encode(self, split: str) -> tuple[list[list[int]], np.ndarray]:
+        rows = data.read_split(self.data_dir / f"{split}.jsonl")
+        if not rows:
+            raise StepError(f"{self.data_dir / f'{split}.jsonl'} is empty; rerun prepare-data with more data.")
+        bad = sorted({y for _, y in rows if y not in self.labels})
+        if bad:
+            raise StepError(f"{split}.jsonl has labels {bad} missing from label_map.json; rerun prepare-data.")
+        ids = self.ernie.encode(self.tokenizer, [t for t, _ in rows], self.cfg.model.max_seq_len)
+        return ids, np.array([y for _, y in rows], dtype="int64")
+
+    def _batch(self, ids: list[list[int]], indices: Sequence[int]) -> tuple[Any, Any]:
+        import paddle
+
+        input_ids, token_type_ids = self.ernie.pad_batch([ids[i] for i in indices], self.tokenizer.pad_token_id)
+        return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids)
+
+    def evaluate(self, model: Any, ids: list[list[int]], labels: np.ndarray, batch_size: int = 128) -> dict[str, float]:
+        import paddle
+
+        model.eval()
+        predictions: list[tuple[int, int]] = []  # (position in `ids`, predicted label)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths: less padding
+        with paddle.no_grad():
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                logits = model(*self._batch(ids, chunk))
+                predictions.extend(zip(chunk, logits.argmax(axis=-1).numpy().tolist(), strict=True))
+        model.train()
+        ordered = [p for _, p in sorted(predictions)]
+        return classification_metrics(labels.tolist(), ordered)
+
+    def run(self) -> dict[str, Any]:
+        if self.rank != 0:
+            return self._train(None)
+        with train_tracking.start_run(self.cfg, self.git_sha, self.world, self.stats) as run_id:
+            return self._train(run_id)
+
+    def _train(self, run_id: str | None) -> dict[str, Any]:
+        import paddle
+
+        # Optimizer accumulators are named when first used; a fresh name scope makes the names in a
+        # checkpoint match however many optimizers this process created before (tests, notebooks).
+        with paddle.utils.unique_name.guard():
+            return self._train_loop(run_id)
+
+    def _train_loop(self, run_id: str | None) -> dict[str, Any]:
+        setup = self._setup()
+        state = self._resume(setup.optimizer)
+        tcfg = self.cfg.training
+        live = LiveProgress(self.rank == 0, setup.total_steps, state.step, self.world, tcfg.metrics_port,
+                            self.use_gpu, self.out_dir / "metrics-port")  # fmt: skip
+        started, cpu_started = time.time(), time.process_time()
+        with live:
+            for epoch in range(state.start_epoch, tcfg.epochs):
+                if state.step >= setup.total_steps:
+                    break
+                record = self._train_epoch(setup, state, epoch, live)
+                if self.rank == 0:
+                    self._score_epoch(setup, state, epoch, record, run_id)
+        if self.dump_params and self.rank == 0:
+            # the final (not best-on-dev) parameters, for comparing runs parameter by parameter
+            np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
+        if self.rank == 0 and state.best_state is None:
+            # resumed from a checkpoint taken at the very last step: nothing left to train, evaluate it
+            dev = self.evaluate(self.model, setup.dev_ids, setup.dev_labels)
+            state.keep_best(state.start_epoch + 1, dev, self.model)
+        summary = _summary(self.world, state, started, cpu_started)
+        live.stop()
+        if self.rank == 0:
+            self._finish(run_id, state, summary)
+        return {**summary, **state.best}
+
+    def _setup(self) -> Setup:
+        import paddle
+
+        tcfg = self.cfg.training
+        train_ids, train_labels = self._encode("train")
+        dev_ids, dev_labels = self._encode("dev") if self.rank == 0 else ([], np.zeros(0))
+        # One sampler batch is one optimizer step (all its micro-batches), so accumulating 2 × b
+        # trains exactly the batches that 1 × 2b does.
+        sampler = LengthGroupedBatchSampler(
+            [len(ids) for ids in train_ids], tcfg.batch_size * tcfg.grad_accumulation,
+            num_replicas=self.world, rank=self.rank, seed=tcfg.seed,
+        )  # fmt: skip
+        total_steps = max(1, tcfg.epochs * len(sampler))
+        if tcfg.max_steps:
+            total_steps = min(total_steps, tcfg.max_steps)
+        optimizer, scheduler = optimization.make_optimizer(self.cfg, self.model, total_steps)
+        model = paddle.DataParallel(self.model) if self.world > 1 else self.model
+        amp = optimization.amp_dtype(tcfg.amp, self.use_gpu)
+        scaler = paddle.amp.GradScaler() if amp == "float16" else None
+        return Setup(train_ids, train_labels, dev_ids, dev_labels, sampler, total_steps, optimizer, scheduler, model,
+                     amp, scaler)  # fmt: skip
+
+    def _resume(self, optimizer: Any) -> TrainState:
+        """A fresh state, or the newest complete checkpoint's (model and optimizer restored in place)."""
+        import paddle
+
+        tcfg = self.cfg.training
+        latest = self.checkpoints.latest() if tcfg.checkpoint_every else None
+        if latest is None:
+            return TrainState()
+        saved, meta = Checkpoints.load(latest)
+        check_layout(latest, meta["layout"], self._layout())
+        self.model.set_state_dict(saved["model"])
+        optimizer.set_state_dict(saved["optimizer"])
+        step = meta["step"]
+        random.setstate(rng_state(meta["python_rng"]))
+        paddle.seed(tcfg.seed + step)  # dropout stream restarts deterministically from the step
+        if self.rank == 0:
+            log.info("resuming from checkpoint step %d (%s)", step, latest)
+        return TrainState(step=step, start_epoch=meta["epoch"], skip=meta["batches_done"], resumed_from=step,
+                          best=meta["best"], best_state=saved.get("best"))  # fmt: skip
+
+    def _train_epoch(self, setup: Setup, state: TrainState, epoch: int, live: LiveProgress) -> dict[str, float]:
+        """One epoch, or what a resumed one has left; its train loss and throughput (empty when it trained nothing)."""
+        import paddle
+
+        tcfg = self.cfg.training
+        setup.sampler.set_epoch(epoch)
+        setup.model.train()
+        # Losses stay on the device until the epoch ends: a float() per step is a
+        # host-device sync that stalls the GPU queue.
+        losses: list[Any] = []
+        seen, t0 = 0, time.time()
+        live.start_epoch()
+        for position, indices in enumerate(setup.sampler):
+            if epoch == state.start_epoch and position < state.skip:
+                continue
+            wait_started = time.perf_counter()
+            micro = optimization.split(indices, tcfg.grad_accumulation)
+            batches = [(part, self._batch(setup.train_ids, part)) for part in micro]
+            loader_wait = time.perf_counter() - wait_started
+            loss = optimization.step_gradients(
+                setup.model, batches, setup.train_labels, len(indices), setup.amp, setup.scaler
+            )
+            optimization.apply_step(setup.optimizer, setup.scheduler, setup.scaler)
+            losses.append(loss)
+            seen += len(indices)
+            state.step += 1
+            live.step(state.step, epoch + 1, loss, len(indices), wait=loader_wait)
+            if tcfg.checkpoint_every and state.step % tcfg.checkpoint_every == 0 and self.rank == 0:
+                self._checkpoint(state, epoch, position + 1, setup.optimizer)
+            if state.step >= setup.total_steps:
+                break
+        elapsed = time.time() - t0
+        state.loop_seconds += elapsed
+        state.trained += seen * self.world
+        if not seen:  # an epoch resumed at its very end trained nothing; it is only evaluated
+            return {}
+        return {"train_loss": float(paddle.stack(losses).mean()),
+                "samples_per_second": seen * self.world / max(elapsed, 1e-9)}  # fmt: skip
+
+    def _score_epoch(
+        self, setup: Setup, state: TrainState, epoch: int, record: dict[str, float], run_id: str | None
+    ) -> None:
+        """Rank 0 after each epoch: dev scores into the history, the log and MLflow; keep the best parameters."""
+        dev = self.evaluate(self.model, setup.dev_ids, setup.dev_labels)
+        record |= {"dev_accuracy": dev["accuracy"], "dev_macro_f1": dev["macro_f1"]}
+        state.history.append(record)
+        log.info(
+            "epoch %d: train_loss %.4f dev_accuracy %.4f dev_macro_f1 %.4f (%.0f samples/s, step %d)",
+            epoch + 1, record.get("train_loss", float("nan")), dev["accuracy"], dev["macro_f1"],
+            record.get("samples_per_second", 0.0), state.step,
+        )  # fmt: skip
+        if run_id:
+            train_tracking.log_epoch(record, epoch + 1)
+        if dev["accuracy"] > state.best["dev_accuracy"]:
+            state.keep_best(epoch + 1, dev, self.model)
+
+    def _layout(self) -> dict[str, int]:
+        """What the data position (epoch, batches done) in a checkpoint means: a resume needs the same."""
+        tcfg = self.cfg.training
+        return {"world_size": self.world, "batch_size": tcfg.batch_size,
+                "grad_accumulation": tcfg.grad_accumulation, "seed": tcfg.seed}  # fmt: skip
+
+    def _checkpoint(self, state: TrainState, epoch: int, batches_done: int, optimizer: Any) -> None:
+        saved: dict[str, Any] = {"model": self.model.state_dict(), "optimizer": optimizer.state_dict()}
+        if state.best_state is not None:
+            saved["best"] = state.best_state
+        meta = {"step": state.step, "epoch": epoch, "batches_done": batches_done, "best": state.best,
+                "python_rng": random.getstate(), "layout": self._layout()}  # fmt: skip
+        path = self.checkpoints.save(state.step, saved, meta)
+        log.info("checkpoint saved: %s", path)
+
+    def _finish(self, run_id: str | None, state: TrainState, summary: dict[str, Any]) -> None:
+        """Export the best-on-dev parameters with `training.json`, and record them in MLflow."""
+        best = state.best
+        self.model.set_state_dict(state.best_state)
+        model_dir = self.out_dir / "model"
+        if model_dir.exists():
+            shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two
+        self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir)
+        training = {"mlflow_run_id": run_id, "best_epoch": best["epoch"], "dev_accuracy": best["dev_accuracy"],
+                    "dev_macro_f1": best["dev_macro_f1"], "git_sha": self.git_sha, **summary}  # fmt: skip
+        (model_dir / "training.json").write_text(json.dumps(training, indent=2))
+        log.info(
+            "best dev accuracy %.4f at epoch %d; model exported to %s", best["dev_accuracy"], best["epoch"], model_dir
+        )
+        if run_id:
+            train_tracking.log_best(best, model_dir, self.data_dir, state.history, self.out_dir)
+
+
+def _summary(world: int, state: TrainState, started: float, cpu_started: float) -> dict[str, Any]:
+    """The run's step counts and timings, for `training.json` and the caller."""
+    return {
+        "world_size": world,
+        "global_steps": state.step,
+        # steps this run executed: global_steps - resumed_from_step
+        "steps_run": state.step - state.resumed_from,
+        "resumed_from_step": state.resumed_from,
+        "train_seconds": round(time.time() - started, 2),
+        # CPU seconds of this process: wall time is meaningless on a shared, oversubscribed machine
+        "train_cpu_seconds": round(time.process_time() - cpu_started, 2),
+        # the optimisation loop alone (no dev evaluation, export or MLflow): benchmarks compare this
+        "train_samples_per_second": round(state.trained / max(state.loop_seconds, 1e-9), 2),
+    }
+
+
+def seed_everything(seed: int) -> None:
+    import paddle
+
+    random.seed(seed)
+    np.random.seed(seed)
+    paddle.seed(seed)
