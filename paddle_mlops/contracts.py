@@ -50,6 +50,11 @@ def image_repository(image: str) -> str:
     return repo[: len(repo) - len(last)] + last.split(":", 1)[0]
 
 
+# Output parameters: a step writes each declared output to <OUTPUTS_FLAG DIR>/<output name>; the templates
+# pass OUTPUTS_DIR, where Argo reads them (`valueFrom.path`); the local executor passes a task's folder.
+OUTPUTS_DIR = "/tmp/outputs"
+OUTPUTS_FLAG = "--outputs-dir"
+
 # MLflow registered-model aliases carry the deployment state: registered, not yet serving; serving
 # 100%; what a rollback returns to.
 CHALLENGER = "challenger"

@@ -21,14 +21,14 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF
+from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF
 from pipelines import k8s
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import WORKFLOW_LABEL, PaddleJobSpec, build_paddlejob
 from pipelines.platform import buildkit
 from pipelines.platform.rbac import ROLLOUT_SERVICE_ACCOUNT
 
-OUTPUTS = "/tmp/outputs"
+OUTPUTS = OUTPUTS_DIR
 WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
 # The commit a run records. The submitted `git-sha` may be empty (the scheduled retrain has no push:
 # build-image resolves the branch head), so every template after build-image takes the commit that
@@ -78,7 +78,7 @@ def step_container(
         image=extra.pop("image", cfg.images.tools),
         image_pull_policy="IfNotPresent",
         command=["python", "-m", f"steps.{module}"],
-        args=[*common_args(git_sha), *args],
+        args=[*common_args(git_sha), *args, *([OUTPUTS_FLAG, OUTPUTS] if outputs else [])],
         working_dir=k8s.PROJECT_DIR,
         env=k8s.runtime_env(cfg, git_sha) + extra.pop("env", []),
         inputs=[Parameter(name=i) for i in inputs] or None,
@@ -109,8 +109,6 @@ def build_image(cfg: PipelineConfig) -> Container:
             "--git-repo", "{{workflow.parameters.git-repo}}",
             "--git-branch", "{{workflow.parameters.git-branch}}",
             "--image", f"{cfg.images.registry}/train",
-            "--digest-out", f"{OUTPUTS}/image-digest",
-            "--git-sha-out", f"{OUTPUTS}/git-sha",
         ],  # fmt: skip
         outputs=["image-digest", "git-sha"],
         commit_input=False,
@@ -226,9 +224,6 @@ def evaluate(cfg: PipelineConfig) -> Container:
         "evaluate",
         args=[
             "--workspace", WORKSPACE,
-            "--metrics-out", f"{OUTPUTS}/metrics",
-            "--gate-out", f"{OUTPUTS}/gate-passed",
-            "--run-id-out", f"{OUTPUTS}/mlflow-run-id",
         ],  # fmt: skip
         outputs=["gate-passed", "mlflow-run-id", "metrics"],
     )
@@ -241,8 +236,6 @@ def upload(cfg: PipelineConfig) -> Container:
         "upload",
         args=[
             "--workspace", WORKSPACE,
-            "--model-uri-out", f"{OUTPUTS}/model-uri",
-            "--digest-out", f"{OUTPUTS}/manifest-digest",
             "--run-id", "{{inputs.parameters.mlflow-run-id}}",
         ],  # fmt: skip
         inputs=["mlflow-run-id"],
@@ -259,7 +252,6 @@ def register(cfg: PipelineConfig) -> Container:
             "--model-uri", "{{inputs.parameters.model-uri}}",
             "--manifest-digest", "{{inputs.parameters.manifest-digest}}",
             "--run-id", "{{inputs.parameters.mlflow-run-id}}",
-            "--version-out", f"{OUTPUTS}/model-version",
         ],  # fmt: skip
         inputs=["model-uri", "manifest-digest", "mlflow-run-id"],
         outputs=["model-version"],
@@ -276,8 +268,6 @@ def rollout(cfg: PipelineConfig) -> Container:
             "--model-uri", "{{inputs.parameters.model-uri}}",
             "--model-version", "{{inputs.parameters.model-version}}",
             "--region", "{{inputs.parameters.region}}",
-            "--url-out", f"{OUTPUTS}/serving-url",
-            "--outcome-out", f"{OUTPUTS}/outcome",
         ],  # fmt: skip
         inputs=["model-uri", "model-version", "region"],
         outputs=["serving-url", "outcome"],

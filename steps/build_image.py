@@ -167,8 +167,8 @@ STEP = stepargs.Step(
     run,
     _arguments,
     outputs=(
-        stepargs.Output("image-digest", "--digest-out", "the pushed image digest"),
-        stepargs.Output("git-sha", "--git-sha-out", "the commit that was built"),
+        stepargs.Output("image-digest", "the pushed image digest"),
+        stepargs.Output("git-sha", "the commit that was built"),
     ),
 )
 main = STEP.main

@@ -32,14 +32,8 @@ from steps.runtime.stepargs import StepError  # noqa: E402
 log = logging.getLogger("steps.evaluate")
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="evaluate", description=__doc__)
-    stepargs.add_common_args(parser)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
-    parser.add_argument("--metrics-out", default=None, help="output parameter file: metrics JSON")
-    parser.add_argument("--gate-out", default=None, help="output parameter file: 'true' or 'false'")
-    parser.add_argument("--run-id-out", default=None, help="output parameter file: the training MLflow run id")
-    return stepargs.parse(parser, argv)
 
 
 def predict_timed(classifier: Any, texts: Sequence[str], batch_size: int) -> tuple[list[int], dict[str, float]]:
@@ -180,55 +174,64 @@ def evaluate(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> tuple[dict
     return metrics, training.get("mlflow_run_id")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
+    ws = args.workspace
+    try:
+        model_dir = workspace.stage_in(workspace.join(ws, "model"), endpoint_url=cfg.storage.endpoint_url)
+        data_dir = workspace.stage_in(workspace.join(ws, "data"), endpoint_url=cfg.storage.endpoint_url)
+    except FileNotFoundError as exc:
+        raise StepError(f"{exc}; run prepare-data and train into workspace {ws} first.") from None
+    metrics, run_id = evaluate(cfg, model_dir, data_dir)
 
-    def body() -> int:
-        cfg = stepargs.config_from_args(args)
-        ws = args.workspace
-        try:
-            model_dir = workspace.stage_in(workspace.join(ws, "model"), endpoint_url=cfg.storage.endpoint_url)
-            data_dir = workspace.stage_in(workspace.join(ws, "data"), endpoint_url=cfg.storage.endpoint_url)
-        except FileNotFoundError as exc:
-            raise StepError(f"{exc}; run prepare-data and train into workspace {ws} first.") from None
-        metrics, run_id = evaluate(cfg, model_dir, data_dir)
+    from mlflow import MlflowClient
 
-        from mlflow import MlflowClient
+    from steps.runtime import registry
 
-        from steps.runtime import registry
+    client = MlflowClient(registry.tracking_uri(cfg))
+    metric = cfg.gate.metric
+    champ = champion(client, cfg.mlflow.registered_model, metric)
+    gate = decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)
+    metrics |= {"gate": asdict(gate), "mlflow_run_id": run_id}
 
-        client = MlflowClient(registry.tracking_uri(cfg))
-        metric = cfg.gate.metric
-        champ = champion(client, cfg.mlflow.registered_model, metric)
-        gate = decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)
-        metrics |= {"gate": asdict(gate), "mlflow_run_id": run_id}
+    eval_dir = Path(tempfile.mkdtemp(prefix="evaluate-")) if s3.is_s3(ws) else Path(ws) / "eval"
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(metrics, ensure_ascii=False, indent=2)
+    (eval_dir / "metrics.json").write_text(text, encoding="utf-8")
+    workspace.stage_out(eval_dir, workspace.join(ws, "eval"), cfg.storage.endpoint_url)
+    if run_id:
+        log_to_mlflow(client, run_id, metrics, gate, eval_dir / "metrics.json")
+    else:
+        log.warning("%s has no mlflow_run_id; test metrics are not logged to MLflow", model_dir / "training.json")
+    _log_summary(metrics)
+    print(f"gate {'PASSED' if gate.passed else 'FAILED'}: {gate.reason}")
+    return {"metrics": text, "gate-passed": "true" if gate.passed else "false", "mlflow-run-id": run_id or ""}
 
-        eval_dir = Path(tempfile.mkdtemp(prefix="evaluate-")) if s3.is_s3(ws) else Path(ws) / "eval"
-        eval_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(metrics, ensure_ascii=False, indent=2)
-        (eval_dir / "metrics.json").write_text(text, encoding="utf-8")
-        workspace.stage_out(eval_dir, workspace.join(ws, "eval"), cfg.storage.endpoint_url)
-        if run_id:
-            log_to_mlflow(client, run_id, metrics, gate, eval_dir / "metrics.json")
-        else:
-            log.warning("%s has no mlflow_run_id; test metrics are not logged to MLflow", model_dir / "training.json")
-        stepargs.write_output(args.metrics_out, text)
-        stepargs.write_output(args.gate_out, "true" if gate.passed else "false")
-        stepargs.write_output(args.run_id_out, run_id or "")
-        lat = metrics["latency"]
-        log.info(
-            "test: accuracy %.4f macro_f1 %.4f on %d examples; latency p50 %.1f ms / p99 %.1f ms per batch of %d",
-            metrics["accuracy"],
-            metrics["macro_f1"],
-            metrics["examples"],
-            lat["batch_p50_ms"],
-            lat["batch_p99_ms"],
-            lat["batch_size"],
-        )
-        print(f"gate {'PASSED' if gate.passed else 'FAILED'}: {gate.reason}")
-        return stepargs.EXIT_OK
 
-    return stepargs.run_step("evaluate", body)
+def _log_summary(metrics: dict[str, Any]) -> None:
+    lat = metrics["latency"]
+    log.info(
+        "test: accuracy %.4f macro_f1 %.4f on %d examples; latency p50 %.1f ms / p99 %.1f ms per batch of %d",
+        metrics["accuracy"],
+        metrics["macro_f1"],
+        metrics["examples"],
+        lat["batch_p50_ms"],
+        lat["batch_p99_ms"],
+        lat["batch_size"],
+    )
+
+
+STEP = stepargs.Step(
+    "evaluate",
+    __doc__,
+    run,
+    _arguments,
+    outputs=(
+        stepargs.Output("metrics", "the test metrics and the gate decision, JSON"),
+        stepargs.Output("gate-passed", "'true' or 'false'"),
+        stepargs.Output("mlflow-run-id", "the training MLflow run id"),
+    ),
+)
+main = STEP.main
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ STEP = stepargs.Step(
     __doc__,
     run,
     _arguments,
-    outputs=(stepargs.Output("model-version", "--version-out", "the registered model version"),),
+    outputs=(stepargs.Output("model-version", "the registered model version"),),
 )
 main = STEP.main
 

@@ -103,8 +103,8 @@ STEP = stepargs.Step(
     run,
     _arguments,
     outputs=(
-        stepargs.Output("serving-url", "--url-out", "the serving URL"),
-        stepargs.Output("outcome", "--outcome-out", "promoted | rolled-back"),
+        stepargs.Output("serving-url", "the serving URL"),
+        stepargs.Output("outcome", "promoted | rolled-back"),
     ),
 )
 main = STEP.main

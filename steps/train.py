@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 if not __package__:  # run as a script path by paddle.distributed.launch: make `steps` importable
@@ -22,55 +21,50 @@ if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
 
+from paddle_mlops.config import PipelineConfig  # noqa: E402
 from steps.runtime import s3, stepargs, workspace  # noqa: E402
 from steps.runtime.stepargs import StepError  # noqa: E402
 from steps.runtime.trainer import Trainer  # noqa: E402
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="train", description=__doc__)
-    stepargs.add_common_args(parser)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
     parser.add_argument(
         "--dump-params", type=Path, default=None, metavar="NPZ",
         help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
     )  # fmt: skip
-    return stepargs.parse(parser, argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    ws = args.workspace
+    data_uri = workspace.join(ws, "data")
+    try:
+        data_dir = workspace.stage_in(data_uri, endpoint_url=cfg.storage.endpoint_url)
+    except FileNotFoundError as exc:
+        raise StepError(f"{exc}; run prepare-data with --output {data_uri} first.") from None
+    local = Path(tempfile.mkdtemp(prefix="train-")) if s3.is_s3(ws) else Path(ws)
+    if s3.is_s3(ws):
+        try:  # a restarted pod resumes from the checkpoints the previous one uploaded
+            workspace.stage_in(workspace.join(ws, "checkpoints"), local / "checkpoints", cfg.storage.endpoint_url)
+        except FileNotFoundError:
+            pass
+    if cfg.training.topology == "ps":
+        from steps.runtime import ps
 
-    def body() -> int:
-        cfg = stepargs.config_from_args(args)
-        ws = args.workspace
-        data_uri = workspace.join(ws, "data")
-        try:
-            data_dir = workspace.stage_in(data_uri, endpoint_url=cfg.storage.endpoint_url)
-        except FileNotFoundError as exc:
-            raise StepError(f"{exc}; run prepare-data with --output {data_uri} first.") from None
-        local = Path(tempfile.mkdtemp(prefix="train-")) if s3.is_s3(ws) else Path(ws)
-        if s3.is_s3(ws):
-            try:  # a restarted pod resumes from the checkpoints the previous one uploaded
-                workspace.stage_in(workspace.join(ws, "checkpoints"), local / "checkpoints", cfg.storage.endpoint_url)
-            except FileNotFoundError:
-                pass
-        if cfg.training.topology == "ps":
-            from steps.runtime import ps
-
-            ps.run(cfg, data_dir, local)
-            if s3.is_s3(ws) and (local / "model").is_dir():
-                workspace.stage_out(local / "model", workspace.join(ws, "model"), cfg.storage.endpoint_url)
-            return stepargs.EXIT_OK
+        ps.run(cfg, data_dir, local)
+        rank0 = True
+    else:
         trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params)
         trainer.run()
-        if trainer.rank == 0 and s3.is_s3(ws):
-            workspace.stage_out(local / "model", workspace.join(ws, "model"), cfg.storage.endpoint_url)
-            if (local / "checkpoints").is_dir():
-                workspace.stage_out(local / "checkpoints", workspace.join(ws, "checkpoints"), cfg.storage.endpoint_url)
-        return stepargs.EXIT_OK
+        rank0 = trainer.rank == 0
+    if rank0 and s3.is_s3(ws):
+        for area in ("model", "checkpoints"):
+            if (local / area).is_dir():
+                workspace.stage_out(local / area, workspace.join(ws, area), cfg.storage.endpoint_url)
 
-    return stepargs.run_step("train", body)
+
+STEP = stepargs.Step("train", __doc__, run, _arguments)
+main = STEP.main
 
 
 if __name__ == "__main__":

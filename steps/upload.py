@@ -79,8 +79,8 @@ STEP = stepargs.Step(
     run,
     _arguments,
     outputs=(
-        stepargs.Output("model-uri", "--model-uri-out", "the published model URI"),
-        stepargs.Output("manifest-digest", "--digest-out", "the manifest's sha256"),
+        stepargs.Output("model-uri", "the published model URI"),
+        stepargs.Output("manifest-digest", "the manifest's sha256"),
     ),
 )
 main = STEP.main

@@ -38,7 +38,7 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _args(tmp_path: Path) -> list[str]:
     return ["--env", "local", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--git-repo", "https://git.example.com/ml/p.git",
-            "--image", "registry.example.com/paddle-mlops/train", "--digest-out", str(tmp_path / "digest")]  # fmt: skip
+            "--image", "registry.example.com/paddle-mlops/train", "--outputs-dir", str(tmp_path)]  # fmt: skip
 
 
 def test_builds_the_commit_signs_the_digest_and_outputs_it(tools: Path, tmp_path: Path, monkeypatch) -> None:
@@ -51,14 +51,14 @@ def test_builds_the_commit_signs_the_digest_and_outputs_it(tools: Path, tmp_path
     assert "name=registry.example.com/paddle-mlops/train:3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b,push=true" in build
     assert sign.startswith("cosign sign --yes") and "--key env://COSIGN_PRIVATE_KEY" in sign
     assert sign.endswith(f"registry.example.com/paddle-mlops/train@{DIGEST}")
-    assert (tmp_path / "digest").read_text() == DIGEST
+    assert (tmp_path / "image-digest").read_text() == DIGEST
 
 
 def test_a_failed_signature_outputs_no_digest(tools: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("COSIGN_PRIVATE_KEY", "key")
     monkeypatch.setenv("COSIGN_EXIT", "1")
     assert build_image.main(_args(tmp_path)) == 1
-    assert not (tmp_path / "digest").exists()
+    assert not (tmp_path / "image-digest").exists()
 
 
 def test_without_a_key_the_image_is_pushed_unsigned_with_a_warning(tools: Path, tmp_path: Path, monkeypatch, caplog) -> None:
@@ -73,4 +73,4 @@ def test_locally_the_build_is_skipped_and_says_why(tmp_path: Path, monkeypatch, 
     monkeypatch.delenv("BUILDKIT_HOST", raising=False)
     assert build_image.main(_args(tmp_path)) == 0
     assert "skipped — no BuildKit here" in capsys.readouterr().out
-    assert (tmp_path / "digest").read_text() == "local"
+    assert (tmp_path / "image-digest").read_text() == "local"

@@ -51,15 +51,16 @@ def run_eval(ws: Path, out: Path, *overrides: str) -> tuple[int, dict, str, str]
             *common(*overrides),
             "--workspace",
             str(ws),
-            "--metrics-out",
-            str(out / "metrics"),
-            "--gate-out",
-            str(out / "gate"),
-            "--run-id-out",
-            str(out / "run-id"),
+            "--outputs-dir",
+            str(out),
         ]
     )
-    return rc, json.loads((out / "metrics").read_text()), (out / "gate").read_text(), (out / "run-id").read_text()
+    return (
+        rc,
+        json.loads((out / "metrics").read_text()),
+        (out / "gate-passed").read_text(),
+        (out / "mlflow-run-id").read_text(),
+    )
 
 
 def register_champion(client, source: str, tag_value: float | None, run_metric: float | None = None) -> str:  # type: ignore[no-untyped-def]

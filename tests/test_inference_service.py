@@ -156,8 +156,8 @@ def test_build_image_without_buildkit_outputs_local(tmp_path: Path, monkeypatch:
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("BUILDKIT_HOST", raising=False)
-    out = tmp_path / "digest"
-    args = ["--git-repo", "https://git.example/p.git", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--image", "r.io/p/train", "--digest-out", str(out)]
+    out = tmp_path / "image-digest"
+    args = ["--git-repo", "https://git.example/p.git", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--image", "r.io/p/train", "--outputs-dir", str(tmp_path)]
     assert build_image.main(args) == 0
     assert out.read_text() == "local"
     assert "skipped — no BuildKit here" in capsys.readouterr().out
@@ -177,8 +177,8 @@ def test_build_image_drives_buildctl_and_reads_the_digest(tmp_path: Path, monkey
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    out = tmp_path / "digest"
-    args = ["--git-repo", "https://git.example/p.git", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--image", "r.io/p/train", "--digest-out", str(out)]
+    out = tmp_path / "image-digest"
+    args = ["--git-repo", "https://git.example/p.git", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--image", "r.io/p/train", "--outputs-dir", str(tmp_path)]
     assert build_image.main(args) == 0
     assert out.read_text() == DIGEST
     recorded = calls.read_text()

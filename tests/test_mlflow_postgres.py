@@ -168,7 +168,7 @@ def train_and_evaluate(steps_common: list[str], source: Path, ws: Path, out: Pat
     assert prepare_data.main([*common(f"data.source={source}"), "--output", str(ws / "data")]) == 0
     assert train.main([*steps_common, "--workspace", str(ws), "--git-sha", GIT_SHA]) == 0
     run_id = json.loads((ws / "model" / "training.json").read_text())["mlflow_run_id"]
-    assert evaluate.main([*steps_common, "--workspace", str(ws), "--metrics-out", str(out / "metrics")]) == 0
+    assert evaluate.main([*steps_common, "--workspace", str(ws), "--outputs-dir", str(out)]) == 0
     return run_id
 
 
@@ -186,12 +186,12 @@ def log_train_dataset(client: Any, run_id: str, data_dir: Path) -> None:
 def upload_and_register(steps_common: list[str], ws: Path, out: Path, run_id: str, published: str) -> str:
     """The upload and register steps for one published version; returns the registered model version."""
     upload_args = ["--workspace", str(ws), "--run-id", run_id, "--version", published]
-    outputs = ["--model-uri-out", str(out / "model-uri"), "--digest-out", str(out / "digest")]
+    outputs = ["--outputs-dir", str(out)]
     assert upload.main([*steps_common, "--git-sha", GIT_SHA, *upload_args, *outputs]) == 0
-    model = ["--model-uri", (out / "model-uri").read_text(), "--manifest-digest", (out / "digest").read_text()]
-    register_args = [*model, "--run-id", run_id, "--version-out", str(out / "version")]
+    model = ["--model-uri", (out / "model-uri").read_text(), "--manifest-digest", (out / "manifest-digest").read_text()]
+    register_args = [*model, "--run-id", run_id, *outputs]
     assert register.main([*steps_common, "--git-sha", GIT_SHA, *register_args]) == 0
-    return (out / "version").read_text()
+    return (out / "model-version").read_text()
 
 
 def assert_run_rows(db: str, run_id: str, workflow: str) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
 from paddle_mlops.local.dag import DagError, load_workflow
 from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
 from tests.argo_conditions import parse as parse_selector
@@ -112,8 +113,9 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
     assert set(declared["rollout"]) == {"serving-url", "outcome"}
     for name, outputs in declared.items():
         args = templates[name].get("container", {}).get("args", [])
-        for path in outputs.values():
-            assert path.startswith("/tmp/outputs/") and path in args, (name, path)
+        # Each output is read from <dir>/<name>, the directory the step is told with --outputs-dir.
+        assert all(path == f"{OUTPUTS_DIR}/{output}" for output, path in outputs.items()), name
+        assert (args[args.index(OUTPUTS_FLAG) + 1] == OUTPUTS_DIR) if outputs else OUTPUTS_FLAG not in args, name
 
 
 def test_inputs_used_in_args_are_declared_and_passed(doc: dict) -> None:

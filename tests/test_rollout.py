@@ -109,10 +109,8 @@ def test_step_outputs_and_tags_keep_champion_on_failure(tmp_path: Path, regions:
         MODEL_URI,
         "--model-version",
         "8",
-        "--url-out",
-        str(tmp_path / "url"),
-        "--outcome-out",
-        str(tmp_path / "outcome"),
+        "--outputs-dir",
+        str(tmp_path),
     ]
     # A rollback is a verdict, not a transient error: its own exit code, which Argo does not retry.
     assert rollout.main(args, registry=registry, api=api, probe=probe) == EXIT_ROLLED_BACK == 3
@@ -123,7 +121,7 @@ def test_step_outputs_and_tags_keep_champion_on_failure(tmp_path: Path, regions:
     api = FakeCustomObjectsApi(existing=previous_services(cfg, regions), lag=False, ready_after=0)
     assert rollout.main(args, registry=registry, api=api, probe=FakeProbe()) == 0
     assert (tmp_path / "outcome").read_text() == "promoted"
-    assert (tmp_path / "url").read_text() == f"http://{isvc.service_name(cfg, regions[1])}.ns.example.com"
+    assert (tmp_path / "serving-url").read_text() == f"http://{isvc.service_name(cfg, regions[1])}.ns.example.com"
     assert registry.champion == "8" and registry.tags["8"]["rollout.outcome"] == "promoted"
 
 
@@ -156,10 +154,8 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
                 str(model_dir),
                 "--model-version",
                 version,
-                "--url-out",
-                str(out / "url"),
-                "--outcome-out",
-                str(out / "outcome"),
+                "--outputs-dir",
+                str(out),
             ],
             registry=registry,
         )
@@ -167,7 +163,7 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
     try:
         assert run("1", []) == 0
         current = json.loads((home / "serving" / "current.json").read_text())
-        url = (out / "url").read_text()
+        url = (out / "serving-url").read_text()
         assert current["model_version"] == "1" and current["url"] == url and url.startswith("http://127.0.0.1:")
         assert registry.champion == "1"
 

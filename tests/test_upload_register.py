@@ -48,14 +48,14 @@ def make_workspace(path: Path) -> Path:
 def run_upload(ws: str, out: Path, *extra: str) -> int:
     return upload.main(
         ["--env", "local", "--git-sha", GIT_SHA, "--workspace", ws, "--run-id", RUN_ID,
-         "--model-uri-out", str(out / "model-uri"), "--digest-out", str(out / "digest"), *extra]
+         "--outputs-dir", str(out), *extra]
     )
 
 
 def run_register(model_uri: str, digest: str, out: Path) -> int:
     return register.main(
         ["--env", "local", "--git-sha", GIT_SHA, "--model-uri", model_uri, "--manifest-digest", digest,
-         "--run-id", "", "--version-out", str(out / "version")]
+         "--run-id", "", "--outputs-dir", str(out)]
     )
 
 
@@ -64,7 +64,7 @@ def test_upload_then_register_locally(tmp_path, home, capsys):
     out = tmp_path / "outputs"
     assert run_upload(str(ws), out) == 0
     model_uri = (out / "model-uri").read_text()
-    digest = (out / "digest").read_text()
+    digest = (out / "manifest-digest").read_text()
     assert model_uri == f"{home}/store/ernie-sentiment/{GIT_SHA[:12]}-{RUN_ID[:8]}"
     manifest = objectstore.read_manifest(model_uri)
     assert manifest["metrics"]["accuracy"] == 0.9 and manifest["data_stats"]["train"] == 80
@@ -74,17 +74,17 @@ def test_upload_then_register_locally(tmp_path, home, capsys):
     # A retried upload step is a no-op with the same outputs.
     assert run_upload(str(ws), out) == 0
     assert "published" in (captured := capsys.readouterr().out) and " 0 bytes sent" in captured
-    assert (out / "digest").read_text() == digest
+    assert (out / "manifest-digest").read_text() == digest
 
     assert run_register(model_uri, digest, out) == 0
-    version = (out / "version").read_text()
+    version = (out / "model-version").read_text()
     client = registry.connect(load_config(env="local"))
     assert registry.get_alias_version("ernie-sentiment", CHALLENGER, client) == version
     tags = client.get_model_version("ernie-sentiment", version).tags
     assert tags["manifest_digest"] == digest and tags["git_sha"] == GIT_SHA
     assert json.loads(tags["data_stats"])["test"] == 10 and tags["storage_uri"] == model_uri
     assert run_register(model_uri, digest, out) == 0
-    assert (out / "version").read_text() == version
+    assert (out / "model-version").read_text() == version
 
 
 def test_register_refuses_unpublished_or_altered_models(tmp_path, home, capsys):
@@ -96,7 +96,7 @@ def test_register_refuses_unpublished_or_altered_models(tmp_path, home, capsys):
     model_uri = (out / "model-uri").read_text()
     assert run_register(model_uri, "f" * 64, out) == 2
     assert "not the expected" in capsys.readouterr().err
-    assert not (out / "version").exists()
+    assert not (out / "model-version").exists()
 
 
 def test_upload_bad_workspace_is_a_clear_error(tmp_path, home, capsys):
@@ -118,4 +118,4 @@ def test_upload_from_s3_workspace_to_s3_store(tmp_path, home, s3_endpoint, monke
     assert model_uri == f"s3://{bucket}/models/ernie-sentiment/v7"
     fetched = objectstore.fetch(model_uri, tmp_path / "fetched")
     assert (fetched / "inference.pdiparams").read_bytes() == b"\x00\x01" * 2048
-    assert run_register(model_uri, (out / "digest").read_text(), out) == 0
+    assert run_register(model_uri, (out / "manifest-digest").read_text(), out) == 0

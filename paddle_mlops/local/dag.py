@@ -14,11 +14,13 @@ from typing import Any
 
 import yaml
 
+from paddle_mlops.contracts import OUTPUTS_DIR
+
 _EXPR = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 _DEP_TOKEN = re.compile(r"[A-Za-z0-9][-A-Za-z0-9]*(?:\.[A-Za-z]+)?")
 
-#: Where containers write output parameters; locally this prefix is mapped to a task's folder.
-CONTAINER_OUTPUTS = "/tmp/outputs/"
+#: Where containers write output parameters; locally this folder is mapped to a task's own.
+CONTAINER_OUTPUTS = OUTPUTS_DIR
 
 
 class DagError(Exception):

@@ -153,8 +153,8 @@ class LocalExecutor:
         return self.run_dir / task.name / "outputs"
 
     def _localise(self, arg: str, task: Task) -> str:
-        if arg.startswith(CONTAINER_OUTPUTS):
-            return str(self._outputs_dir(task) / arg[len(CONTAINER_OUTPUTS) :])
+        if arg == CONTAINER_OUTPUTS or arg.startswith(CONTAINER_OUTPUTS + "/"):
+            return str(self._outputs_dir(task)) + arg[len(CONTAINER_OUTPUTS) :]
         return arg
 
     def command_for(self, task: Task) -> list[str]:

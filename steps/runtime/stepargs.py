@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, home_dir  # noqa: F401 (home_dir re-exported)
+from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, OUTPUTS_FLAG, home_dir  # noqa: F401 (home_dir re-exported)
 
 log = logging.getLogger("steps")
 
@@ -34,16 +34,11 @@ class StepFailed(Exception):
 
 @dataclass(frozen=True)
 class Output:
-    """An output parameter: `name` as the DAG declares it, written to the file given by `flag` (Argo's
-    `valueFrom.path`, /tmp/outputs/<name> in pipelines/templates.py)."""
+    """An output parameter, `name` as the DAG declares it: written to `<--outputs-dir>/<name>`, where Argo reads
+    it (`valueFrom.path` under contracts.OUTPUTS_DIR)."""
 
     name: str
-    flag: str
     help: str
-
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -82,8 +77,11 @@ class Step:
         parser = argparse.ArgumentParser(prog=f"python -m steps.{module}", description=self.doc.split("\n\n")[0])
         add_common_args(parser)
         self.arguments(parser)
-        for out in self.outputs:
-            parser.add_argument(out.flag, dest=out.dest, default=None, help=f"output parameter file: {out.help}")
+        if self.outputs:
+            listed = "; ".join(f"{out.name}: {out.help}" for out in self.outputs)
+            parser.add_argument(
+                OUTPUTS_FLAG, dest="outputs_dir", default=None, help=f"write the output parameters here ({listed})"
+            )
         return parser
 
     def main(self, argv: Sequence[str] | None = None, **deps: Any) -> int:
@@ -104,12 +102,12 @@ class Step:
         return finished.exit_code
 
     def _write_outputs(self, args: argparse.Namespace, outputs: Mapping[str, str]) -> None:
-        declared = {out.name: out for out in self.outputs}
-        undeclared = sorted(set(outputs) - set(declared))
+        undeclared = sorted(set(outputs) - {out.name for out in self.outputs})
         if undeclared:
             raise TypeError(f"step {self.name} returned outputs it does not declare: {', '.join(undeclared)}")
-        for name, value in outputs.items():
-            write_output(getattr(args, declared[name].dest), value)
+        if self.outputs and args.outputs_dir:
+            for name, value in outputs.items():
+                write_output(str(Path(args.outputs_dir) / name), value)
 
 
 def _fail(message: str, code: int) -> int:
@@ -171,20 +169,3 @@ class _JsonFormatter(logging.Formatter):
         line = {"ts": self.formatTime(record), "level": record.levelname, "msg": record.getMessage(), **self.fields}
         return json.dumps(line, ensure_ascii=False)
 
-
-# Transitional: the steps not yet declared as a Step still call these (removed once every step is one).
-from paddle_mlops.contracts import EXIT_ROLLED_BACK, FINAL_EXIT_CODES  # noqa: E402, F401
-
-
-def run_step(step: str, body: Callable[[], int]) -> int:
-    setup_logging(step)
-    try:
-        return body()
-    except ConfigError as exc:
-        return _fail(f"[{step}] configuration error: {exc}", EXIT_USER_ERROR)
-    except StepError as exc:
-        return _fail(f"[{step}] error: {exc}", EXIT_USER_ERROR)
-
-
-def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    return parser.parse_args(list(argv) if argv is not None else None)

@@ -1,0 +1,173 @@
+"""The one step runner (steps/runtime/stepargs.py): every step is a `Step`, declared outputs match the DAG's,
+errors map to exit codes once, and library noise stays out of step logs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paddle_mlops.config import load_config
+from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_ROLLED_BACK, EXIT_USER_ERROR, OUTPUTS_FLAG
+from pipelines import rollout_template, train_deploy
+from steps.runtime import noise, stepargs
+from steps.runtime.stepargs import Finished, Output, Step, StepError, StepFailed
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "pipeline.yaml")
+STEP_MODULES = sorted(p.stem for p in (ROOT / "steps").glob("*.py") if p.stem != "__init__")
+
+
+def _container_templates() -> dict[str, dict]:
+    cfg = load_config(CONFIG, "local")
+    found = {}
+    for wt in (train_deploy.build(cfg), rollout_template.build(cfg)):
+        for template in wt.to_dict()["spec"]["templates"]:
+            command = template.get("container", {}).get("command", [])
+            if command[:2] == ["python", "-m"] and command[2].startswith("steps."):
+                found[command[2].removeprefix("steps.")] = template
+    return found
+
+
+@pytest.mark.parametrize("module", STEP_MODULES)
+def test_every_step_module_is_a_step_run_by_the_runner(module: str) -> None:
+    step = importlib.import_module(f"steps.{module}")
+    assert isinstance(step.STEP, Step) and step.main == step.STEP.main
+    assert step.STEP.name.replace("-", "_") == module
+
+
+def test_step_outputs_are_the_outputs_the_dag_reads() -> None:
+    """A template's output parameter is read from /tmp/outputs/<name>; the step must write that name there."""
+    templates = _container_templates()
+    assert templates, "no step templates found"
+    for module, template in templates.items():
+        step = importlib.import_module(f"steps.{module}").STEP
+        declared = {p["name"]: p["valueFrom"]["path"] for p in template.get("outputs", {}).get("parameters", [])}
+        assert {out.name for out in step.outputs} == set(declared), module
+        args = template["container"]["args"]
+        if step.outputs:
+            written_to = args[args.index(OUTPUTS_FLAG) + 1]
+            assert all(declared[out.name] == f"{written_to}/{out.name}" for out in step.outputs), module
+
+
+def _step(run, outputs=()) -> Step:  # noqa: ANN001
+    return Step("probe", "A probe step.", run, outputs=tuple(Output(name, "a probe output") for name in outputs))
+
+
+def _argv(tmp_path: Path, *extra: str) -> list[str]:
+    return ["--config", CONFIG, "--env", "local", *extra]
+
+
+def test_outputs_are_written_by_name_in_the_outputs_dir(tmp_path: Path) -> None:
+    step = _step(lambda cfg, args: {"answer": f"{cfg.serving.model_name}"}, ["answer", "unset"])
+    assert step.main(_argv(tmp_path, OUTPUTS_FLAG, str(tmp_path / "out"))) == EXIT_OK
+    assert (tmp_path / "out" / "answer").read_text(encoding="utf-8") == load_config(CONFIG, "local").serving.model_name
+    assert not (tmp_path / "out" / "unset").exists()
+
+
+def test_a_finished_result_sets_the_exit_code_after_writing_outputs(tmp_path: Path) -> None:
+    step = _step(lambda cfg, args: Finished({"outcome": "rolled-back"}, EXIT_ROLLED_BACK), ["outcome"])
+    assert step.main(_argv(tmp_path, OUTPUTS_FLAG, str(tmp_path))) == EXIT_ROLLED_BACK
+    assert (tmp_path / "outcome").read_text(encoding="utf-8") == "rolled-back"
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "prefix"),
+    [(StepError("bad data"), EXIT_USER_ERROR, "[probe] error: bad data"),
+     (StepFailed("server down"), EXIT_FAILED, "[probe] failed: server down")],
+)  # fmt: skip
+def test_errors_become_one_line_and_their_exit_code(tmp_path: Path, capsys, error, code, prefix) -> None:  # noqa: ANN001
+    def run(cfg, args):  # noqa: ANN001, ANN202
+        raise error
+
+    assert _step(run, ["x"]).main(_argv(tmp_path, OUTPUTS_FLAG, str(tmp_path))) == code
+    assert capsys.readouterr().err.strip() == prefix
+    assert not (tmp_path / "x").exists(), "a failed step writes no outputs"
+
+
+def test_a_bad_configuration_is_a_user_error(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    step = _step(lambda cfg, args: None)
+    assert step.main(["--config", CONFIG, "--overrides", '["training.epochs=-1"]']) == EXIT_USER_ERROR
+    assert capsys.readouterr().err.startswith("[probe] configuration error: ")
+
+
+def test_an_undeclared_output_is_a_programming_error(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="does not declare: surprise"):
+        _step(lambda cfg, args: {"surprise": "1"}).main(_argv(tmp_path))
+
+
+def test_env_defaults_apply_only_when_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROBE_SET", "mine")
+    monkeypatch.delenv("PROBE_UNSET", raising=False)
+    seen = {}
+    step = Step("probe", "A probe.", lambda cfg, args: seen.update(os.environ), env_defaults={"PROBE_SET": "d",
+                                                                                               "PROBE_UNSET": "d"})
+    step.main(_argv(tmp_path))
+    assert seen["PROBE_SET"] == "mine" and seen["PROBE_UNSET"] == "d"
+
+
+def _import_paddle(extra_env: dict[str, str]) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", noise.SHOW_ENV, "GLOG_minloglevel")}
+    result = subprocess.run(
+        [sys.executable, "-c", "import steps, paddle"], cwd=ROOT, env={**env, **extra_env},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+def test_library_noise_is_filtered_and_a_flag_shows_it() -> None:
+    assert "No ccache found" in _import_paddle({noise.SHOW_ENV: "1"}), "the probe no longer sees Paddle's warning"
+    assert "No ccache found" not in _import_paddle({})
+
+
+def test_worker_processes_inherit_the_filter() -> None:
+    import steps  # noqa: F401  (installs the filter in this process)
+
+    if noise.shown():
+        pytest.skip(f"{noise.SHOW_ENV} is set")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import paddle"], env=env, capture_output=True, text=True, timeout=300
+    )  # a worker `paddle.distributed.launch` starts: nothing of ours imported, only the environment inherited
+    assert result.returncode == 0 and "No ccache found" not in result.stderr, result.stderr
+
+
+def test_a_renamed_output_in_the_results_fails_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(train_deploy.RESULTS, "metrics", ("evaluate", "metrics-json"))
+    with pytest.raises(KeyError, match="metrics-json"):
+        train_deploy.build(load_config(CONFIG, "local"))
+
+
+def test_the_runner_is_the_only_launcher() -> None:
+    """No step parses arguments or maps errors itself any more."""
+    for module in STEP_MODULES:
+        source = (ROOT / "steps" / f"{module}.py").read_text(encoding="utf-8")
+        for launcher in ("ArgumentParser(", "def _parse_args", "run_step(", "write_output("):
+            assert launcher not in source, f"steps/{module}.py: {launcher}"
+    assert not hasattr(stepargs, "run_step")
+
+
+def test_showing_removes_only_our_filters() -> None:
+    env = {"PYTHONWARNINGS": "error::ResourceWarning,ignore:No ccache found:UserWarning", "GLOG_minloglevel": "2"}
+    shown = noise.showing(env)
+    assert shown[noise.SHOW_ENV] == "1" and shown["PYTHONWARNINGS"] == "error::ResourceWarning"
+    assert noise.showing({"PYTHONWARNINGS": "ignore:No ccache found:UserWarning"}).get("PYTHONWARNINGS") is None
+
+
+def test_paddle_mlops_run_library_warnings_reaches_the_steps(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from paddle_mlops.local.executor import LocalExecutor, RunOptions
+
+    cfg = load_config(CONFIG, "local")
+    doc = train_deploy.build(cfg).to_dict()
+    for flag in (False, True):
+        opts = RunOptions(Path(CONFIG), "local", [], tmp_path, library_warnings=flag)
+        executor = LocalExecutor(cfg, doc, opts, Console(quiet=True))
+        env = executor._env()
+        assert (env.get(noise.SHOW_ENV) == "1") is flag
