@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import stepargs
-from steps.runtime.stepargs import StepError, StepFailed
+from steps.runtime import runner
+from steps.runtime.runner import StepError, StepFailed
 
 LOCAL_DIGEST = "local"
 # A full SHA-1 or SHA-256 object name: BuildKit's git source takes only those as a commit (anything
@@ -145,14 +145,14 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     commit = commit_to_build(args.git_repo, args.git_sha, args.git_branch)
     metadata = Path(tempfile.mkdtemp(prefix="build-")) / "build-meta.json"
     cmd = build_args(buildctl, args.git_repo, commit, args.dockerfile, args.image, metadata)
-    stepargs.log.info("building %s:%s from %s#%s", args.image, commit, args.git_repo, commit)
+    runner.log.info("building %s:%s from %s#%s", args.image, commit, args.git_repo, commit)
     result = subprocess.run(cmd, check=False)
     if result.returncode != 0:
         raise StepFailed(f"buildctl failed with exit code {result.returncode}; see the build log above")
     reference = f"{args.image}@{read_digest(metadata)}"
     sign = sign_command(reference)
     if sign is None:
-        stepargs.log.warning("%s is not signed (no COSIGN_PRIVATE_KEY); admission policies will refuse it", reference)
+        runner.log.warning("%s is not signed (no COSIGN_PRIVATE_KEY); admission policies will refuse it", reference)
     elif subprocess.run(sign, check=False).returncode != 0:
         raise StepFailed(f"cosign could not sign {reference}; no digest is output")
     else:
@@ -161,14 +161,14 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     return {"image-digest": reference.split("@")[1], "git-sha": commit}
 
 
-STEP = stepargs.Step(
+STEP = runner.Step(
     "build-image",
     __doc__,
     run,
     _arguments,
     outputs=(
-        stepargs.Output("image-digest", "the pushed image digest"),
-        stepargs.Output("git-sha", "the commit that was built"),
+        runner.Output("image-digest", "the pushed image digest"),
+        runner.Output("git-sha", "the commit that was built"),
     ),
 )
 main = STEP.main

@@ -10,8 +10,8 @@ import argparse
 import sys
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import registry, stepargs
-from steps.runtime.stepargs import StepFailed
+from steps.runtime import registry, runner
+from steps.runtime.runner import StepFailed
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         print(f"{head}: no MLflow run left RUNNING")
 
 
-STEP = stepargs.Step(
+STEP = runner.Step(
     "close-run",
     __doc__,
     run,

@@ -25,9 +25,9 @@ import numpy as np  # noqa: E402
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
 from paddle_mlops.contracts import CHAMPION  # noqa: E402
-from steps.runtime import data, s3, stepargs, workspace  # noqa: E402
+from steps.runtime import data, runner, s3, workspace  # noqa: E402
+from steps.runtime.runner import StepError  # noqa: E402
 from steps.runtime.scoring import classification_report  # noqa: E402
-from steps.runtime.stepargs import StepError  # noqa: E402
 
 log = logging.getLogger("steps.evaluate")
 
@@ -220,15 +220,15 @@ def _log_summary(metrics: dict[str, Any]) -> None:
     )
 
 
-STEP = stepargs.Step(
+STEP = runner.Step(
     "evaluate",
     __doc__,
     run,
     _arguments,
     outputs=(
-        stepargs.Output("metrics", "the test metrics and the gate decision, JSON"),
-        stepargs.Output("gate-passed", "'true' or 'false'"),
-        stepargs.Output("mlflow-run-id", "the training MLflow run id"),
+        runner.Output("metrics", "the test metrics and the gate decision, JSON"),
+        runner.Output("gate-passed", "'true' or 'false'"),
+        runner.Output("mlflow-run-id", "the training MLflow run id"),
     ),
 )
 main = STEP.main

@@ -20,8 +20,8 @@ if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import data, s3, stepargs, workspace
-from steps.runtime.stepargs import StepError
+from steps.runtime import data, runner, s3, workspace
+from steps.runtime.runner import StepError
 
 log = logging.getLogger("steps.prepare_data")
 
@@ -118,7 +118,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     )
 
 
-STEP = stepargs.Step("prepare-data", __doc__, run, _arguments)
+STEP = runner.Step("prepare-data", __doc__, run, _arguments)
 main = STEP.main
 
 

@@ -11,8 +11,8 @@ import sys
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHALLENGER
-from steps.runtime import objectstore, registry, stepargs
-from steps.runtime.stepargs import StepError
+from steps.runtime import objectstore, registry, runner
+from steps.runtime.runner import StepError
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,12 +49,12 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     return {"model-version": version}
 
 
-STEP = stepargs.Step(
+STEP = runner.Step(
     "register",
     __doc__,
     run,
     _arguments,
-    outputs=(stepargs.Output("model-version", "the registered model version"),),
+    outputs=(runner.Output("model-version", "the registered model version"),),
 )
 main = STEP.main
 

@@ -29,13 +29,13 @@ from paddle_mlops.config.loader import load_regions
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
 from paddle_mlops.contracts import EXIT_ROLLED_BACK
 from steps.runtime import inference_service as isvc
-from steps.runtime import stepargs
+from steps.runtime import runner
 from steps.runtime.champion import MlflowRegistry, Registry, record
 from steps.runtime.health import HttpProbe
 from steps.runtime.kserve_rollout import KServeRollout, kubernetes_api
 from steps.runtime.local_server import rollout_local
 from steps.runtime.rollout_outcome import PROMOTED
-from steps.runtime.stepargs import StepError
+from steps.runtime.runner import StepError
 
 
 def _common_args(args: argparse.Namespace) -> list[str]:
@@ -70,11 +70,11 @@ def run(
     registry: Registry | None = None,
     api: Any = None,
     probe: Any = None,
-) -> stepargs.Finished:
+) -> runner.Finished:
     """`registry`, `api` and `probe` stand in for MLflow, the Kubernetes API and HTTP in tests."""
     reg = registry or MlflowRegistry(cfg)
     if cfg.serving.target == "local":
-        outcome = rollout_local(cfg, args.model_uri, args.model_version, stepargs.home_dir(), reg, _common_args(args), probe)
+        outcome = rollout_local(cfg, args.model_uri, args.model_version, runner.home_dir(), reg, _common_args(args), probe)
     else:
         names = list(cfg.serving.regions) or [args.region or cfg.cluster.region]
         config_dir = Path(args.config).resolve().parent if args.config else None
@@ -92,19 +92,19 @@ def run(
             "The previous version keeps serving and 'champion' is unchanged.",
             file=sys.stderr,
         )
-        return stepargs.Finished(outputs, EXIT_ROLLED_BACK)
+        return runner.Finished(outputs, EXIT_ROLLED_BACK)
     print(f"[rollout] model version {args.model_version} promoted; serving at {outcome.url}")
-    return stepargs.Finished(outputs)
+    return runner.Finished(outputs)
 
 
-STEP = stepargs.Step(
+STEP = runner.Step(
     "rollout",
     __doc__,
     run,
     _arguments,
     outputs=(
-        stepargs.Output("serving-url", "the serving URL"),
-        stepargs.Output("outcome", "promoted | rolled-back"),
+        runner.Output("serving-url", "the serving URL"),
+        runner.Output("outcome", "promoted | rolled-back"),
     ),
 )
 main = STEP.main

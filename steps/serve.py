@@ -13,8 +13,8 @@ import os
 import sys
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import serving, stepargs
-from steps.runtime.stepargs import StepError
+from steps.runtime import runner, serving
+from steps.runtime.runner import StepError
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +61,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         raise StepError(f"cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 = any free).") from None
     bound_port = sock.getsockname()[1]
     app = serving.create_app([model], cfg.serving.max_request_bytes)
-    stepargs.log.info("serving model %s on http://%s:%d", name, host, bound_port)
+    runner.log.info("serving model %s on http://%s:%d", name, host, bound_port)
 
     def started() -> None:
         if args.ready_file:
@@ -70,7 +70,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     serving.serve(app, sock, on_started=started)
 
 
-STEP = stepargs.Step("serve", __doc__, run, _arguments)
+STEP = runner.Step("serve", __doc__, run, _arguments)
 main = STEP.main
 
 

@@ -22,8 +22,8 @@ if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
         os.environ.setdefault(_var, "1")
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
-from steps.runtime import s3, stepargs, workspace  # noqa: E402
-from steps.runtime.stepargs import StepError  # noqa: E402
+from steps.runtime import runner, s3, workspace  # noqa: E402
+from steps.runtime.runner import StepError  # noqa: E402
 from steps.runtime.trainer import Trainer  # noqa: E402
 
 
@@ -63,7 +63,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
                 workspace.stage_out(local / area, workspace.join(ws, area), cfg.storage.endpoint_url)
 
 
-STEP = stepargs.Step("train", __doc__, run, _arguments)
+STEP = runner.Step("train", __doc__, run, _arguments)
 main = STEP.main
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import objectstore, stepargs, workspace
-from steps.runtime.stepargs import StepError
+from steps.runtime import objectstore, runner, workspace
+from steps.runtime.runner import StepError
 
 log = logging.getLogger("steps.upload")
 
@@ -73,14 +73,14 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     return {"model-uri": result.model_uri, "manifest-digest": result.manifest_digest}
 
 
-STEP = stepargs.Step(
+STEP = runner.Step(
     "upload",
     __doc__,
     run,
     _arguments,
     outputs=(
-        stepargs.Output("model-uri", "the published model URI"),
-        stepargs.Output("manifest-digest", "the manifest's sha256"),
+        runner.Output("model-uri", "the published model URI"),
+        runner.Output("manifest-digest", "the manifest's sha256"),
     ),
 )
 main = STEP.main

@@ -12,7 +12,7 @@ from boto3.s3.transfer import TransferConfig
 
 from steps.runtime import objectstore, s3
 from steps.runtime.objectstore import AlreadyPublishedError, IntegrityError
-from steps.runtime.stepargs import StepError
+from steps.runtime.runner import StepError
 from tests.s3server import moto_s3_server
 
 MiB = 1024 * 1024

@@ -19,7 +19,7 @@ from paddle_mlops.contracts import CHAMPION, PREVIOUS_CHAMPION
 from steps import close_run
 from steps.runtime import registry
 from steps.runtime.processes import stop_group
-from steps.runtime.stepargs import StepError
+from steps.runtime.runner import StepError
 from tests.s3server import free_port
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 from paddle_mlops.config import load_config
 from pipelines import retrain_cron
 from steps import build_image
-from steps.runtime.stepargs import StepError
+from steps.runtime.runner import StepError
 
 MAIN = "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b"
 RELEASE = "0123456789abcdef0123456789abcdef01234567"

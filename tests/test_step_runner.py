@@ -1,4 +1,4 @@
-"""The one step runner (steps/runtime/stepargs.py): every step is a `Step`, declared outputs match the DAG's,
+"""The one step runner (steps/runtime/runner.py): every step is a `Step`, declared outputs match the DAG's,
 errors map to exit codes once, and library noise stays out of step logs."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from paddle_mlops.config import load_config
 from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_ROLLED_BACK, EXIT_USER_ERROR, OUTPUTS_FLAG
 from pipelines import rollout_template, train_deploy
-from steps.runtime import noise, stepargs
-from steps.runtime.stepargs import Finished, Output, Step, StepError, StepFailed
+from steps.runtime import noise, runner
+from steps.runtime.runner import Finished, Output, Step, StepError, StepFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "pipeline.yaml")
@@ -149,7 +149,7 @@ def test_the_runner_is_the_only_launcher() -> None:
         source = (ROOT / "steps" / f"{module}.py").read_text(encoding="utf-8")
         for launcher in ("ArgumentParser(", "def _parse_args", "run_step(", "write_output("):
             assert launcher not in source, f"steps/{module}.py: {launcher}"
-    assert not hasattr(stepargs, "run_step")
+    assert not hasattr(runner, "run_step")
 
 
 def test_showing_removes_only_our_filters() -> None:

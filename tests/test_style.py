@@ -106,7 +106,7 @@ def test_layers_do_not_mix() -> None:
         ("from ...pipelines import templates\n", "steps.runtime.ps", ["pipelines", "pipelines.templates"]),
         ("from paddle_mlops.config import PipelineConfig\nfrom paddle_mlops import contracts\n", "steps.train", []),
         ("from paddle_mlops.contracts import SERVING_PORT\nimport paddlenlp\n", "steps.train", []),
-        ("from .stepargs import StepError\n", "steps.runtime.ps", []),
+        ("from .runner import StepError\n", "steps.runtime.ps", []),
     ],
     ids=[
         "hera",

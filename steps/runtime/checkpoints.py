@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from steps.runtime.stepargs import StepError
+from steps.runtime.runner import StepError
 
 KEEP_CHECKPOINTS = 2
 

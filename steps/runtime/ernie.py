@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from steps.runtime import workspace
-from steps.runtime.stepargs import StepError
+from steps.runtime.runner import StepError
 
 # Local and test runs must never reach a model hub; a configured directory is all we load.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

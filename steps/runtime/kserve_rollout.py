@@ -14,12 +14,12 @@ from typing import Any
 
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
 from steps.runtime import inference_service as isvc
-from steps.runtime import stepargs
+from steps.runtime import runner
 from steps.runtime.health import watch_canary
 from steps.runtime.isvc_status import canary_percent, canary_url, identity, is_ready, predictor_status, traffic_percent
 from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK, Outcome, RolloutFailed
 
-log = stepargs.log
+log = runner.log
 
 
 class KServeRollout:

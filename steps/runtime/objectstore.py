@@ -34,8 +34,8 @@ from botocore.exceptions import ClientError
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from steps.runtime import s3, stepargs
-from steps.runtime.stepargs import StepError
+from steps.runtime import runner, s3
+from steps.runtime.runner import StepError
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class S3Backend:
 def resolve_root(store_uri: str) -> str:
     """`local` means `<PADDLE_MLOPS_HOME>/store`; anything else is a directory or an s3:// URI."""
     if store_uri == "local":
-        return str(stepargs.home_dir() / "store")
+        return str(runner.home_dir() / "store")
     return store_uri if s3.is_s3(store_uri) else str(Path(store_uri).resolve())
 
 

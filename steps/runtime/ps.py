@@ -27,8 +27,8 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from steps.runtime import data
+from steps.runtime.runner import StepError
 from steps.runtime.sampler import LengthGroupedBatchSampler
-from steps.runtime.stepargs import StepError
 
 log = logging.getLogger("steps.train.ps")
 EMBEDDING_DIM = 64

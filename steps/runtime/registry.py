@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHAMPION, PREVIOUS_CHAMPION
-from steps.runtime.stepargs import StepError
+from steps.runtime.runner import StepError
 
 # MLflow caps model-version tag values; data stats are a summary, not the whole file.
 _MAX_TAG = 5000

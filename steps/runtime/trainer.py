@@ -18,9 +18,9 @@ import numpy as np
 from paddle_mlops.config import PipelineConfig
 from steps.runtime import data, optimization, train_tracking
 from steps.runtime.checkpoints import Checkpoints, check_layout, rng_state
+from steps.runtime.runner import StepError
 from steps.runtime.sampler import LengthGroupedBatchSampler
 from steps.runtime.scoring import classification_metrics
-from steps.runtime.stepargs import StepError
 from steps.runtime.train_progress import LiveProgress
 
 log = logging.getLogger("steps.train")
