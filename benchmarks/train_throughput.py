@@ -44,14 +44,20 @@ def write_data(directory: Path, n_train: int, n_dev: int, seed: int = 0) -> None
     from steps.runtime import data
 
     rng = random.Random(seed)
-    rows = [{"text": "".join(rng.choice(CHARS) for _ in range(rng.randint(8, 60))), "label": rng.randint(0, 1)}
-            for _ in range(n_train + 2 * n_dev)]
+    rows = [
+        {"text": "".join(rng.choice(CHARS) for _ in range(rng.randint(8, 60))), "label": rng.randint(0, 1)}
+        for _ in range(n_train + 2 * n_dev)
+    ]
     directory.mkdir(parents=True, exist_ok=True)
     splits = {"train": rows[:n_train], "dev": rows[n_train : n_train + n_dev], "test": rows[n_train + n_dev :]}
     for name, part in splits.items():
-        (directory / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), "utf-8")
+        (directory / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), "utf-8"
+        )
     (directory / "label_map.json").write_text(json.dumps({"0": "negative", "1": "positive"}))
-    (directory / "vocab.txt").write_text("\n".join(data.build_vocab([r["text"] for r in rows], 1, 8000)) + "\n", "utf-8")
+    (directory / "vocab.txt").write_text(
+        "\n".join(data.build_vocab([r["text"] for r in rows], 1, 8000)) + "\n", "utf-8"
+    )
 
 
 def run_step(ws: Path, overrides: list[str]) -> float:
@@ -102,7 +108,9 @@ def run_bare(ws: Path, overrides: list[str], steps: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="train_throughput", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="train_throughput", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each side counts")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -123,7 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.rounds):
             bare_rates.append(run_bare(base / "ws", overrides, args.steps))
             step_rates.append(run_step(base / "ws", overrides))
-            print(f"round: steps.train {step_rates[-1]:.1f} samples/s, bare loop {bare_rates[-1]:.1f} samples/s", flush=True)
+            print(
+                f"round: steps.train {step_rates[-1]:.1f} samples/s, bare loop {bare_rates[-1]:.1f} samples/s",
+                flush=True,
+            )
         ratio = max(step_rates) / max(bare_rates)
         print(f"steps.train: {max(step_rates):.1f} samples/s; bare Paddle loop: {max(bare_rates):.1f} samples/s")
         print(f"throughput ratio: {ratio:.2f}")

@@ -43,6 +43,7 @@ PART_OF = {PART_OF_KEY: PART_OF_VALUE}
 RUN_AS_USER = 1000
 RUN_AS_GROUP = 1000
 
+
 def image_repository(image: str) -> str:
     """`registry:5000/team/serve:0.1` or `…@sha256:…` -> `registry:5000/team/serve`: the part a digest pins."""
     repo = image.split("@", 1)[0]

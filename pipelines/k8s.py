@@ -87,9 +87,7 @@ def team_config(cfg: PipelineConfig) -> TeamConfig:
 
 def gpu_tolerations(region: RegionConfig) -> list[m.Toleration]:
     """GPU nodes are tainted so that only pods asking for them land there."""
-    return [
-        m.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in region.tolerations
-    ]
+    return [m.Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect) for t in region.tolerations]
 
 
 def gpu_node_selector(region: RegionConfig) -> dict[str, str]:

@@ -57,9 +57,13 @@ def worker_command(cfg: PipelineConfig) -> list[str]:
     """contracts.md "Training launch"; rendezvous comes from the operator's PADDLE_* env."""
     job = cfg.training.paddlejob
     command = [
-        "python", "-m", "paddle.distributed.launch",
-        "--nproc_per_node", str(job.gpus_per_worker or 1),
-        "--log_dir", "/tmp/paddle-log",
+        "python",
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        str(job.gpus_per_worker or 1),
+        "--log_dir",
+        "/tmp/paddle-log",
     ]
     if job.ps_replicas > 0:
         # Server/trainer endpoints and counts are injected by the operator

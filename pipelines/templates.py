@@ -106,9 +106,12 @@ def build_image(cfg: PipelineConfig) -> Container:
         args=[
             # --git-sha (the submitted one; empty means the head of --git-branch) is among the common
             # arguments; the commit really built leaves as the `git-sha` output.
-            "--git-repo", "{{workflow.parameters.git-repo}}",
-            "--git-branch", "{{workflow.parameters.git-branch}}",
-            "--image", f"{cfg.images.registry}/train",
+            "--git-repo",
+            "{{workflow.parameters.git-repo}}",
+            "--git-branch",
+            "{{workflow.parameters.git-branch}}",
+            "--image",
+            f"{cfg.images.registry}/train",
         ],  # fmt: skip
         outputs=["image-digest", "git-sha"],
         commit_input=False,
@@ -223,7 +226,8 @@ def evaluate(cfg: PipelineConfig) -> Container:
         "evaluate",
         "evaluate",
         args=[
-            "--workspace", WORKSPACE,
+            "--workspace",
+            WORKSPACE,
         ],  # fmt: skip
         outputs=["gate-passed", "mlflow-run-id", "metrics"],
     )
@@ -235,8 +239,10 @@ def upload(cfg: PipelineConfig) -> Container:
         "upload",
         "upload",
         args=[
-            "--workspace", WORKSPACE,
-            "--run-id", "{{inputs.parameters.mlflow-run-id}}",
+            "--workspace",
+            WORKSPACE,
+            "--run-id",
+            "{{inputs.parameters.mlflow-run-id}}",
         ],  # fmt: skip
         inputs=["mlflow-run-id"],
         outputs=["model-uri", "manifest-digest"],
@@ -249,9 +255,12 @@ def register(cfg: PipelineConfig) -> Container:
         "register",
         "register",
         args=[
-            "--model-uri", "{{inputs.parameters.model-uri}}",
-            "--manifest-digest", "{{inputs.parameters.manifest-digest}}",
-            "--run-id", "{{inputs.parameters.mlflow-run-id}}",
+            "--model-uri",
+            "{{inputs.parameters.model-uri}}",
+            "--manifest-digest",
+            "{{inputs.parameters.manifest-digest}}",
+            "--run-id",
+            "{{inputs.parameters.mlflow-run-id}}",
         ],  # fmt: skip
         inputs=["model-uri", "manifest-digest", "mlflow-run-id"],
         outputs=["model-version"],
@@ -265,9 +274,12 @@ def rollout(cfg: PipelineConfig) -> Container:
         "rollout",
         "rollout",
         args=[
-            "--model-uri", "{{inputs.parameters.model-uri}}",
-            "--model-version", "{{inputs.parameters.model-version}}",
-            "--region", "{{inputs.parameters.region}}",
+            "--model-uri",
+            "{{inputs.parameters.model-uri}}",
+            "--model-version",
+            "{{inputs.parameters.model-version}}",
+            "--region",
+            "{{inputs.parameters.region}}",
         ],  # fmt: skip
         inputs=["model-uri", "model-version", "region"],
         outputs=["serving-url", "outcome"],
@@ -285,9 +297,12 @@ def exit_handler(cfg: PipelineConfig) -> Container:
         "exit-handler",
         "close_run",
         args=[
-            "--workflow-name", "{{workflow.name}}",
-            "--workflow-status", "{{workflow.status}}",
-            "--workspace", WORKSPACE,
+            "--workflow-name",
+            "{{workflow.name}}",
+            "--workflow-status",
+            "{{workflow.status}}",
+            "--workspace",
+            WORKSPACE,
         ],  # fmt: skip
         resources=k8s.EXIT_RESOURCES,
         # It runs whatever happened, build-image included: the submitted parameter is all it has.

@@ -101,17 +101,25 @@ def commit_to_build(git_repo: str, git_sha: str, branch: str) -> str:
     return git_sha
 
 
-def build_args(buildctl: list[str], git_repo: str, git_sha: str, dockerfile: str, image: str, metadata: Path) -> list[str]:
+def build_args(
+    buildctl: list[str], git_repo: str, git_sha: str, dockerfile: str, image: str, metadata: Path
+) -> list[str]:
     return [
         *buildctl,
         "build",
-        "--frontend", "dockerfile.v0",
-        "--opt", f"context={git_repo}#{git_sha}",
-        "--opt", f"filename={dockerfile}",
+        "--frontend",
+        "dockerfile.v0",
+        "--opt",
+        f"context={git_repo}#{git_sha}",
+        "--opt",
+        f"filename={dockerfile}",
         # The commit inside the image, beside the tag: a tag can be moved, the label travels with it.
-        "--opt", f"label:{REVISION_LABEL}={git_sha}",
-        "--output", f"type=image,name={image}:{git_sha},push=true",
-        "--metadata-file", str(metadata),
+        "--opt",
+        f"label:{REVISION_LABEL}={git_sha}",
+        "--output",
+        f"type=image,name={image}:{git_sha},push=true",
+        "--metadata-file",
+        str(metadata),
     ]
 
 
@@ -130,7 +138,9 @@ def read_digest(metadata: Path) -> str:
     try:
         digest = json.loads(metadata.read_text(encoding="utf-8"))["containerimage.digest"]
     except (OSError, json.JSONDecodeError, KeyError) as exc:
-        raise StepError(f"BuildKit metadata {metadata} has no containerimage.digest ({exc}); see the build log above") from None
+        raise StepError(
+            f"BuildKit metadata {metadata} has no containerimage.digest ({exc}); see the build log above"
+        ) from None
     if not str(digest).startswith("sha256:"):
         raise StepError(f"BuildKit reported an unexpected digest {digest!r}")
     return str(digest)
@@ -140,7 +150,9 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     del cfg  # loaded only to refuse a bad configuration before anything is built
     buildctl = buildctl_command()
     if buildctl is None:
-        print(f"build-image: skipped — no BuildKit here (local run uses the installed project); image digest: {LOCAL_DIGEST}")
+        print(
+            f"build-image: skipped — no BuildKit here (local run uses the installed project); image digest: {LOCAL_DIGEST}"
+        )
         return {"image-digest": LOCAL_DIGEST, "git-sha": args.git_sha}
     commit = commit_to_build(args.git_repo, args.git_sha, args.git_branch)
     metadata = Path(tempfile.mkdtemp(prefix="build-")) / "build-meta.json"

@@ -38,7 +38,11 @@ def read_source(cfg: PipelineConfig) -> Iterator[data.RawExample]:
     if s3.is_s3(source):
         bucket, key = s3.split_s3(source)
         try:
-            body = s3.client(cfg.storage.endpoint_url, cfg.storage.region).get_object(Bucket=bucket, Key=key)["Body"].read()
+            body = (
+                s3.client(cfg.storage.endpoint_url, cfg.storage.region)
+                .get_object(Bucket=bucket, Key=key)["Body"]
+                .read()
+            )
         except Exception as exc:  # botocore raises many types; the user needs the URI and the reason
             raise StepError(f"cannot read data.source {source}: {exc}. Check the URI and the S3 credentials.") from None
     else:
@@ -80,7 +84,9 @@ def prepare(cfg: PipelineConfig, out: Path) -> dict:
             )
     out.mkdir(parents=True, exist_ok=True)
     digests = {f"{name}.jsonl": _write_jsonl(out / f"{name}.jsonl", rows) for name, rows in splits.items()}
-    (out / "label_map.json").write_text(json.dumps({str(i): n for i, n in labels.items()}, ensure_ascii=False, indent=2))
+    (out / "label_map.json").write_text(
+        json.dumps({str(i): n for i, n in labels.items()}, ensure_ascii=False, indent=2)
+    )
     vocab_size = None
     if cfg.model.pretrained is None:
         vocab = data.build_vocab((t for t, _ in splits["train"]), cfg.data.vocab_min_freq, cfg.data.vocab_max_size)
@@ -96,7 +102,10 @@ def prepare(cfg: PipelineConfig, out: Path) -> dict:
         "examples": len(result.examples),
         "labels": {str(i): n for i, n in labels.items()},
         "splits": {
-            name: {"total": len(rows), "per_label": {labels[y]: n for y, n in sorted(Counter(y for _, y in rows).items())}}
+            name: {
+                "total": len(rows),
+                "per_label": {labels[y]: n for y, n in sorted(Counter(y for _, y in rows).items())},
+            }
             for name, rows in splits.items()
         },
         "vocab_size": vocab_size,
@@ -113,8 +122,13 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
     log.info(
         "prepared %d examples from %s (%d lines; %d duplicates, %d conflicting texts dropped): %s -> %s",
-        stats["examples"], stats["source"], stats["raw_lines"], stats["duplicates_dropped"],
-        stats["conflicts_dropped"], sizes, args.output,
+        stats["examples"],
+        stats["source"],
+        stats["raw_lines"],
+        stats["duplicates_dropped"],
+        stats["conflicts_dropped"],
+        sizes,
+        args.output,
     )
 
 

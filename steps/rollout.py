@@ -74,7 +74,9 @@ def run(
     """`registry`, `api` and `probe` stand in for MLflow, the Kubernetes API and HTTP in tests."""
     reg = registry or MlflowRegistry(cfg)
     if cfg.serving.target == "local":
-        outcome = rollout_local(cfg, args.model_uri, args.model_version, runner.home_dir(), reg, _common_args(args), probe)
+        outcome = rollout_local(
+            cfg, args.model_uri, args.model_version, runner.home_dir(), reg, _common_args(args), probe
+        )
     else:
         names = list(cfg.serving.regions) or [args.region or cfg.cluster.region]
         config_dir = Path(args.config).resolve().parent if args.config else None

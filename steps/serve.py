@@ -54,11 +54,15 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         # Integrity failures (objectstore.IntegrityError) are StepErrors: one line, exit 2.
         model.load()
     except FileNotFoundError as exc:
-        raise StepError(f"model files missing: {exc}. Check --model-uri/--model-dir points at an exported model.") from None
+        raise StepError(
+            f"model files missing: {exc}. Check --model-uri/--model-dir points at an exported model."
+        ) from None
     try:
         sock = serving.bind_socket(host, port)
     except OSError as exc:
-        raise StepError(f"cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 = any free).") from None
+        raise StepError(
+            f"cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 = any free)."
+        ) from None
     bound_port = sock.getsockname()[1]
     app = serving.create_app([model], cfg.serving.max_request_bytes)
     runner.log.info("serving model %s on http://%s:%d", name, host, bound_port)

@@ -71,7 +71,9 @@ def make_exported_model(
     corpus = texts or tuple(r["text"] for r in sentiment_rows())
     vocab_file = directory.parent / f".{directory.name}-vocab.txt"
     vocab_file.write_text("\n".join(data.build_vocab(corpus, 1, 8000)) + "\n", encoding="utf-8")
-    cfg = ModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_seq_len=max_seq_len)
+    cfg = ModelConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_seq_len=max_seq_len
+    )
     tokenizer = ernie.load_tokenizer(vocab_file)
     model = ernie.build_model(cfg, len(tokenizer.vocab), len(labels), tokenizer.pad_token_id)
     ernie.export(model, tokenizer, dict(enumerate(labels)), cfg, directory)

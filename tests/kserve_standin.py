@@ -86,7 +86,9 @@ class KServeStandIn:
                 self._reconcile(self.services[name])
 
     # -- the API
-    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> dict[str, Any]:
         assert (group, version, plural) == (isvc.GROUP, isvc.VERSION, isvc.PLURAL)
         if name not in self.services:
             raise ApiException(status=404, reason="Not Found")
@@ -98,13 +100,17 @@ class KServeStandIn:
         self._reconcile(svc)  # the controller works while the caller waits
         return seen
 
-    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]) -> None:
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
+    ) -> None:
         name = body["metadata"]["name"]
         assert name not in self.services, "create of an existing object"
         self.calls.append(("create", name))
         self._write(name, json.loads(json.dumps(body)))
 
-    def replace_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str, body: dict[str, Any]) -> None:
+    def replace_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: dict[str, Any]
+    ) -> None:
         assert body["metadata"]["resourceVersion"] == self.services[name].body["metadata"]["resourceVersion"]
         self.calls.append(("replace", name))
         self._write(name, json.loads(json.dumps(body)))
@@ -171,7 +177,14 @@ class KServeStandIn:
         if canary is not None and svc.latest_rolled_out:
             targets = [{"latestRevision": True, "percent": canary, **({"tag": "latest"} if tagged else {})}]
             if canary < 100:
-                targets.append({"revisionName": svc.latest_rolled_out, "latestRevision": False, "percent": 100 - canary, "tag": "prev"})
+                targets.append(
+                    {
+                        "revisionName": svc.latest_rolled_out,
+                        "latestRevision": False,
+                        "percent": 100 - canary,
+                        "tag": "prev",
+                    }
+                )
         else:
             targets = [{"latestRevision": True, "percent": 100, **({"tag": "latest"} if tagged else {})}]
         if targets != svc.ksvc_traffic:
@@ -234,7 +247,10 @@ class KServeStandIn:
         svc.status = {
             "observedGeneration": len(svc.revisions),
             "url": f"http://{name}.ns.example.com",
-            "conditions": [{"type": t, "status": "True" if ready else "Unknown"} for t in ("IngressReady", "PredictorReady", "Ready")],
+            "conditions": [
+                {"type": t, "status": "True" if ready else "Unknown"}
+                for t in ("IngressReady", "PredictorReady", "Ready")
+            ],
             "components": {"predictor": {"url": f"http://{name}-predictor.ns.example.com"}},
         }
         self.history.append((self.tick, name, {latest.template: 100} if ready else {}))

@@ -57,7 +57,9 @@ def _run(argv: list[str], owner: str | None, base: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, user=owner, cwd="/", check=False)
     if done.returncode != 0:
         logs = "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-2000:]}" for p in sorted(base.glob("*.log")))
-        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}{logs}")
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {done.returncode}: {done.stdout[-2000:]}{done.stderr[-2000:]}{logs}"
+        )
 
 
 @contextmanager
@@ -76,16 +78,48 @@ def postgres_server(bindir: Path, database: str = "mlflow", user: str = "mlflow"
     password = secrets.token_hex(12)
     started = False
     try:
-        _run([str(bindir / "initdb"), "-D", str(data), "-U", ADMIN, "-E", "UTF8", "--locale=C", "--no-sync",
-              "--auth-local=trust", "--auth-host=scram-sha-256"], owner, base)
+        _run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                ADMIN,
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+            ],
+            owner,
+            base,
+        )
         # Durability is irrelevant for a throwaway cluster; fsync off keeps MLflow's migrations fast.
         options = f"-h 127.0.0.1 -p {port} -k {base} -c fsync=off -c full_page_writes=off"
-        _run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "postgres.log"), "-o", options, "-w", "-t", "60",
-              "start"], owner, base)
+        _run(
+            [
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(base / "postgres.log"),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            owner,
+            base,
+        )
         started = True
         # autocommit: CREATE DATABASE cannot run inside a transaction.
         with psycopg.connect(host=str(base), port=port, user=ADMIN, dbname="postgres", autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(user), sql.Literal(password)))
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(user), sql.Literal(password))
+            )
             admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), sql.Identifier(user)))
         yield f"postgresql://{user}:{password}@127.0.0.1:{port}/{database}"
     finally:

@@ -61,7 +61,9 @@ def test_a_failed_signature_outputs_no_digest(tools: Path, tmp_path: Path, monke
     assert not (tmp_path / "image-digest").exists()
 
 
-def test_without_a_key_the_image_is_pushed_unsigned_with_a_warning(tools: Path, tmp_path: Path, monkeypatch, caplog) -> None:
+def test_without_a_key_the_image_is_pushed_unsigned_with_a_warning(
+    tools: Path, tmp_path: Path, monkeypatch, caplog
+) -> None:
     monkeypatch.delenv("COSIGN_PRIVATE_KEY", raising=False)
     assert build_image.main(_args(tmp_path)) == 0
     assert "cosign" not in tools.read_text()

@@ -77,7 +77,13 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     train_metrics = _scrape(f"http://127.0.0.1:{port}/metrics", TRAIN_STEP, time.monotonic() + 600, proc)
     output, _ = proc.communicate(timeout=900)
     summary = json.loads((workdir / "last-run.json").read_text(encoding="utf-8"))
-    yield {"workdir": workdir, "code": proc.returncode, "output": output, "summary": summary, "train_metrics": train_metrics}
+    yield {
+        "workdir": workdir,
+        "code": proc.returncode,
+        "output": output,
+        "summary": summary,
+        "train_metrics": train_metrics,
+    }
     subprocess.run([sys.executable, "-m", "paddle_mlops.cli", "serve", "stop", "--workdir", str(workdir)], check=False)
 
 

@@ -101,7 +101,16 @@ def test_restricted_pod_security(cfg: PipelineConfig, region: RegionConfig) -> N
         assert ctx["capabilities"]["drop"] == ["ALL"] and "add" not in ctx["capabilities"]
         assert ctx["runAsNonRoot"] is True and ctx["seccompProfile"]["type"] == "RuntimeDefault"
         assert "privileged" not in ctx
-    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+    allowed_volumes = {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
     for volume in predictor["volumes"]:
         assert set(volume) - {"name"} <= allowed_volumes
     assert not any(predictor.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
@@ -113,7 +122,9 @@ def test_gpu_region_annotations_and_secrets(cfg: PipelineConfig, region: RegionC
     resources = predictor["containers"][0]["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == "1"
     assert predictor["nodeSelector"] == {"region": "cn-east", "gpu-type": "v100", "cost-tier": "spot"}
-    assert {"key": "cost-tier", "operator": "Equal", "value": "spot", "effect": "NoSchedule"} in predictor["tolerations"]
+    assert {"key": "cost-tier", "operator": "Equal", "value": "spot", "effect": "NoSchedule"} in predictor[
+        "tolerations"
+    ]
     ann = body["metadata"]["annotations"]
     assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == "8080"
     assert ann["prometheus.io/path"] == "/metrics"
@@ -151,13 +162,24 @@ def test_pin_image() -> None:
 # --------------------------------------------------------------------------- the image build step
 
 
-def test_build_image_without_buildkit_outputs_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_image_without_buildkit_outputs_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from steps import build_image
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("BUILDKIT_HOST", raising=False)
     out = tmp_path / "image-digest"
-    args = ["--git-repo", "https://git.example/p.git", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--image", "r.io/p/train", "--outputs-dir", str(tmp_path)]
+    args = [
+        "--git-repo",
+        "https://git.example/p.git",
+        "--git-sha",
+        "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b",
+        "--image",
+        "r.io/p/train",
+        "--outputs-dir",
+        str(tmp_path),
+    ]
     assert build_image.main(args) == 0
     assert out.read_text() == "local"
     assert "skipped — no BuildKit here" in capsys.readouterr().out
@@ -178,7 +200,16 @@ def test_build_image_drives_buildctl_and_reads_the_digest(tmp_path: Path, monkey
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     out = tmp_path / "image-digest"
-    args = ["--git-repo", "https://git.example/p.git", "--git-sha", "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b", "--image", "r.io/p/train", "--outputs-dir", str(tmp_path)]
+    args = [
+        "--git-repo",
+        "https://git.example/p.git",
+        "--git-sha",
+        "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b",
+        "--image",
+        "r.io/p/train",
+        "--outputs-dir",
+        str(tmp_path),
+    ]
     assert build_image.main(args) == 0
     assert out.read_text() == DIGEST
     recorded = calls.read_text()

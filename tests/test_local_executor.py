@@ -46,17 +46,40 @@ def _doc(gate_value: str = "true", fail_second: bool = False) -> dict:
                                 "template": "publish",
                                 "depends": "check",
                                 "when": "{{tasks.check.outputs.parameters.ok}} == true",
-                                "arguments": {"parameters": [{"name": "msg", "value": "{{tasks.first.outputs.parameters.msg}}"}]},
+                                "arguments": {
+                                    "parameters": [{"name": "msg", "value": "{{tasks.first.outputs.parameters.msg}}"}]
+                                },
                             },
-                            {"name": "first", "template": "first", "arguments": {"parameters": [{"name": "g", "value": "{{workflow.parameters.greeting}}"}]}},
+                            {
+                                "name": "first",
+                                "template": "first",
+                                "arguments": {
+                                    "parameters": [{"name": "g", "value": "{{workflow.parameters.greeting}}"}]
+                                },
+                            },
                             {"name": "check", "template": "check", "depends": "first"},
                         ]
                     },
                 },
-                _container("first", [WRITE, "/tmp/outputs/msg", "{{inputs.parameters.g}}-{{workflow.name}}"], ["g"], {"msg": "/tmp/outputs/msg"}),
+                _container(
+                    "first",
+                    [WRITE, "/tmp/outputs/msg", "{{inputs.parameters.g}}-{{workflow.name}}"],
+                    ["g"],
+                    {"msg": "/tmp/outputs/msg"},
+                ),
                 _container("check", [second, "/tmp/outputs/ok", gate_value], [], {"ok": "/tmp/outputs/ok"}),
-                _container("publish", [WRITE, "/tmp/outputs/out", "{{inputs.parameters.msg}}"], ["msg"], {"out": "/tmp/outputs/out"}),
-                _container("exit-handler", [WRITE, "/tmp/outputs/status", "{{workflow.status}}"], [], {"status": "/tmp/outputs/status"}),
+                _container(
+                    "publish",
+                    [WRITE, "/tmp/outputs/out", "{{inputs.parameters.msg}}"],
+                    ["msg"],
+                    {"out": "/tmp/outputs/out"},
+                ),
+                _container(
+                    "exit-handler",
+                    [WRITE, "/tmp/outputs/status", "{{workflow.status}}"],
+                    [],
+                    {"status": "/tmp/outputs/status"},
+                ),
             ],
         },
     }
@@ -64,7 +87,14 @@ def _doc(gate_value: str = "true", fail_second: bool = False) -> dict:
 
 def _executor(tmp_path: Path, doc: dict, project_root: Path, **kw: Any) -> LocalExecutor:
     cfg = load_config(project_root / "configs/pipeline.yaml", "local")
-    opts = RunOptions(config_path=project_root / "configs/pipeline.yaml", env="local", overrides=[], workdir=tmp_path, git_sha="abc", **kw)
+    opts = RunOptions(
+        config_path=project_root / "configs/pipeline.yaml",
+        env="local",
+        overrides=[],
+        workdir=tmp_path,
+        git_sha="abc",
+        **kw,
+    )
     return LocalExecutor(cfg, doc, opts, Console(file=open(tmp_path / "console.txt", "w"), width=200))
 
 
@@ -143,11 +173,15 @@ def test_only_reuses_previous_outputs(tmp_path: Path, project_root: Path) -> Non
         (["training.topology=ps"], ["--run_mode", "ps", "--server_num", "1", "--trainer_num", "2"]),
     ],
 )
-def test_paddlejob_becomes_a_local_launch(tmp_path: Path, project_root: Path, sets: list[str], expected: list[str]) -> None:
+def test_paddlejob_becomes_a_local_launch(
+    tmp_path: Path, project_root: Path, sets: list[str], expected: list[str]
+) -> None:
     from pipelines import train_deploy
 
     cfg = load_config(project_root / "configs/pipeline.yaml", "local", sets)
-    opts = RunOptions(config_path=project_root / "configs/pipeline.yaml", env="local", overrides=sets, workdir=tmp_path, git_sha="abc")
+    opts = RunOptions(
+        config_path=project_root / "configs/pipeline.yaml", env="local", overrides=sets, workdir=tmp_path, git_sha="abc"
+    )
     executor = LocalExecutor(cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w")))
     train = next(t for t in executor.workflow.tasks if t.name == "train")
     assert train.kind == "resource"
@@ -174,8 +208,16 @@ def test_parameter_server_jobs_use_the_ps_interpreter(
     first = {}
     for sets in ([], ["training.topology=ps"]):
         cfg = load_config(project_root / "configs/pipeline.yaml", "local", sets)
-        opts = RunOptions(config_path=project_root / "configs/pipeline.yaml", env="local", overrides=sets, workdir=tmp_path, git_sha="abc")
-        executor = LocalExecutor(cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w")))
+        opts = RunOptions(
+            config_path=project_root / "configs/pipeline.yaml",
+            env="local",
+            overrides=sets,
+            workdir=tmp_path,
+            git_sha="abc",
+        )
+        executor = LocalExecutor(
+            cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w"))
+        )
         executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
         train = next(t for t in executor.workflow.tasks if t.name == "train")
         first[bool(sets)] = executor.command_for(train)[0]

@@ -67,7 +67,14 @@ def _seed_store(workdir: Path) -> tuple[str, str]:
 
 def _chromium(browser: str, profile: Path, *args: str) -> str:
     out = subprocess.run(
-        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,1400", "--virtual-time-budget=20000", *args],
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            "--window-size=1400,1400",
+            "--virtual-time-budget=20000",
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=180,

@@ -50,7 +50,9 @@ def make_model(path: Path, seed: str = "a", big: int = 0) -> Path:
 
 def publish(model: Path, store, version="v1", **kw):
     root, endpoint = store
-    return objectstore.publish(model, root, "ernie", version, {"git_sha": "abc"}, endpoint_url=endpoint, progress=False, **kw)
+    return objectstore.publish(
+        model, root, "ernie", version, {"git_sha": "abc"}, endpoint_url=endpoint, progress=False, **kw
+    )
 
 
 def object_key(root: str, sha: str) -> str:
@@ -251,7 +253,9 @@ def test_publisher_killed_mid_upload_leaves_no_manifest_and_the_next_run_complet
     sizes = {o["Key"].rsplit("/", 1)[-1]: o["Size"] for o in listed}
     big_sha = objectstore.sha256_file(model / "big.bin")
     assert big_sha not in sizes
-    result = objectstore.publish(model, root, "ernie", "v1", {"git_sha": "abc"}, endpoint_url=s3_endpoint, progress=False)
+    result = objectstore.publish(
+        model, root, "ernie", "v1", {"git_sha": "abc"}, endpoint_url=s3_endpoint, progress=False
+    )
     assert result.bytes_sent >= 96 * MiB
     out = objectstore.fetch(result.model_uri, tmp_path / "out", s3_endpoint)
     assert (out / "big.bin").read_bytes() == (model / "big.bin").read_bytes()

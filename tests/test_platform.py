@@ -18,7 +18,6 @@ KUBERNETES_VERSION = "1.30.0"
 CRD_GROUPS = ("argoproj.io/", "kyverno.io/")
 
 
-
 @pytest.fixture(scope="module")
 def cfg():
     return load_config()

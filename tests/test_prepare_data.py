@@ -17,7 +17,16 @@ CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
 
 def run(out: Path, *overrides: str) -> int:
     return prepare_data.main(
-        ["--config", CONFIG, "--env", "local", "--output", str(out), "--overrides", json.dumps([*TINY_OVERRIDES, *overrides])]
+        [
+            "--config",
+            CONFIG,
+            "--env",
+            "local",
+            "--output",
+            str(out),
+            "--overrides",
+            json.dumps([*TINY_OVERRIDES, *overrides]),
+        ]
     )
 
 
@@ -76,7 +85,9 @@ def test_user_csv_with_int_labels(tmp_path: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=["review", "stars"])
         writer.writeheader()
         for i, row in enumerate(sentiment_rows()):
-            writer.writerow({"review": f"  {row['text']}\t好 ", "stars": 10 if row["label"] == "positive" else 2 + (i // 2) % 2})
+            writer.writerow(
+                {"review": f"  {row['text']}\t好 ", "stars": 10 if row["label"] == "positive" else 2 + (i // 2) % 2}
+            )
     out = tmp_path / "data"
     assert run(out, f"data.source={src}", "data.text_field=review", "data.label_field=stars") == 0
     # CSV values are strings, but integer-like labels still sort numerically
@@ -93,7 +104,12 @@ def test_user_jsonl_dedupes_and_drops_conflicts(tmp_path: Path) -> None:
     out = tmp_path / "data"
     assert run(out, f"data.source={src}") == 0
     stats = json.loads((out / "stats.json").read_text())
-    assert (stats["raw_lines"], stats["duplicates_dropped"], stats["conflicts_dropped"], stats["examples"]) == (70, 5, 1, 63)
+    assert (stats["raw_lines"], stats["duplicates_dropped"], stats["conflicts_dropped"], stats["examples"]) == (
+        70,
+        5,
+        1,
+        63,
+    )
 
 
 @pytest.mark.parametrize(

@@ -43,8 +43,15 @@ def save_pretrained(ws: Path, directory: Path) -> dict[str, np.ndarray]:
     from steps.runtime import ernie
 
     tokenizer = ernie.load_tokenizer(ws / "data" / "vocab.txt")
-    config = ErnieConfig(vocab_size=len(tokenizer.vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)
+    config = ErnieConfig(
+        vocab_size=len(tokenizer.vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+    )
     model = ErnieModel(config)  # a backbone, as published: the classifier head is new at fine-tuning
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
@@ -52,8 +59,13 @@ def save_pretrained(ws: Path, directory: Path) -> dict[str, np.ndarray]:
 
 
 def train_pretrained(ws: Path, location: str, dump: Path, *overrides: str) -> dict:
-    args = [*common(f"model.pretrained={location}", "training.max_steps=2", "training.learning_rate=0.00001", *overrides),
-            "--workspace", str(ws), "--dump-params", str(dump)]
+    args = [
+        *common(f"model.pretrained={location}", "training.max_steps=2", "training.learning_rate=0.00001", *overrides),
+        "--workspace",
+        str(ws),
+        "--dump-params",
+        str(dump),
+    ]
     assert train.main(args) == 0
     return json.loads((ws / "model" / "model_config.json").read_text())
 

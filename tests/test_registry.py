@@ -37,9 +37,24 @@ def mlflow_server(tmp_path_factory):
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log = open(tmp / "server.log", "wb")
     proc = subprocess.Popen(
-        [str(VENV_BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{tmp}/m.db",
-         "--default-artifact-root", str(tmp / "art"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        [
+            str(VENV_BIN / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp}/m.db",
+            "--default-artifact-root",
+            str(tmp / "art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 240
@@ -130,7 +145,8 @@ def test_run_left_running_by_a_killed_step_is_closed_failed(env, capsys):
     workflow = f"train-deploy-{uuid.uuid4().hex[:6]}"
     step = subprocess.Popen(
         [sys.executable, "-W", "ignore", "-c", _STARTS_RUN, cfg.mlflow.experiment, workflow],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         killed_run = step.stdout.readline().strip()

@@ -169,17 +169,42 @@ def _bad_requests(rng: random.Random, limits: serving.Limits) -> list[tuple[str,
         elif kind == 9:  # v2: wrong datatype / shape / data
             tensor: dict[str, Any] = {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["ok"]}
             field, value = rng.choice(
-                [("datatype", "FP32"), ("datatype", "INT64"), ("shape", [3]), ("shape", [1, 2]), ("data", [1]),
-                 ("data", [["x"]]), ("data", []), ("data", [None])]
+                [
+                    ("datatype", "FP32"),
+                    ("datatype", "INT64"),
+                    ("shape", [3]),
+                    ("shape", [1, 2]),
+                    ("data", [1]),
+                    ("data", [["x"]]),
+                    ("data", []),
+                    ("data", [None]),
+                ]
             )
             tensor[field] = value
             if field == "data" and value == []:
                 tensor["shape"] = [0]
             out.append((V2, {"json": {"inputs": [tensor]}}))
         elif kind == 10:  # v2: no inputs, two inputs, not a list
-            out.append((V2, {"json": rng.choice([{"inputs": []}, {"inputs": "x"}, {}, {"inputs": [
-                {"name": "a", "shape": [1], "datatype": "BYTES", "data": ["x"]},
-                {"name": "b", "shape": [1], "datatype": "BYTES", "data": ["y"]}]}])}))
+            out.append(
+                (
+                    V2,
+                    {
+                        "json": rng.choice(
+                            [
+                                {"inputs": []},
+                                {"inputs": "x"},
+                                {},
+                                {
+                                    "inputs": [
+                                        {"name": "a", "shape": [1], "datatype": "BYTES", "data": ["x"]},
+                                        {"name": "b", "shape": [1], "datatype": "BYTES", "data": ["y"]},
+                                    ]
+                                },
+                            ]
+                        )
+                    },
+                )
+            )
         else:  # v1 body sent with a non-JSON content type
             out.append((V1, {"content": b'{"instances": ["x"]}', "headers": {"content-type": "text/plain"}}))
     return out
@@ -219,9 +244,11 @@ def test_metrics_expose_documented_names_with_sane_values() -> None:
 
     before = asyncio.run(_scrape(app))
     after = asyncio.run(go())
-    assert metric(after, SERVING_REQUESTS_TOTAL, protocol="v1", code="200") - metric(
-        before, SERVING_REQUESTS_TOTAL, protocol="v1", code="200"
-    ) == 3
+    assert (
+        metric(after, SERVING_REQUESTS_TOTAL, protocol="v1", code="200")
+        - metric(before, SERVING_REQUESTS_TOTAL, protocol="v1", code="200")
+        == 3
+    )
     assert metric(after, SERVING_REQUESTS_TOTAL, protocol="v1", code="400") >= 1
     assert metric(after, SERVING_ERRORS_TOTAL, reason="invalid_input") >= 1
     assert metric(after, f"{SERVING_REQUEST_LATENCY_SECONDS}_count", protocol="v1") >= 4
@@ -299,7 +326,10 @@ def test_health_endpoints() -> None:
 
     async def go() -> list[int]:
         async with client(app) as c:
-            return [(await c.get(p)).status_code for p in ("/v2/health/live", "/v2/health/ready", f"/v1/models/{NAME}", "/v1/models/nope")]
+            return [
+                (await c.get(p)).status_code
+                for p in ("/v2/health/live", "/v2/health/ready", f"/v1/models/{NAME}", "/v1/models/nope")
+            ]
 
     assert asyncio.run(go()) == [200, 200, 200, 404]
 
@@ -314,7 +344,10 @@ def test_v1_predict_route_keeps_kserve_answers_for_unknown_and_not_ready_models(
 
     async def go() -> list[httpx.Response]:
         async with client(app) as c:
-            return [await c.post(f"/v1/models/{name}:predict", json={"instances": ["好"]}) for name in ("nope", "loading", NAME)]
+            return [
+                await c.post(f"/v1/models/{name}:predict", json={"instances": ["好"]})
+                for name in ("nope", "loading", NAME)
+            ]
 
     unknown, not_ready, ok = asyncio.run(go())
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
@@ -351,14 +384,22 @@ def test_v1_fast_path_answers_as_kserve_does_and_times_kserve_stages_others_go_t
     ours = serving.ErnieModel(NAME, cfg, model_dir=".", classifier_factory=lambda _d, _c: fake)
     ours.load()
     app = serving.create_app([ours, Echo()], cfg.max_request_bytes)
-    cloudevent = {"ce-specversion": "1.0", "ce-type": "predict", "ce-source": "test", "ce-id": "1",
-                  "content-type": "application/json"}
+    cloudevent = {
+        "ce-specversion": "1.0",
+        "ce-type": "predict",
+        "ce-source": "test",
+        "ce-id": "1",
+        "content-type": "application/json",
+    }
 
     async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response, str]:
         async with client(app) as c:
             fast = await c.post(V1, json={"instances": ["好", "坏"]})
-            charset = await c.post(V1, content=json.dumps({"instances": ["好"]}),
-                                   headers={"content-type": "application/json; charset=utf-8"})
+            charset = await c.post(
+                V1,
+                content=json.dumps({"instances": ["好"]}),
+                headers={"content-type": "application/json; charset=utf-8"},
+            )
             assert charset.status_code == 200, charset.text
             via_kserve = await c.post(V1, content=json.dumps({"instances": ["好", "坏"]}), headers=cloudevent)
             echo = await c.post("/v1/models/echo:predict", json={"instances": ["x"]})
@@ -481,7 +522,10 @@ def test_a_lone_request_runs_on_the_loop_thread_and_batches_on_the_model_thread(
     assert threads[0] == (1, loop_thread)
     assert threads[1][0] == 4 and threads[1][1].startswith("model")
     # Work that must match the batches' conditions runs on that same model thread.
-    assert batcher.run_on_model_thread(lambda n: (n, threading.current_thread().name), 7).result(5) == (7, threads[1][1])
+    assert batcher.run_on_model_thread(lambda n: (n, threading.current_thread().name), 7).result(5) == (
+        7,
+        threads[1][1],
+    )
 
 
 def test_serving_inline_lone_requests_false_keeps_every_model_call_off_the_loop_thread() -> None:

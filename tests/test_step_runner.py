@@ -104,8 +104,12 @@ def test_env_defaults_apply_only_when_unset(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PROBE_SET", "mine")
     monkeypatch.delenv("PROBE_UNSET", raising=False)
     seen = {}
-    step = Step("probe", "A probe.", lambda cfg, args: seen.update(os.environ), env_defaults={"PROBE_SET": "d",
-                                                                                               "PROBE_UNSET": "d"})
+    step = Step(
+        "probe",
+        "A probe.",
+        lambda cfg, args: seen.update(os.environ),
+        env_defaults={"PROBE_SET": "d", "PROBE_UNSET": "d"},
+    )
     step.main(_argv(tmp_path))
     assert seen["PROBE_SET"] == "mine" and seen["PROBE_UNSET"] == "d"
 

@@ -93,7 +93,8 @@ def test_gpu_room_reads_client_models_and_dicts():
 
 def test_dry_run_prints_a_valid_workflow_without_api_calls(capsys):
     assert (
-        sub.main(["train-deploy", "-p", "git-sha=abc", "-p", "git-repo=https://x/y.git", "--dry-run"], api=NoApi()) == EXIT_OK
+        sub.main(["train-deploy", "-p", "git-sha=abc", "-p", "git-repo=https://x/y.git", "--dry-run"], api=NoApi())
+        == EXIT_OK
     )
     doc = yaml.safe_load(capsys.readouterr().out)
     workflow = Workflow.model_validate(doc)

@@ -47,15 +47,38 @@ def make_workspace(path: Path) -> Path:
 
 def run_upload(ws: str, out: Path, *extra: str) -> int:
     return upload.main(
-        ["--env", "local", "--git-sha", GIT_SHA, "--workspace", ws, "--run-id", RUN_ID,
-         "--outputs-dir", str(out), *extra]
+        [
+            "--env",
+            "local",
+            "--git-sha",
+            GIT_SHA,
+            "--workspace",
+            ws,
+            "--run-id",
+            RUN_ID,
+            "--outputs-dir",
+            str(out),
+            *extra,
+        ]
     )
 
 
 def run_register(model_uri: str, digest: str, out: Path) -> int:
     return register.main(
-        ["--env", "local", "--git-sha", GIT_SHA, "--model-uri", model_uri, "--manifest-digest", digest,
-         "--run-id", "", "--outputs-dir", str(out)]
+        [
+            "--env",
+            "local",
+            "--git-sha",
+            GIT_SHA,
+            "--model-uri",
+            model_uri,
+            "--manifest-digest",
+            digest,
+            "--run-id",
+            "",
+            "--outputs-dir",
+            str(out),
+        ]
     )
 
 

@@ -21,16 +21,18 @@ UPSTREAM_DEFAULTS = {"kubernetes.podspec-nodeselector": "disabled", "kubernetes.
 def refused_fields(predictor: dict[str, Any], flags: dict[str, str]) -> set[str]:
     """Gated fields the predictor sets that the flags leave disabled (what the webhook refuses)."""
     effective = {**UPSTREAM_DEFAULTS, **flags}
-    return {field for field, flag in knative.FIELD_FLAGS.items() if predictor.get(field) and effective[flag] == "disabled"}
+    return {
+        field for field, flag in knative.FIELD_FLAGS.items() if predictor.get(field) and effective[flag] == "disabled"
+    }
 
 
 @pytest.fixture(scope="module")
 def predictors() -> list[dict[str, Any]]:
     cfg = default_compile_config()
     return [
-        isvc.build_inference_service(cfg, region, "s3://models/m/v1", "registry.example.com/serve@sha256:" + "0" * 64, "1")[
-            "spec"
-        ]["predictor"]
+        isvc.build_inference_service(
+            cfg, region, "s3://models/m/v1", "registry.example.com/serve@sha256:" + "0" * 64, "1"
+        )["spec"]["predictor"]
         for region in load_regions().values()
     ]
 

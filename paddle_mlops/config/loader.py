@@ -126,7 +126,9 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], source
             got = err.get("input")
             shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
             lines.append(f"'{path}': {err['msg']}{shown}.")
-    return f"Invalid configuration in {sources}: " + " ".join(lines) + " Fix the value in that file or the --set option."
+    return (
+        f"Invalid configuration in {sources}: " + " ".join(lines) + " Fix the value in that file or the --set option."
+    )
 
 
 def validate(model: type[M], data: dict[str, Any], sources: str) -> M:

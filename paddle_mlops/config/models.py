@@ -56,7 +56,8 @@ class ModelConfig(Strict):
     """ERNIE sequence classifier: pretrained weights, or a small configuration trained from scratch."""
 
     pretrained: str | None = Field(
-        None, description="directory or s3:// prefix holding PaddleNLP ERNIE weights + tokenizer; None trains from scratch"
+        None,
+        description="directory or s3:// prefix holding PaddleNLP ERNIE weights + tokenizer; None trains from scratch",
     )
     hidden_size: int = Field(128, gt=0)
     num_hidden_layers: int = Field(2, gt=0)
@@ -76,7 +77,9 @@ class ModelConfig(Strict):
 class PaddleJobConfig(Strict):
     """How the cluster runs training: which operator, how many workers, how long it may wait."""
 
-    operator: Literal["kubeflow", "paddle"] = Field("kubeflow", description="kubeflow.org/v1 or batch.paddlepaddle.org/v1")
+    operator: Literal["kubeflow", "paddle"] = Field(
+        "kubeflow", description="kubeflow.org/v1 or batch.paddlepaddle.org/v1"
+    )
     workers: int = Field(2, ge=1)
     ps_replicas: int = Field(0, ge=0, description="> 0 selects parameter-server mode")
     gpus_per_worker: int = Field(1, ge=0)
@@ -90,7 +93,8 @@ class PaddleJobConfig(Strict):
     queue: str = "default"
     clean_pod_policy: Literal["None", "Running", "All"] = "Running"
     paddle_operator_init_container: bool = Field(
-        True, description="the Paddle operator adds its coord-paddle init container (its default; not with --initImage=)"
+        True,
+        description="the Paddle operator adds its coord-paddle init container (its default; not with --initImage=)",
     )
 
     @model_validator(mode="after")
@@ -116,7 +120,9 @@ class TrainingConfig(Strict):
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     max_steps: int | None = Field(None, gt=0, description="stop after this many optimizer steps (tests, smoke runs)")
     seed: int = 42
-    nproc: int = Field(2, ge=1, description="local data-parallel processes (paddle.distributed.launch --nproc_per_node)")
+    nproc: int = Field(
+        2, ge=1, description="local data-parallel processes (paddle.distributed.launch --nproc_per_node)"
+    )
     topology: Literal["collective", "ps"] = "collective"
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0 disables")
     amp: Literal["off", "fp16", "bf16"] = "off"
@@ -137,22 +143,30 @@ class StorageConfig(Strict):
     """Object store for published models; a local directory unless an S3 URI is given."""
 
     uri: str = Field("local", description="'local' (<workdir>/store), a directory, or s3://bucket/prefix")
-    endpoint_url: str | None = Field(None, description="S3 endpoint (MinIO in production); env S3_ENDPOINT_URL overrides")
+    endpoint_url: str | None = Field(
+        None, description="S3 endpoint (MinIO in production); env S3_ENDPOINT_URL overrides"
+    )
     region: str = "us-east-1"
-    credentials_secret: str = Field("minio-credentials", description="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+    credentials_secret: str = Field(
+        "minio-credentials", description="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    )
     workspace: str = Field(
         "s3://paddle-mlops/runs", description="where steps exchange data and models on the cluster (per workflow)"
     )
 
 
 class MLflowConfig(Strict):
-    tracking_uri: str | None = Field(None, description="None: sqlite:///<workdir>/mlflow.db; env MLFLOW_TRACKING_URI overrides")
+    tracking_uri: str | None = Field(
+        None, description="None: sqlite:///<workdir>/mlflow.db; env MLFLOW_TRACKING_URI overrides"
+    )
     experiment: str = "ernie-sentiment"
     registered_model: str = "ernie-sentiment"
 
 
 class ServingConfig(Strict):
-    target: Literal["kserve", "local"] = Field("kserve", description="kserve: InferenceService on the cluster; local: a model server process on this machine")
+    target: Literal["kserve", "local"] = Field(
+        "kserve", description="kserve: InferenceService on the cluster; local: a model server process on this machine"
+    )
     model_name: str = Field("ernie-sentiment", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535, description="0 picks a free port")
@@ -221,7 +235,9 @@ class ClusterConfig(Strict):
     retrain_repository: str = Field(
         "https://git.example.com/ml/paddle-mlops.git", description="git URL (https) the scheduled retrain builds from"
     )
-    retrain_branch: str = Field("main", min_length=1, description="branch whose head commit the scheduled retrain builds")
+    retrain_branch: str = Field(
+        "main", min_length=1, description="branch whose head commit the scheduled retrain builds"
+    )
 
 
 class TriggerConfig(Strict):

@@ -41,7 +41,9 @@ class Task:
             return "container"
         if "resource" in self.template:
             return "resource"
-        raise DagError(f"task {self.name!r}: template {self.template.get('name')!r} is neither a container nor a resource")
+        raise DagError(
+            f"task {self.name!r}: template {self.template.get('name')!r} is neither a container nor a resource"
+        )
 
     @property
     def output_paths(self) -> dict[str, str]:

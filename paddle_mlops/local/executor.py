@@ -198,17 +198,20 @@ class LocalExecutor:
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         started = time.monotonic()
         self.console.print(f"[bold cyan]▶ {task.name}[/]  [dim]{' '.join(cmd)}[/]", highlight=False)
-        with open(log_path, "w", encoding="utf-8") as log, subprocess.Popen(
-            cmd,
-            cwd=PROJECT_ROOT,
-            env=self._env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            bufsize=1,
-        ) as proc:
+        with (
+            open(log_path, "w", encoding="utf-8") as log,
+            subprocess.Popen(
+                cmd,
+                cwd=PROJECT_ROOT,
+                env=self._env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            ) as proc,
+        ):
             assert proc.stdout is not None
             for line in proc.stdout:
                 line = line.rstrip("\n")
@@ -321,7 +324,9 @@ class LocalExecutor:
                 for r in results
             ],
             "exit_handler": None if exit_result is None else {"status": exit_result.status, "log": exit_result.log},
-            "failed_step": None if not failed else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
+            "failed_step": None
+            if not failed
+            else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
             "metrics": {k: metrics.get(k) for k in ("accuracy", "macro_f1")} | {"all": metrics},
             "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
             "model_uri": found["model_uri"],

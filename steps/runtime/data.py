@@ -213,7 +213,9 @@ def read_split(path: Path) -> list[tuple[str, int]]:
                 row = json.loads(line)
                 out.append((row["text"], int(row["label"])))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                raise StepError(f"{path} line {number} is not a {{'text', 'label'}} object; rerun prepare-data.") from None
+                raise StepError(
+                    f"{path} line {number} is not a {{'text', 'label'}} object; rerun prepare-data."
+                ) from None
     return out
 
 

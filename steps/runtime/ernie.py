@@ -35,7 +35,9 @@ from paddle_mlops.config.models import ModelConfig  # noqa: E402
 INPUT_NAMES = ("input_ids", "token_type_ids")
 
 
-def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_token_id: int = 0) -> ErnieForSequenceClassification:
+def build_model(
+    model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_token_id: int = 0
+) -> ErnieForSequenceClassification:
     """A small ERNIE classifier initialised from scratch (local runs and tests)."""
     config = ErnieConfig(
         vocab_size=vocab_size,
@@ -60,7 +62,9 @@ def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
     try:
         directory = workspace.stage_in(location, endpoint_url=endpoint_url)
     except FileNotFoundError as exc:
-        raise StepError(f"model.pretrained {location}: {exc}. Point it at a directory of PaddleNLP ERNIE weights.") from None
+        raise StepError(
+            f"model.pretrained {location}: {exc}. Point it at a directory of PaddleNLP ERNIE weights."
+        ) from None
     if not (directory / "config.json").is_file():
         raise StepError(
             f"model.pretrained {location} has no config.json; save the model with save_pretrained() into that location."
@@ -158,10 +162,14 @@ class ExportedClassifier:
             if not (self.model_dir / name).is_file():
                 raise StepError(f"{self.model_dir} has no {name}; it is not a model exported by the train step.")
         self.model_config = json.loads((self.model_dir / "model_config.json").read_text(encoding="utf-8"))
-        self.labels = {int(k): v for k, v in json.loads((self.model_dir / "label_map.json").read_text(encoding="utf-8")).items()}
+        self.labels = {
+            int(k): v for k, v in json.loads((self.model_dir / "label_map.json").read_text(encoding="utf-8")).items()
+        }
         self.max_seq_len = int(self.model_config["max_seq_len"])
         self.tokenizer = ErnieTokenizer.from_pretrained(str(self.model_dir))
-        config = paddle.inference.Config(str(self.model_dir / "inference.json"), str(self.model_dir / "inference.pdiparams"))
+        config = paddle.inference.Config(
+            str(self.model_dir / "inference.json"), str(self.model_dir / "inference.pdiparams")
+        )
         if use_gpu:
             config.enable_use_gpu(256, 0)
         else:
@@ -197,5 +205,7 @@ class ExportedClassifier:
         out = []
         for row in probs:
             best = int(row.argmax())
-            out.append({"label": self.labels[best], "probabilities": {self.labels[i]: float(p) for i, p in enumerate(row)}})
+            out.append(
+                {"label": self.labels[best], "probabilities": {self.labels[i]: float(p) for i, p in enumerate(row)}}
+            )
         return out

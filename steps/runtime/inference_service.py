@@ -105,7 +105,9 @@ def build_inference_service(
 ) -> dict[str, Any]:
     """The InferenceService for `model_uri` in `region`; `canary_percent` sends that share to it (Serverless)."""
     if canary_percent is not None and cfg.serving.deployment_mode != "Serverless":
-        raise ValueError("canaryTrafficPercent needs deploymentMode Serverless; RawDeployment uses a <name>-canary service")
+        raise ValueError(
+            "canaryTrafficPercent needs deploymentMode Serverless; RawDeployment uses a <name>-canary service"
+        )
     predictor = _predictor(cfg, region, _container(cfg, model_uri, image))
     if canary_percent is not None:
         predictor["canaryTrafficPercent"] = canary_percent
@@ -124,16 +126,24 @@ def _container(cfg: PipelineConfig, model_uri: str, image: str) -> dict[str, Any
         "image": image,
         "command": ["python", "-m", "steps.serve"],
         "args": [
-            "--model-uri", model_uri,
-            "--host", "0.0.0.0",
-            "--port", str(SERVING_PORT),
-            "--model-name", serving.model_name,
-            "--overrides", "[]",
+            "--model-uri",
+            model_uri,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(SERVING_PORT),
+            "--model-name",
+            serving.model_name,
+            "--overrides",
+            "[]",
         ],
         "ports": [{"containerPort": SERVING_PORT, "name": "http1", "protocol": "TCP"}],
         "env": _env(cfg),
         "resources": _resources(cfg),
-        "readinessProbe": {"httpGet": {"path": f"/v1/models/{serving.model_name}", "port": SERVING_PORT}, "periodSeconds": 5},
+        "readinessProbe": {
+            "httpGet": {"path": f"/v1/models/{serving.model_name}", "port": SERVING_PORT},
+            "periodSeconds": 5,
+        },
         "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": SERVING_PORT}, "periodSeconds": 15},
         "securityContext": _security_context_container(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
@@ -151,7 +161,9 @@ def _predictor(cfg: PipelineConfig, region: RegionConfig, container: dict[str, A
     }
 
 
-def _metadata(cfg: PipelineConfig, region: RegionConfig, model_uri: str, model_version: str, name: str) -> dict[str, Any]:
+def _metadata(
+    cfg: PipelineConfig, region: RegionConfig, model_uri: str, model_version: str, name: str
+) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": cfg.serving.model_name, **PART_OF, "paddle-mlops/region": region.name}
     if model_version:
         labels["paddle-mlops/model-version"] = str(model_version)

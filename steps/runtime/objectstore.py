@@ -348,7 +348,9 @@ def publish(
     with _progress(progress, sum(f["size"] for f in todo), f"upload {model_name}/{version}") as advance:
         for f in todo:
             key = f"{OBJECTS}/{f['sha256']}"
-            _with_retries(f"upload {f['path']}", partial(backend.put_file, local / f["path"], key, f["sha256"], advance))
+            _with_retries(
+                f"upload {f['path']}", partial(backend.put_file, local / f["path"], key, f["sha256"], advance)
+            )
             if not backend.has_object(key, f["size"], f["sha256"]):
                 raise IntegrityError(f"{f['path']} did not verify after upload to {root}/{key}; run again")
             bytes_sent += f["size"]
@@ -377,7 +379,9 @@ def read_manifest(model_uri: str, endpoint_url: str | None = None) -> dict[str, 
     except json.JSONDecodeError:
         raise IntegrityError(f"{model_uri}/{MANIFEST} is not valid JSON") from None
     if manifest.get("schema") != SCHEMA:
-        raise StepError(f"{model_uri}/{MANIFEST} has schema {manifest.get('schema')!r}; this code reads schema {SCHEMA}")
+        raise StepError(
+            f"{model_uri}/{MANIFEST} has schema {manifest.get('schema')!r}; this code reads schema {SCHEMA}"
+        )
     return manifest
 
 

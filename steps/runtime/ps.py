@@ -115,11 +115,15 @@ def run(cfg: PipelineConfig, data_dir: Path, out_dir: Path) -> dict[str, Any] | 
     labels = data.read_label_map(data_dir / "label_map.json")
     # fleet's PS passes rewrite legacy ProgramDescs; Paddle 3's default PIR programs are not supported there
     with paddle.pir_utils.OldIrGuard():
-        main, startup, loss = build_program(len(tokenizer.vocab), len(labels), cfg.training.learning_rate, tokenizer.pad_token_id)
+        main, startup, loss = build_program(
+            len(tokenizer.vocab), len(labels), cfg.training.learning_rate, tokenizer.pad_token_id
+        )
         return _serve_or_train(cfg, data_dir, out_dir, tokenizer, main, startup, loss)
 
 
-def _serve_or_train(cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenizer: Any, main: Any, startup: Any, loss: Any) -> dict[str, Any] | None:
+def _serve_or_train(
+    cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenizer: Any, main: Any, startup: Any, loss: Any
+) -> dict[str, Any] | None:
     import paddle
     from paddle.distributed import fleet
 
@@ -151,7 +155,9 @@ def _serve_or_train(cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenize
             if len(losses) >= limit:
                 break
             input_ids, _ = ernie.pad_batch([ids[i] for i in indices], tokenizer.pad_token_id)
-            (value,) = exe.run(main, feed={"input_ids": input_ids.reshape(-1, 1), "label": targets[indices]}, fetch_list=[loss])
+            (value,) = exe.run(
+                main, feed={"input_ids": input_ids.reshape(-1, 1), "label": targets[indices]}, fetch_list=[loss]
+            )
             losses.append(float(np.asarray(value)))
     fleet.barrier_worker()  # every trainer has sent its last gradients
     if fleet.is_first_worker():
@@ -159,11 +165,20 @@ def _serve_or_train(cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenize
         # PaddleJob) waits for every process: without this, run_server() never returns.
         fleet.fleet._runtime_handle._worker.stop_server()
     fleet.stop_worker()
-    summary = {"topology": "ps", "trainers": fleet.worker_num(), "steps": len(losses),
-               "first_loss": float(np.mean(losses[:3])), "last_loss": float(np.mean(losses[-3:]))}
+    summary = {
+        "topology": "ps",
+        "trainers": fleet.worker_num(),
+        "steps": len(losses),
+        "first_loss": float(np.mean(losses[:3])),
+        "last_loss": float(np.mean(losses[-3:])),
+    }
     if fleet.is_first_worker():
         (out_dir / "model").mkdir(parents=True, exist_ok=True)
         (out_dir / "model" / "ps_training.json").write_text(json.dumps(summary, indent=2))
-        log.info("parameter-server training: loss %.4f -> %.4f over %d steps", summary["first_loss"],
-                 summary["last_loss"], summary["steps"])
+        log.info(
+            "parameter-server training: loss %.4f -> %.4f over %d steps",
+            summary["first_loss"],
+            summary["last_loss"],
+            summary["steps"],
+        )
     return summary

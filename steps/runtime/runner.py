@@ -118,9 +118,7 @@ def _fail(message: str, code: int) -> int:
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="pipeline YAML (default: configs/pipeline.yaml)")
     parser.add_argument("--env", default=None, help="environment overlay: local, dev or prod")
-    parser.add_argument(
-        "--overrides", default="[]", help='JSON list of "a.b=c" overrides, as the workflow passes them'
-    )
+    parser.add_argument("--overrides", default="[]", help='JSON list of "a.b=c" overrides, as the workflow passes them')
     parser.add_argument("--git-sha", default=os.environ.get("GIT_SHA", "unknown"), help="commit being built")
 
 
@@ -168,4 +166,3 @@ class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = {"ts": self.formatTime(record), "level": record.levelname, "msg": record.getMessage(), **self.fields}
         return json.dumps(line, ensure_ascii=False)
-
