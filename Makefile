@@ -40,6 +40,7 @@ test: install lint ps-env
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/paddle-mlops compile --check
 
 compile: install

@@ -20,9 +20,9 @@ swamp a serving overhead of a few per cent. Sharing the predictor and the thread
 serving path to measure.
 
 On a shared machine the speed of every contender dips for a few seconds at a time (other guests;
-docs/benchmarks.md gives the size of the dips), so the contenders are interleaved as finely as each measurement allows: batch-1
-latency one request at a time, each contender in turn, so that a dip falls on all three alike;
-throughput in many short rounds whose order rotates, with a pause before each round for the
+docs/benchmarks.md gives the size of the dips), so the contenders are interleaved as finely as each
+measurement allows: batch-1 latency one request at a time, each contender in turn, so that a dip falls
+on all three alike; throughput in many short rounds whose order rotates, with a pause before each round for the
 previous contender's OpenMP threads to stop spinning. Each contender's texts/s is the median of its
 rounds, and the throughput ratio is the median over the rotations of its round's texts/s over the
 in-process round's in the same rotation (a rotation caught in a dip is an outlier, not half the
@@ -275,7 +275,8 @@ class HttpContender:
         self._send(json.dumps({"instances": list(texts)}, ensure_ascii=False).encode())
 
     def open(self, text: str) -> None:
-        """A fresh keep-alive connection (servers close idle ones after a few seconds), opened by one untimed request."""
+        """A fresh keep-alive connection (servers close idle ones after a few seconds), opened by one untimed
+        request."""
         self.conn.close()
         self._post(text)
 
@@ -765,7 +766,8 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
         "baseline_total_throughput_ratio": base.total_throughput / inproc.total_throughput,
     }
     print(
-        f"latency ratio: {figures['latency_ratio']:.3f}  (target <= 1.05; baseline {figures['baseline_latency_ratio']:.3f})"
+        f"latency ratio: {figures['latency_ratio']:.3f}  (target <= 1.05; baseline "
+        f"{figures['baseline_latency_ratio']:.3f})"
     )
     print(
         f"throughput ratio: {figures['throughput_ratio']:.3f}  (target >= 0.95; baseline "

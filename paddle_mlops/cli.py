@@ -113,12 +113,16 @@ def _add_local_services(sub: argparse._SubParsersAction) -> None:
 def _add_preflight(sub: argparse._SubParsersAction) -> None:
     pre = sub.add_parser(
         "preflight",
-        help="check a live cluster is ready for the install set (versions, CRDs, namespaces, secrets); exit 1 on findings",
+        help=(
+            "check a live cluster is ready for the install set (versions, CRDs, namespaces, secrets); exit 1 on "
+            "findings"
+        ),
         description=(
             "Read the cluster through the Kubernetes API and report one line per check, with a fix for each finding: "
             "Kubernetes and controller versions against the supported matrix, the CRDs the install set uses, namespace "
             "Pod Security labels, the Argo executor securityContext, Knative's feature flags for the predictors, the "
-            "Secrets it references (names only) and the EventBus version. Exit 0 when ready, 1 with findings, 2 on bad usage or an unreachable cluster."
+            "Secrets it references (names only) and the EventBus version. Exit 0 when ready, 1 with findings, 2 on "
+            "bad usage or an unreachable cluster."
         ),
     )
     pre.add_argument("--context", default=None, help="kubeconfig context (default: the current context)")

@@ -150,7 +150,10 @@ def parse_params(items: Sequence[str]) -> dict[str, str]:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="paddle-mlops submit",
-        description="Submit a run of a WorkflowTemplate (like `argo submit --from workflowtemplate/NAME`) after checking the GPU quota.",
+        description=(
+            "Submit a run of a WorkflowTemplate (like `argo submit --from workflowtemplate/NAME`) after checking "
+            "the GPU quota."
+        ),
     )
     p.add_argument("template", nargs="?", default="train-deploy", help="WorkflowTemplate name (default train-deploy)")
     p.add_argument(

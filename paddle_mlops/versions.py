@@ -82,7 +82,8 @@ MATRIX: dict[str, Component] = {
             "1.15.0",
             "1.21.0",
             "knative/serving",
-            "revision traffic splitting behind canaryTrafficPercent (KServe 0.20 builds on knative.dev/serving v0.48 = 1.21)",
+            "revision traffic splitting behind canaryTrafficPercent (KServe 0.20 builds on knative.dev/serving "
+            "v0.48 = 1.21)",
         ),
         Component(
             "kyverno",

@@ -70,7 +70,8 @@ def _named(kind: str, field: str, name: str, known: dict[str, Any]) -> Any:
     """`configs/<kind>s/<name>.yaml`, loaded; an unknown name is a config error naming the field."""
     if name not in known:
         raise ConfigError(
-            f"{field} '{name}' has no file configs/{kind}s/{name}.yaml. Known {kind}s: {', '.join(sorted(known)) or 'none'}."
+            f"{field} '{name}' has no file configs/{kind}s/{name}.yaml. "
+            f"Known {kind}s: {', '.join(sorted(known)) or 'none'}."
         )
     return known[name]
 

@@ -151,7 +151,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     buildctl = buildctl_command()
     if buildctl is None:
         print(
-            f"build-image: skipped — no BuildKit here (local run uses the installed project); image digest: {LOCAL_DIGEST}"
+            "build-image: skipped — no BuildKit here (local run uses the installed project); image digest: "
+            f"{LOCAL_DIGEST}"
         )
         return {"image-digest": LOCAL_DIGEST, "git-sha": args.git_sha}
     commit = commit_to_build(args.git_repo, args.git_sha, args.git_branch)

@@ -80,7 +80,8 @@ def prepare(cfg: PipelineConfig, out: Path) -> dict:
         if not rows:
             raise StepError(
                 f"the {name} split is empty: {len(result.examples)} examples are too few for "
-                f"dev_fraction={cfg.data.dev_fraction}, test_fraction={cfg.data.test_fraction}. Add data or raise the fraction."
+                f"dev_fraction={cfg.data.dev_fraction}, test_fraction={cfg.data.test_fraction}. Add data or raise "
+                "the fraction."
             )
     out.mkdir(parents=True, exist_ok=True)
     digests = {f"{name}.jsonl": _write_jsonl(out / f"{name}.jsonl", rows) for name, rows in splits.items()}

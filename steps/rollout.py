@@ -52,7 +52,8 @@ def resolve_regions(cfg: PipelineConfig, names: Sequence[str], config_dir: Path 
     missing = [n for n in names if n not in known]
     if missing:
         raise StepError(
-            f"unknown region(s) {', '.join(missing)}; known regions: {', '.join(sorted(known)) or 'none'} (configs/regions/)"
+            f"unknown region(s) {', '.join(missing)}; known regions: {', '.join(sorted(known)) or 'none'} "
+            "(configs/regions/)"
         )
     return [known[n] for n in names]
 

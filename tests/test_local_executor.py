@@ -13,7 +13,10 @@ from paddle_mlops.config import load_config
 from paddle_mlops.local.dag import DagError, Scope, evaluate_when, load_workflow
 from paddle_mlops.local.executor import LocalExecutor, RunOptions
 
-WRITE = "import sys, pathlib; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); p.write_text(sys.argv[2])"
+WRITE = (
+    "import sys, pathlib; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); "
+    "p.write_text(sys.argv[2])"
+)
 
 
 def _container(name: str, args: list[str], inputs: list[str] = (), outputs: dict[str, str] | None = None) -> dict:

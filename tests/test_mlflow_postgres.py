@@ -138,7 +138,8 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, timeout_s:
             pass
         if time.monotonic() > deadline:
             pytest.fail(
-                f"mlflow server not healthy at {url} after {timeout_s:.0f} s:\n{log.read_text(errors='replace')[-3000:]}"
+                f"mlflow server not healthy at {url} after {timeout_s:.0f} "
+                f"s:\n{log.read_text(errors='replace')[-3000:]}"
             )
         time.sleep(0.3)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,19 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
 ALLOWED: dict[str, tuple[str, ...]] = {"steps": STEPS_MAY_IMPORT}
 
 
-def test_ruff_is_clean() -> None:
+@pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["lint", "format"])
+def test_ruff_is_clean(command: list[str]) -> None:
+    """Lint rules and formatting (line length 120, pyproject.toml [tool.ruff]), as `make lint` runs them."""
     ruff = Path(sys.executable).parent / "ruff"
-    result = subprocess.run([str(ruff), "check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([str(ruff), *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_line_length_is_enforced() -> None:
+    """E501 is not ignored: `ruff format` cannot wrap long strings and comments, the lint rule catches them."""
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
+    assert ruff["line-length"] == 120
+    assert "E501" not in ruff["lint"].get("ignore", []) and "E" in ruff["lint"]["select"]
 
 
 def imported_modules(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:

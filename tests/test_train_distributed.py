@@ -156,7 +156,10 @@ def test_ps_topology_on_a_build_without_the_parameter_server_is_a_user_error(
 def test_parameter_server_training_lowers_the_loss(env: dict[str, str], tmp_path: Path) -> None:
     python = ps_python()
     if python is None:
-        message = "no paddlepaddle with the parameter server: run `make ps-env` (make test does) or set PADDLE_MLOPS_PS_PYTHON"
+        message = (
+            "no paddlepaddle with the parameter server: run `make ps-env` (make test does) or set "
+            "PADDLE_MLOPS_PS_PYTHON"
+        )
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

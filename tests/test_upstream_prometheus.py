@@ -152,8 +152,9 @@ def store_for(monitoring: list[dict[str, Any]], cfg: PipelineConfig, dcgm_honor:
     argo_monitor = _monitor(monitoring, "argo-workflow-controller")
     if argo_monitor["kind"] == "ServiceMonitor":
         endpoint = argo_monitor["spec"]["endpoints"][0]
-        targets = [{"namespace": CONTROLLER_NAMESPACE, "pod": FREE, "container": FREE, "service": "workflow-controller-metrics",
-                    "job": "workflow-controller-metrics", "endpoint": "metrics", "instance": FREE}]  # fmt: skip
+        targets = [{"namespace": CONTROLLER_NAMESPACE, "pod": FREE, "container": FREE,
+                    "service": "workflow-controller-metrics", "job": "workflow-controller-metrics",
+                    "endpoint": "metrics", "instance": FREE}]  # fmt: skip
     else:
         endpoint = argo_monitor["spec"]["podMetricsEndpoints"][0]
         targets = pod_monitor_targets(argo_monitor, argo_containers())

@@ -18,7 +18,9 @@ import jsonschema
 # required keys.
 ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
     "EventSourceSpec": (
-        "amqp azureEventsHub azureQueueStorage azureServiceBus bitbucket bitbucketserver calendar emitter eventBusName file generic gerrit github gitlab hdfs kafka minio mns mqtt nats nsq pubSub pulsar redis redisStream replicas resource service sftp slack sns sqs storageGrid stripe template webhook",
+        "amqp azureEventsHub azureQueueStorage azureServiceBus bitbucket bitbucketserver calendar emitter "
+        "eventBusName file generic gerrit github gitlab hdfs kafka minio mns mqtt nats nsq pubSub pulsar redis "
+        "redisStream replicas resource service sftp slack sns sqs storageGrid stripe template webhook",
         {
             "github": "*GithubEventSource",
             "service": "Service",
@@ -38,7 +40,9 @@ ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
         (),
     ),
     "JetStreamBus": (
-        "affinity containerTemplate imagePullSecrets maxPayload metadata metricsContainerTemplate nodeSelector persistence priority priorityClassName reloaderContainerTemplate replicas securityContext serviceAccountName settings startArgs streamConfig tolerations version",
+        "affinity containerTemplate imagePullSecrets maxPayload metadata metricsContainerTemplate nodeSelector "
+        "persistence priority priorityClassName reloaderContainerTemplate replicas securityContext "
+        "serviceAccountName settings startArgs streamConfig tolerations version",
         {
             "containerTemplate": "ContainerTemplate",
             "metricsContainerTemplate": "ContainerTemplate",
@@ -58,7 +62,8 @@ ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
         (),
     ),
     "Template": (
-        "affinity container imagePullSecrets metadata nodeSelector priority priorityClassName securityContext serviceAccountName tolerations volumes",
+        "affinity container imagePullSecrets metadata nodeSelector priority priorityClassName securityContext "
+        "serviceAccountName tolerations volumes",
         {"container": "Container"},
         (),
     ),
@@ -73,7 +78,8 @@ ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
         (),
     ),
     "GithubEventSource": (
-        "active apiToken contentType deleteHookOnFinish events filter githubApp githubBaseURL githubUploadURL id insecure metadata organizations owner repositories repository webhook webhookSecret",
+        "active apiToken contentType deleteHookOnFinish events filter githubApp githubBaseURL githubUploadURL id "
+        "insecure metadata organizations owner repositories repository webhook webhookSecret",
         {"repositories": "OwnedRepositories"},
         ("events",),
     ),
@@ -113,7 +119,8 @@ ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
         (),
     ),
     "TriggerTemplate": (
-        "argoWorkflow awsLambda azureEventHubs azureServiceBus conditions conditionsReset custom email http k8s kafka log name nats openWhisk pulsar slack",
+        "argoWorkflow awsLambda azureEventHubs azureServiceBus conditions conditionsReset custom email http k8s "
+        "kafka log name nats openWhisk pulsar slack",
         {"argoWorkflow": "ArgoWorkflowTrigger", "k8s": "StandardK8STrigger"},
         ("name",),
     ),

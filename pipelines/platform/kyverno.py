@@ -101,7 +101,9 @@ def latest_rule(namespaces: list[str]) -> dict[str, Any]:
         "name": "refuse-latest-or-untagged",
         "match": _match(namespaces),
         "validate": {
-            "message": "Image {{ element.image }} is not pinned: use a version tag or an @sha256 digest, never ':latest'.",
+            "message": (
+                "Image {{ element.image }} is not pinned: use a version tag or an @sha256 digest, never ':latest'."
+            ),
             "foreach": [
                 {
                     "list": ALL_CONTAINERS,

@@ -73,7 +73,8 @@ def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
 def rollout_rules() -> list[dict[str, Any]]:
     return [
         TASK_RESULTS,
-        # steps/runtime/kserve_rollout.py KServeRollout: get, create, replace (= update), delete; it polls, never watches.
+        # steps/runtime/kserve_rollout.py KServeRollout: get, create, replace (= update), delete; it polls,
+        # never watches.
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices"],

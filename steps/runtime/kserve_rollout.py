@@ -90,7 +90,8 @@ class KServeRollout:
                 return obj
             if self.clock() >= deadline:
                 raise RolloutFailed(
-                    f"InferenceService {self.ns}/{name}: {what} not reached within {self.cfg.serving.ready_timeout_seconds}s"
+                    f"InferenceService {self.ns}/{name}: {what} not reached within "
+                    f"{self.cfg.serving.ready_timeout_seconds}s"
                 )
             self.sleep(self.poll)
 
