@@ -12,6 +12,7 @@ from boto3.s3.transfer import TransferConfig
 
 from steps.runtime import objectstore, s3
 from steps.runtime.objectstore import AlreadyPublishedError, IntegrityError
+from steps.runtime.objectstore.manifest import file_entries
 from steps.runtime.runner import StepError
 from tests.s3server import moto_s3_server
 
@@ -174,7 +175,7 @@ def test_concurrent_publishers_of_one_version_exactly_one_wins(tmp_path, store):
     assert "already published by another publisher" in str(losers[0])
     manifest = objectstore.read_manifest(winners[0].model_uri, store[1])
     winner_model = models[outcomes.index(winners[0])]
-    assert manifest["files"] == objectstore._files(winner_model)
+    assert manifest["files"] == file_entries(winner_model)
 
 
 def test_multipart_upload_is_verified(tmp_path, s3_endpoint, monkeypatch):

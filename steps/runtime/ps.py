@@ -124,15 +124,37 @@ def run(cfg: PipelineConfig, data_dir: Path, out_dir: Path) -> dict[str, Any] | 
 def _serve_or_train(
     cfg: PipelineConfig, data_dir: Path, out_dir: Path, tokenizer: Any, main: Any, startup: Any, loss: Any
 ) -> dict[str, Any] | None:
-    import paddle
     from paddle.distributed import fleet
-
-    from steps.runtime import ernie
 
     if fleet.is_server():
         fleet.init_server()
         fleet.run_server()  # returns when the trainers have stopped
         return None
+    exe = _start_worker(startup)
+    losses = _train_steps(cfg, data_dir, tokenizer, exe, main, loss)
+    fleet.barrier_worker()  # every trainer has sent its last gradients
+    if fleet.is_first_worker():
+        # Paddle 3.0's stop_worker() no longer tells the servers to stop, and the launcher (like a
+        # PaddleJob) waits for every process: without this, run_server() never returns.
+        fleet.fleet._runtime_handle._worker.stop_server()
+    fleet.stop_worker()
+    summary = {
+        "topology": "ps",
+        "trainers": fleet.worker_num(),
+        "steps": len(losses),
+        "first_loss": float(np.mean(losses[:3])),
+        "last_loss": float(np.mean(losses[-3:])),
+    }
+    if fleet.is_first_worker():
+        _write_summary(out_dir, summary)
+    return summary
+
+
+def _start_worker(startup: Any) -> Any:
+    """A CPU executor that has run `startup`, its trainer registered with every (listening) server."""
+    import paddle
+    from paddle.distributed import fleet
+
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(startup)
     # init_worker pushes the dense parameters to the servers before it waits for them to listen
@@ -140,6 +162,15 @@ def _serve_or_train(
     # servers fails with "push dense param failed": wait for every server endpoint first.
     wait_for_servers(fleet.server_endpoints(), SERVER_WAIT_S)
     fleet.init_worker()
+    return exe
+
+
+def _train_steps(cfg: PipelineConfig, data_dir: Path, tokenizer: Any, exe: Any, main: Any, loss: Any) -> list[float]:
+    """Run this trainer's share of `train.jsonl` for the configured epochs (or max_steps); the losses."""
+    from paddle.distributed import fleet
+
+    from steps.runtime import ernie
+
     rows = data.read_split(data_dir / "train.jsonl")
     ids = ernie.encode(tokenizer, [t for t, _ in rows], cfg.model.max_seq_len)
     targets = np.array([y for _, y in rows], dtype="int64").reshape(-1, 1)
@@ -159,26 +190,15 @@ def _serve_or_train(
                 main, feed={"input_ids": input_ids.reshape(-1, 1), "label": targets[indices]}, fetch_list=[loss]
             )
             losses.append(float(np.asarray(value)))
-    fleet.barrier_worker()  # every trainer has sent its last gradients
-    if fleet.is_first_worker():
-        # Paddle 3.0's stop_worker() no longer tells the servers to stop, and the launcher (like a
-        # PaddleJob) waits for every process: without this, run_server() never returns.
-        fleet.fleet._runtime_handle._worker.stop_server()
-    fleet.stop_worker()
-    summary = {
-        "topology": "ps",
-        "trainers": fleet.worker_num(),
-        "steps": len(losses),
-        "first_loss": float(np.mean(losses[:3])),
-        "last_loss": float(np.mean(losses[-3:])),
-    }
-    if fleet.is_first_worker():
-        (out_dir / "model").mkdir(parents=True, exist_ok=True)
-        (out_dir / "model" / "ps_training.json").write_text(json.dumps(summary, indent=2))
-        log.info(
-            "parameter-server training: loss %.4f -> %.4f over %d steps",
-            summary["first_loss"],
-            summary["last_loss"],
-            summary["steps"],
-        )
-    return summary
+    return losses
+
+
+def _write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
+    (out_dir / "model").mkdir(parents=True, exist_ok=True)
+    (out_dir / "model" / "ps_training.json").write_text(json.dumps(summary, indent=2))
+    log.info(
+        "parameter-server training: loss %.4f -> %.4f over %d steps",
+        summary["first_loss"],
+        summary["last_loss"],
+        summary["steps"],
+    )
