@@ -60,6 +60,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
 from paddle_mlops.config.models import ServingConfig
 from steps.runtime.processes import stop_group
 
@@ -92,9 +93,7 @@ TINY = Shape(hidden=32, layers=1, heads=2, intermediate=64, vocab=2_000, seq_len
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.serving", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser("serving", __doc__)
     parser.add_argument(
         "--requests", type=int, default=None, help="batch-1 requests per contender (default 320; 24 with --quick)"
     )
@@ -108,12 +107,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--max-batch-size", type=int, default=None, help="our server's serving.max_batch_size")
     parser.add_argument("--max-wait-ms", type=float, default=None, help="our server's serving.max_wait_ms")
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, few requests")
-    parser.add_argument("--json", dest="json_out", default=None, help="also write the results to this JSON file")
     # Internal: the host process that loads the model and serves it.
     parser.add_argument("--host-model", metavar="MODEL_DIR", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--reply-fd", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    args = parse_benchmark_args(parser, argv, quick_help="smoke run: tiny model, few requests")
     if args.requests is None:
         args.requests = 24 if args.quick else 320
     if args.cpu_threads is None:
@@ -818,8 +815,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except RuntimeError as exc:
             print(f"[benchmarks.serving] error: {exc}", file=sys.stderr)
             return 1
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(results, indent=2), encoding="utf-8")
+    write_results(args.json_out, results)
     return 0
 
 

@@ -13,7 +13,6 @@ same content under a new version, to show that neither sends a byte.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess
@@ -25,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
+
 MIB = 1024 * 1024
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -35,16 +36,12 @@ BUCKET = "bench-models"
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.upload", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser("upload", __doc__)
     parser.add_argument(
         "--size-mib", type=int, default=None, help="size of the params file (default 256; 8 with --quick)"
     )
     parser.add_argument("--rounds", type=int, default=2, help="alternating publish/put rounds (default 2)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: small model, small parts")
-    parser.add_argument("--json", dest="json_out", default=None, help="also write the results to this JSON file")
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    args = parse_benchmark_args(parser, argv, quick_help="smoke run: small model, small parts")
     if args.size_mib is None:
         args.size_mib = 8 if args.quick else 256
     if args.size_mib < 1 or args.rounds < 1:
@@ -219,8 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
         figures = measure(args, Path(tmp))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    write_results(args.json_out, figures)
     return 0
 
 

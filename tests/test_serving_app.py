@@ -1,0 +1,107 @@
+"""The model server as a whole: metrics, health endpoints, recovery after a model failure, the CLI and its socket."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paddle_mlops.contracts import (
+    SERVING_BATCH_SIZE,
+    SERVING_ERRORS_TOTAL,
+    SERVING_REQUEST_LATENCY_SECONDS,
+    SERVING_REQUESTS_TOTAL,
+)
+from steps.runtime import serving
+from tests.serving_fixtures import (  # noqa: F401 — quiet_kserve is autouse
+    NAME,
+    V1,
+    FakeClassifier,
+    app_for,
+    client,
+    fake_app,
+    fake_model,
+    metric,
+    quiet_kserve,
+    scrape,
+)
+
+
+def test_metrics_expose_documented_names_with_sane_values() -> None:
+    app, _ = fake_app()
+
+    async def go() -> str:
+        async with client(app) as c:
+            for _ in range(3):
+                assert (await c.post(V1, json={"instances": ["a", "b"]})).status_code == 200
+            assert (await c.post(V1, json={"instances": 5})).status_code == 400
+            return (await c.get("/metrics")).text
+
+    before = asyncio.run(scrape(app))
+    after = asyncio.run(go())
+    assert (
+        metric(after, SERVING_REQUESTS_TOTAL, protocol="v1", code="200")
+        - metric(before, SERVING_REQUESTS_TOTAL, protocol="v1", code="200")
+        == 3
+    )
+    assert metric(after, SERVING_REQUESTS_TOTAL, protocol="v1", code="400") >= 1
+    assert metric(after, SERVING_ERRORS_TOTAL, reason="invalid_input") >= 1
+    assert metric(after, f"{SERVING_REQUEST_LATENCY_SECONDS}_count", protocol="v1") >= 4
+    assert metric(after, f"{SERVING_REQUEST_LATENCY_SECONDS}_sum", protocol="v1") > 0
+    assert metric(after, f"{SERVING_BATCH_SIZE}_sum") - metric(before, f"{SERVING_BATCH_SIZE}_sum") == 6
+
+
+def test_model_failure_is_a_5xx_and_the_next_request_succeeds() -> None:
+    calls = {"n": 0}
+
+    class Flaky(FakeClassifier):
+        def predict(self, texts: list[str]) -> list[dict[str, Any]]:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise RuntimeError("boom")
+            return super().predict(texts)
+
+    model = fake_model(classifier=Flaky())
+    model.load()
+    app = app_for(model)
+
+    async def go() -> tuple[int, int]:
+        async with client(app) as c:
+            first = await c.post(V1, json={"instances": ["a"]})
+            second = await c.post(V1, json={"instances": ["a"]})
+            return first.status_code, second.status_code
+
+    assert asyncio.run(go()) == (500, 200)
+
+
+def test_health_endpoints() -> None:
+    app, _ = fake_app()
+
+    async def go() -> list[int]:
+        async with client(app) as c:
+            return [
+                (await c.get(p)).status_code
+                for p in ("/v2/health/live", "/v2/health/ready", f"/v1/models/{NAME}", "/v1/models/nope")
+            ]
+
+    assert asyncio.run(go()) == [200, 200, 200, 404]
+
+
+def test_serve_cli_bad_model_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from steps import serve
+
+    assert serve.main(["--model-dir", str(tmp_path), "--port", "0"]) == 2
+    assert "not a model exported by the train step" in capsys.readouterr().err
+    assert serve.main(["--port", "0"]) == 2
+
+
+def test_listening_socket_disables_nagle() -> None:
+    # Without TCP_NODELAY a keep-alive response's body waits for the client's delayed ACK (~40 ms).
+    sock = serving.bind_socket("127.0.0.1", 0)
+    try:
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        sock.close()

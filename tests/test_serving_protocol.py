@@ -1,0 +1,162 @@
+"""The model server's predict routes: V1 and V2 on a tiny real export, and the V1 fast path answering as KServe does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from paddle_mlops.config.models import ServingConfig
+from steps.runtime import serving
+from tests.serving_fixtures import (  # noqa: F401 — quiet_kserve is autouse
+    NAME,
+    V1,
+    V2,
+    FakeClassifier,
+    app_for,
+    client,
+    fake_model,
+    metric,
+    quiet_kserve,
+    scrape,
+    shared_tiny_export,
+)
+
+# A binary-mode CloudEvent: kserve's DataPlane answers it with a CloudEvent.
+CLOUDEVENT_HEADERS = {
+    "ce-specversion": "1.0",
+    "ce-type": "predict",
+    "ce-source": "test",
+    "ce-id": "1",
+    "content-type": "application/json",
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    return shared_tiny_export()
+
+
+@pytest.mark.slow
+def test_v1_and_v2_predict_on_tiny_exported_model(tiny_model_dir: Path) -> None:
+    cfg = ServingConfig()
+    model = serving.ErnieModel(NAME, cfg, model_dir=str(tiny_model_dir))
+    model.load()
+    app = serving.create_app([model], cfg.max_request_bytes)
+    texts = ["这个手机质量很好", "太差了"]
+
+    async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with client(app) as c:
+            v1 = await c.post(V1, json={"instances": texts})
+            v2 = await c.post(V2, json={"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": texts}]})
+            ready = await c.get(f"/v1/models/{NAME}")
+            return v1, v2, ready
+
+    v1, v2, ready = asyncio.run(go())
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert v1.status_code == 200, v1.text
+    preds = v1.json()["predictions"]
+    assert len(preds) == 2
+    for pred in preds:
+        assert set(pred["probabilities"]) == {"negative", "positive"}
+        assert pred["label"] == max(pred["probabilities"], key=pred["probabilities"].get)
+        assert sum(pred["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+    assert v2.status_code == 200, v2.text
+    outputs = {o["name"]: o for o in v2.json()["outputs"]}
+    assert outputs["label"]["datatype"] == "BYTES" and outputs["label"]["data"] == [p["label"] for p in preds]
+    probs = outputs["probabilities"]
+    assert probs["datatype"] == "FP32" and probs["shape"] == [2, 2]
+    labels = json.loads(probs["parameters"]["labels"])
+    for i, pred in enumerate(preds):
+        for j, label in enumerate(labels):
+            assert probs["data"][i * 2 + j] == pytest.approx(pred["probabilities"][label], abs=1e-5)
+
+
+def test_v1_predict_route_keeps_kserve_answers_for_unknown_and_not_ready_models() -> None:
+    fake = FakeClassifier()
+    ready = fake_model(classifier=fake)
+    ready.load()
+    app = app_for(ready, fake_model("loading", classifier=fake))
+
+    async def go() -> list[httpx.Response]:
+        async with client(app) as c:
+            return [
+                await c.post(f"/v1/models/{name}:predict", json={"instances": ["好"]})
+                for name in ("nope", "loading", NAME)
+            ]
+
+    unknown, not_ready, ok = asyncio.run(go())
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+    assert not_ready.status_code == 503 and "loading" in not_ready.json()["error"]
+    assert ok.status_code == 200 and ok.json()["predictions"][0]["label"] == "positive"
+    assert fake.calls == [1]
+
+
+def record_dataplane_infer(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the models whose requests go through kserve's DataPlane from now on."""
+    from kserve.protocol.dataplane import DataPlane
+
+    through_dataplane: list[str] = []
+    infer = DataPlane.infer
+
+    async def counting_infer(self: Any, model_name: str, *args: Any, **kwargs: Any) -> Any:
+        through_dataplane.append(model_name)
+        return await infer(self, model_name, *args, **kwargs)
+
+    monkeypatch.setattr(DataPlane, "infer", counting_infer)
+    return through_dataplane
+
+
+def echo_model() -> Any:
+    """A plain `kserve.Model` that echoes its instances: not ours, so kserve's own V1 handler must serve it."""
+    import kserve
+
+    class Echo(kserve.Model):
+        def __init__(self) -> None:
+            super().__init__("echo")
+            self.ready = True
+
+        def predict(self, payload: dict, headers: dict[str, str] | None = None) -> dict:
+            return {"predictions": payload["instances"]}
+
+    return Echo()
+
+
+def test_v1_fast_path_answers_as_kserve_does_and_times_kserve_stages_others_go_to_kserve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    through_dataplane = record_dataplane_infer(monkeypatch)
+    fake = FakeClassifier()
+    ours = fake_model(classifier=fake)
+    ours.load()
+    app = app_for(ours, echo_model())
+
+    async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response, str]:
+        async with client(app) as c:
+            fast = await c.post(V1, json={"instances": ["好", "坏"]})
+            charset = await c.post(
+                V1,
+                content=json.dumps({"instances": ["好"]}),
+                headers={"content-type": "application/json; charset=utf-8"},
+            )
+            assert charset.status_code == 200, charset.text
+            via_kserve = await c.post(V1, content=json.dumps({"instances": ["好", "坏"]}), headers=CLOUDEVENT_HEADERS)
+            echo = await c.post("/v1/models/echo:predict", json={"instances": ["x"]})
+            return fast, via_kserve, echo, (await c.get("/metrics")).text
+
+    before = asyncio.run(scrape(app))
+    fast, via_kserve, echo, after = asyncio.run(go())
+    assert fast.status_code == 200 and fast.headers["content-type"] == "application/json"
+    # a binary CloudEvent goes through kserve's DataPlane (it answers with a CloudEvent), to the same model
+    assert via_kserve.status_code == 200 and via_kserve.headers.get("ce-specversion") == "1.0"
+    assert json.loads(via_kserve.content)["predictions"] == fast.json()["predictions"]
+    assert len(fast.json()["predictions"]) == 2 and fake.calls == [2, 1, 2]
+    assert echo.status_code == 200 and echo.json() == {"predictions": ["x"]}
+    for stage in ("request_preprocess_seconds", "request_predict_seconds", "request_postprocess_seconds"):
+        assert metric(after, f"{stage}_count", model_name=NAME) - metric(before, f"{stage}_count", model_name=NAME) == 3
+    assert metric(after, "request_predict_seconds_count", model_name="echo") >= 1
+    assert through_dataplane == [NAME, "echo"]  # the plain JSON requests to ours skipped kserve's DataPlane
