@@ -84,3 +84,8 @@ def make_exported_model(
 def common(*overrides: str) -> list[str]:
     """The common step arguments for the tiny configuration, plus `overrides`."""
     return ["--config", CONFIG, "--env", "local", "--overrides", json.dumps([*TINY_OVERRIDES, *overrides])]
+
+
+def train_args(ws: Path, dump: Path, *overrides: str) -> list[str]:
+    """`steps.train` arguments: the tiny configuration plus `overrides`, workspace `ws`, parameters dumped to `dump`."""
+    return [*common(*overrides), "--workspace", str(ws), "--dump-params", str(dump)]

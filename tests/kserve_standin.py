@@ -164,42 +164,18 @@ class KServeStandIn:
         self.tick += 1
         for rev in svc.revisions:
             rev.ready = rev.ready or (rev.ok and self.tick - rev.created >= self._ready_after)
-        name = svc.body["metadata"]["name"]
         if svc.raw:
             self._reconcile_raw(svc)
             return
+        name = svc.body["metadata"]["name"]
         ready_revs = [r for r in svc.revisions if r.ready]
         latest_ready = ready_revs[-1].name if ready_revs else ""
         latest_created = svc.revisions[-1].name
-        # ksvc_reconciler.go createKnativeService: the traffic targets of the Knative Service.
-        canary = svc.body["spec"]["predictor"].get("canaryTrafficPercent")
-        tagged = svc.body["metadata"].get("annotations", {}).get("serving.kserve.io/enable-tag-routing") == "true"
-        if canary is not None and svc.latest_rolled_out:
-            targets = [{"latestRevision": True, "percent": canary, **({"tag": "latest"} if tagged else {})}]
-            if canary < 100:
-                targets.append(
-                    {
-                        "revisionName": svc.latest_rolled_out,
-                        "latestRevision": False,
-                        "percent": 100 - canary,
-                        "tag": "prev",
-                    }
-                )
-        else:
-            targets = [{"latestRevision": True, "percent": 100, **({"tag": "latest"} if tagged else {})}]
+        targets = _ksvc_targets(svc)
         if targets != svc.ksvc_traffic:
             svc.ksvc_traffic = targets
             svc.ksvc_generation += 1
-        # Knative's route status: latestRevision resolves to the latest ready revision.
-        traffic = []
-        for t in targets:
-            rev = t.get("revisionName") or latest_ready
-            if not rev:
-                continue
-            entry = {**t, "revisionName": rev}
-            if "tag" in entry:
-                entry["url"] = f"http://{entry['tag']}-{name}-predictor.ns.example.com"
-            traffic.append(entry)
+        traffic = _route_traffic(targets, latest_ready, name)
         self._propagate(svc, traffic, latest_ready, latest_created)
         ready = bool(latest_ready) and latest_ready == latest_created and bool(traffic)
         cond = "True" if ready else ("Unknown" if svc.revisions[-1].ok else "False")
@@ -218,16 +194,11 @@ class KServeStandIn:
                 }
             },
         }
-        live: dict[str, int] = {}
-        for t in traffic:
-            live[t["revisionName"]] = live.get(t["revisionName"], 0) + t["percent"]
-        self.history.append((self.tick, name, live))
+        self.history.append((self.tick, name, _split(traffic)))
 
     def _propagate(self, svc: Service, traffic: list[dict[str, Any]], latest_ready: str, latest_created: str) -> None:
         """inference_service_status.go PropagateStatus: the rolled-out revision bookkeeping."""
-        split: dict[str, int] = {}
-        for t in traffic:
-            split[t["revisionName"]] = split.get(t["revisionName"], 0) + t["percent"]
+        split = _split(traffic)
         for t in traffic:
             if t["revisionName"] != latest_ready or not t.get("latestRevision"):
                 continue
@@ -254,3 +225,39 @@ class KServeStandIn:
             "components": {"predictor": {"url": f"http://{name}-predictor.ns.example.com"}},
         }
         self.history.append((self.tick, name, {latest.template: 100} if ready else {}))
+
+
+def _ksvc_targets(svc: Service) -> list[dict[str, Any]]:
+    """ksvc_reconciler.go createKnativeService: the traffic targets of the Knative Service."""
+    canary = svc.body["spec"]["predictor"].get("canaryTrafficPercent")
+    tagged = svc.body["metadata"].get("annotations", {}).get("serving.kserve.io/enable-tag-routing") == "true"
+    latest_tag = {"tag": "latest"} if tagged else {}
+    if canary is None or not svc.latest_rolled_out:
+        return [{"latestRevision": True, "percent": 100, **latest_tag}]
+    targets = [{"latestRevision": True, "percent": canary, **latest_tag}]
+    if canary < 100:
+        prev = {"revisionName": svc.latest_rolled_out, "latestRevision": False, "percent": 100 - canary, "tag": "prev"}
+        targets.append(prev)
+    return targets
+
+
+def _route_traffic(targets: list[dict[str, Any]], latest_ready: str, name: str) -> list[dict[str, Any]]:
+    """Knative's route status: latestRevision resolves to the latest ready revision (none: no route)."""
+    traffic = []
+    for t in targets:
+        rev = t.get("revisionName") or latest_ready
+        if not rev:
+            continue
+        entry = {**t, "revisionName": rev}
+        if "tag" in entry:
+            entry["url"] = f"http://{entry['tag']}-{name}-predictor.ns.example.com"
+        traffic.append(entry)
+    return traffic
+
+
+def _split(traffic: list[dict[str, Any]]) -> dict[str, int]:
+    """{revision: percent} summed over the traffic entries (a revision may stand in more than one)."""
+    split: dict[str, int] = {}
+    for t in traffic:
+        split[t["revisionName"]] = split.get(t["revisionName"], 0) + t["percent"]
+    return split

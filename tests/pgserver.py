@@ -62,12 +62,43 @@ def _run(argv: list[str], owner: str | None, base: Path) -> None:
         )
 
 
-@contextmanager
-def postgres_server(bindir: Path, database: str = "mlflow", user: str = "mlflow") -> Iterator[str]:
-    """initdb + start a cluster on a free loopback port; yield the URI of `database`; stop and delete it."""
+def _initdb(bindir: Path, data: Path, owner: str | None, base: Path) -> None:
+    """Create the cluster in `data`: the superuser trusted on the Unix socket, passwords over TCP."""
+    flags = ["-E", "UTF8", "--locale=C", "--no-sync", "--auth-local=trust", "--auth-host=scram-sha-256"]
+    _run([str(bindir / "initdb"), "-D", str(data), "-U", ADMIN, *flags], owner, base)
+
+
+def _start(bindir: Path, data: Path, port: int, owner: str | None, base: Path) -> None:
+    """Start the cluster on 127.0.0.1:`port` with its socket in `base`; wait until it accepts connections."""
+    # Durability is irrelevant for a throwaway cluster; fsync off keeps MLflow's migrations fast.
+    options = f"-h 127.0.0.1 -p {port} -k {base} -c fsync=off -c full_page_writes=off"
+    log = str(base / "postgres.log")
+    _run([str(bindir / "pg_ctl"), "-D", str(data), "-l", log, "-o", options, "-w", "-t", "60", "start"], owner, base)
+
+
+def _stop(bindir: Path, data: Path, owner: str | None, base: Path) -> None:
+    """Stop the cluster: fast shutdown, or immediate if that fails."""
+    stop = [str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "30", "stop", "-m"]
+    try:
+        _run([*stop, "fast"], owner, base)
+    except RuntimeError:
+        _run([*stop, "immediate"], owner, base)
+
+
+def _create_database(base: Path, port: int, database: str, user: str, password: str) -> None:
+    """As the superuser over the Unix socket: a login role `user` and a `database` it owns."""
     import psycopg
     from psycopg import sql
 
+    # autocommit: CREATE DATABASE cannot run inside a transaction.
+    with psycopg.connect(host=str(base), port=port, user=ADMIN, dbname="postgres", autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(user), sql.Literal(password)))
+        admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), sql.Identifier(user)))
+
+
+@contextmanager
+def postgres_server(bindir: Path, database: str = "mlflow", user: str = "mlflow") -> Iterator[str]:
+    """initdb + start a cluster on a free loopback port; yield the URI of `database`; stop and delete it."""
     owner = _owner()
     # Not pytest's tmp_path (nor a TMPDIR): their parents may be private to root, and `postgres` must reach
     # the directory. A short path also keeps the Unix socket under its 107-byte limit.
@@ -78,55 +109,12 @@ def postgres_server(bindir: Path, database: str = "mlflow", user: str = "mlflow"
     password = secrets.token_hex(12)
     started = False
     try:
-        _run(
-            [
-                str(bindir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                ADMIN,
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-                "--auth-local=trust",
-                "--auth-host=scram-sha-256",
-            ],
-            owner,
-            base,
-        )
-        # Durability is irrelevant for a throwaway cluster; fsync off keeps MLflow's migrations fast.
-        options = f"-h 127.0.0.1 -p {port} -k {base} -c fsync=off -c full_page_writes=off"
-        _run(
-            [
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(base / "postgres.log"),
-                "-o",
-                options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-            owner,
-            base,
-        )
+        _initdb(bindir, data, owner, base)
+        _start(bindir, data, port, owner, base)
         started = True
-        # autocommit: CREATE DATABASE cannot run inside a transaction.
-        with psycopg.connect(host=str(base), port=port, user=ADMIN, dbname="postgres", autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(user), sql.Literal(password))
-            )
-            admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database), sql.Identifier(user)))
+        _create_database(base, port, database, user, password)
         yield f"postgresql://{user}:{password}@127.0.0.1:{port}/{database}"
     finally:
         if started:
-            stop = [str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "30", "stop", "-m"]
-            try:
-                _run([*stop, "fast"], owner, base)
-            except RuntimeError:
-                _run([*stop, "immediate"], owner, base)
+            _stop(bindir, data, owner, base)
         shutil.rmtree(base, ignore_errors=True)

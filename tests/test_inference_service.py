@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import kserve
@@ -13,6 +12,7 @@ import pytest
 
 from paddle_mlops.config.loader import load_config, load_regions
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.lint.rules import ALLOWED_VOLUME_TYPES
 from steps.runtime import inference_service as isvc
 
 DIGEST = "sha256:" + "ab" * 32
@@ -101,18 +101,8 @@ def test_restricted_pod_security(cfg: PipelineConfig, region: RegionConfig) -> N
         assert ctx["capabilities"]["drop"] == ["ALL"] and "add" not in ctx["capabilities"]
         assert ctx["runAsNonRoot"] is True and ctx["seccompProfile"]["type"] == "RuntimeDefault"
         assert "privileged" not in ctx
-    allowed_volumes = {
-        "configMap",
-        "csi",
-        "downwardAPI",
-        "emptyDir",
-        "ephemeral",
-        "persistentVolumeClaim",
-        "projected",
-        "secret",
-    }
     for volume in predictor["volumes"]:
-        assert set(volume) - {"name"} <= allowed_volumes
+        assert set(volume) - {"name"} <= ALLOWED_VOLUME_TYPES
     assert not any(predictor.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
 
 
@@ -157,62 +147,3 @@ def test_pin_image() -> None:
     assert isvc.pin_image("r.io:5000/serve:0.1.0", DIGEST) == f"r.io:5000/serve@{DIGEST}"
     assert isvc.pin_image("r.io/a/serve:0.1.0", "local") == "r.io/a/serve:0.1.0"
     assert isvc.pin_image("r.io/a/serve:0.1.0", None) == "r.io/a/serve:0.1.0"
-
-
-# --------------------------------------------------------------------------- the image build step
-
-
-def test_build_image_without_buildkit_outputs_local(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from steps import build_image
-
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("BUILDKIT_HOST", raising=False)
-    out = tmp_path / "image-digest"
-    args = [
-        "--git-repo",
-        "https://git.example/p.git",
-        "--git-sha",
-        "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b",
-        "--image",
-        "r.io/p/train",
-        "--outputs-dir",
-        str(tmp_path),
-    ]
-    assert build_image.main(args) == 0
-    assert out.read_text() == "local"
-    assert "skipped — no BuildKit here" in capsys.readouterr().out
-
-
-def test_build_image_drives_buildctl_and_reads_the_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from steps import build_image
-
-    calls = tmp_path / "calls.txt"
-    fake = tmp_path / "buildctl-daemonless.sh"
-    # Stands in for BuildKit: records its arguments and writes the metadata file it was asked for.
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" > {calls}\n'
-        'while [ "$1" != "--metadata-file" ]; do shift; done\n'
-        f'echo \'{{"containerimage.digest": "{DIGEST}"}}\' > "$2"\n'
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    out = tmp_path / "image-digest"
-    args = [
-        "--git-repo",
-        "https://git.example/p.git",
-        "--git-sha",
-        "3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b",
-        "--image",
-        "r.io/p/train",
-        "--outputs-dir",
-        str(tmp_path),
-    ]
-    assert build_image.main(args) == 0
-    assert out.read_text() == DIGEST
-    recorded = calls.read_text()
-    assert "--opt context=https://git.example/p.git#3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b" in recorded
-    assert "--opt filename=images/train/Dockerfile" in recorded
-    assert "--output type=image,name=r.io/p/train:3f2c1b0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b,push=true" in recorded

@@ -113,6 +113,18 @@ def _executor(data: dict[str, str]):
     return change
 
 
+def _knative_feature(flag: str, value: str):
+    def change(cluster: Cluster) -> None:
+        cluster.config_maps[("knative-serving", "config-features")].data[flag] = value
+
+    return change
+
+
+def _same_finding(check: str, subject: str, fix: str, changes: dict[str, Any]) -> list[Any]:
+    """One case per (id, change) of `changes`, each expected to give the same finding with the same fix."""
+    return [pytest.param(change, check, subject, fix, id=case) for case, change in changes.items()]
+
+
 MISSING = [
     pytest.param(_set(version="v1.29.4"), "kubernetes", "server", "Kubernetes 1.30", id="kubernetes-too-old"),
     *(
@@ -172,12 +184,16 @@ MISSING = [
         "pod-security.kubernetes.io/enforce=privileged",
         id="build-ns-restricted",
     ),
-    pytest.param(
-        _drop("config_maps", ("argo", "workflow-controller-configmap")),
+    *_same_finding(
         "argo-executor",
         "argo/workflow-controller-configmap",
         "kubectl apply -f argo/argo-controller.yaml",
-        id="no-controller-config",
+        {
+            "no-controller-config": _drop("config_maps", ("argo", "workflow-controller-configmap")),
+            "executor-privilege-escalation": _executor(
+                {"executor": EXECUTOR.replace("allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true")}
+            ),
+        },
     ),
     pytest.param(
         # The upstream default: no executor key at all, so init/wait run without a securityContext.
@@ -187,28 +203,14 @@ MISSING = [
         "executor.securityContext=",
         id="executor-unset",
     ),
-    pytest.param(
-        _executor({"executor": EXECUTOR.replace("allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true")}),
-        "argo-executor",
-        "argo/workflow-controller-configmap",
-        "kubectl apply -f argo/argo-controller.yaml",
-        id="executor-privilege-escalation",
-    ),
-    pytest.param(
-        _drop("config_maps", ("knative-serving", "config-features")),
+    *_same_finding(
         "knative-features",
         "knative-serving/config-features",
         "kubectl apply -f argo/knative.yaml",
-        id="knative-flags-default",
-    ),
-    pytest.param(
-        lambda c: c.config_maps[("knative-serving", "config-features")].data.__setitem__(
-            "kubernetes.podspec-tolerations", "disabled"
-        ),
-        "knative-features",
-        "knative-serving/config-features",
-        "kubectl apply -f argo/knative.yaml",
-        id="knative-tolerations-disabled",
+        {
+            "knative-flags-default": _drop("config_maps", ("knative-serving", "config-features")),
+            "knative-tolerations-disabled": _knative_feature("kubernetes.podspec-tolerations", "disabled"),
+        },
     ),
     *(
         pytest.param(

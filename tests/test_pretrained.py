@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_ernie import common
+from fixtures_ernie import common, train_args
 from s3server import moto_s3_server
 from test_train import write_workspace
 
@@ -59,14 +59,8 @@ def save_pretrained(ws: Path, directory: Path) -> dict[str, np.ndarray]:
 
 
 def train_pretrained(ws: Path, location: str, dump: Path, *overrides: str) -> dict:
-    args = [
-        *common(f"model.pretrained={location}", "training.max_steps=2", "training.learning_rate=0.00001", *overrides),
-        "--workspace",
-        str(ws),
-        "--dump-params",
-        str(dump),
-    ]
-    assert train.main(args) == 0
+    steps = ("training.max_steps=2", "training.learning_rate=0.00001")
+    assert train.main(train_args(ws, dump, f"model.pretrained={location}", *steps, *overrides)) == 0
     return json.loads((ws / "model" / "model_config.json").read_text())
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -133,33 +137,56 @@ def test_parse_health_p99() -> None:
 # --------------------------------------------------------------------------- local, real processes
 
 
+@dataclass
+class SteadyTraffic:
+    """What a client sending predict requests every 50 ms saw: how many it sent, and each failure."""
+
+    sent: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def steady_traffic(url: str) -> Iterator[SteadyTraffic]:
+    """Send predict requests to `url` from a thread for as long as the block runs."""
+    seen, stop = SteadyTraffic(), threading.Event()
+
+    def keep_asking() -> None:
+        with httpx.Client(timeout=10) as c:
+            while not stop.is_set():
+                try:
+                    r = c.post(f"{url}/v1/models/ernie-sentiment:predict", json={"instances": ["很好"]})
+                    if r.status_code != 200:
+                        seen.failures.append(f"{r.status_code} {r.text[:100]}")
+                except httpx.HTTPError as exc:
+                    seen.failures.append(repr(exc))
+                seen.sent += 1
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=keep_asking)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join()
+
+
+def local_rollout(registry: FakeRegistry, model_dir: Path, out: Path, version: str, overrides: list[str]) -> int:
+    """`steps.rollout` in the local environment: `model_dir` as model `version`, outputs in `out`."""
+    overrides_json = json.dumps(["serving.ready_timeout_seconds=180", *overrides])
+    args = ["--env", "local", "--overrides", overrides_json, "--model-uri", str(model_dir), "--model-version", version]
+    return rollout.main([*args, "--outputs-dir", str(out)], registry=registry)
+
+
 @pytest.mark.slow
 def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_serving import shared_tiny_export
+    from tests.serving_fixtures import shared_tiny_export
 
     home = tmp_path / "home"
     monkeypatch.setenv("PADDLE_MLOPS_HOME", str(home))
-    model_dir = shared_tiny_export()
     registry = FakeRegistry(champion=None)
     out = tmp_path / "out"
-
-    def run(version: str, overrides: list[str]) -> int:
-        return rollout.main(
-            [
-                "--env",
-                "local",
-                "--overrides",
-                json.dumps(["serving.ready_timeout_seconds=180", *overrides]),
-                "--model-uri",
-                str(model_dir),
-                "--model-version",
-                version,
-                "--outputs-dir",
-                str(out),
-            ],
-            registry=registry,
-        )
-
+    run = functools.partial(local_rollout, registry, shared_tiny_export(), out)
     try:
         assert run("1", []) == 0
         current = json.loads((home / "serving" / "current.json").read_text())
@@ -167,31 +194,10 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
         assert current["model_version"] == "1" and current["url"] == url and url.startswith("http://127.0.0.1:")
         assert registry.champion == "1"
 
-        failures: list[str] = []
-        sent = [0]
-        stop = threading.Event()
-
-        def keep_asking() -> None:
-            with httpx.Client(timeout=10) as c:
-                while not stop.is_set():
-                    try:
-                        r = c.post(f"{url}/v1/models/ernie-sentiment:predict", json={"instances": ["很好"]})
-                        if r.status_code != 200:
-                            failures.append(f"{r.status_code} {r.text[:100]}")
-                    except httpx.HTTPError as exc:
-                        failures.append(repr(exc))
-                    sent[0] += 1
-                    time.sleep(0.05)
-
-        traffic = threading.Thread(target=keep_asking)
-        traffic.start()
-        try:
+        with steady_traffic(url) as traffic:
             # The smoke texts are longer than 2 characters: the new server rejects them, smoke fails.
             assert run("2", ["serving.max_text_chars=2"]) == EXIT_ROLLED_BACK
-        finally:
-            stop.set()
-            traffic.join()
-        assert failures == [] and sent[0] > 5
+        assert traffic.failures == [] and traffic.sent > 5
         assert (out / "outcome").read_text() == "rolled-back"
         assert registry.champion == "1"
         assert (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures_ernie import common
+from fixtures_ernie import common, train_args
 from test_train import assert_same_params, launch_command, launch_env, write_workspace
 
 from steps import train
@@ -71,14 +71,7 @@ def test_two_processes_match_one_process_with_double_batch(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])  # already created: no migrations
     ws = write_workspace(tmp_path / "single")
     dump = tmp_path / "single.npz"
-    args = [
-        *common(*RUN, "training.nproc=1", "training.batch_size=16"),
-        "--workspace",
-        str(ws),
-        "--dump-params",
-        str(dump),
-    ]
-    assert train.main(args) == 0
+    assert train.main(train_args(ws, dump, *RUN, "training.nproc=1", "training.batch_size=16")) == 0
     training = json.loads((ws / "model" / "training.json").read_text())
     assert (training["world_size"], training["global_steps"]) == (1, TOTAL_STEPS)
     assert_same_params(reference[1], dump)

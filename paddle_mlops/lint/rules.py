@@ -24,6 +24,7 @@ RESTRICTED_RULES = (
     "seccomp",
     "volume-types",
 )
+# The restricted profile's volume types (pod-security-admission policy/check_restrictedVolumes.go).
 ALLOWED_VOLUME_TYPES = {
     "configMap",
     "csi",
