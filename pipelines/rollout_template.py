@@ -19,11 +19,12 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         Parameter(name="model-version", description="MLflow registered model version to serve"),
         Parameter(name="model-uri", description="published model prefix (upload step's model-uri)"),
         Parameter(name="region", value=cfg.cluster.region),
+        Parameter(
+            name="image-digest",
+            description="serving image digest (sha256:…, build-image's serve-image-digest); the image is pinned by it",
+        ),
         Parameter(name="git-sha", value="unknown", description="recorded with the rollout only"),
-        Parameter(name="config", value="configs/pipeline.yaml"),
-        Parameter(name="env", value="prod", enum=["local", "dev", "prod"]),
-        Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
-        Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
+        *templates.run_parameters(cfg),
     ]
 
 
@@ -37,7 +38,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                 name="rollout",
                 arguments={
                     name: f"{{{{workflow.parameters.{name}}}}}"
-                    for name in ("model-uri", "model-version", "region", "git-sha")
+                    for name in ("model-uri", "model-version", "region", "git-sha", "image-digest")
                 },
             )
     return wt

@@ -21,7 +21,7 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF
+from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF, image_repository
 from pipelines import k8s
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import WORKFLOW_LABEL, PaddleJobSpec, build_paddlejob
@@ -111,9 +111,11 @@ def build_image(cfg: PipelineConfig) -> Container:
             "--git-branch",
             "{{workflow.parameters.git-branch}}",
             "--image",
-            f"{cfg.images.registry}/train",
+            image_repository(cfg.images.train),
+            "--serve-image",
+            image_repository(cfg.images.serve),
         ],  # fmt: skip
-        outputs=["image-digest", "git-sha"],
+        outputs=["image-digest", "serve-image-digest", "git-sha"],
         commit_input=False,
         resources=k8s.TOOLS_RESOURCES,
         env=[
@@ -268,10 +270,9 @@ def register(cfg: PipelineConfig) -> Container:
 
 
 def rollout(cfg: PipelineConfig) -> Container:
-    """Canary, check, promote or roll back one registered model version."""
-    return step_container(
+    """Canary, check, promote or roll back one registered model version on the serving image `image-digest`."""
+    return _rollout_container(
         cfg,
-        "rollout",
         "rollout",
         args=[
             "--model-uri",
@@ -280,8 +281,36 @@ def rollout(cfg: PipelineConfig) -> Container:
             "{{inputs.parameters.model-version}}",
             "--region",
             "{{inputs.parameters.region}}",
+            "--image-digest",
+            "{{inputs.parameters.image-digest}}",
         ],  # fmt: skip
-        inputs=["model-uri", "model-version", "region"],
+        inputs=["model-uri", "model-version", "region", "image-digest"],
+    )
+
+
+def image_rollout(cfg: PipelineConfig) -> Container:
+    """The serving champion on a new serving image: the same region-staged canary, the model unchanged."""
+    return _rollout_container(
+        cfg,
+        "image-rollout",
+        args=[
+            "--champion",
+            "--image-digest",
+            "{{inputs.parameters.image-digest}}",
+            "--regions",
+            "{{inputs.parameters.regions}}",
+        ],  # fmt: skip
+        inputs=["image-digest", "regions"],
+    )
+
+
+def _rollout_container(cfg: PipelineConfig, name: str, args: list[str], inputs: list[str]) -> Container:
+    return step_container(
+        cfg,
+        name,
+        "rollout",
+        args=args,
+        inputs=inputs,
         outputs=["serving-url", "outcome"],
         # Only the rollout step may touch InferenceServices (argo/rbac.yaml).
         service_account_name=ROLLOUT_SERVICE_ACCOUNT,
@@ -308,6 +337,16 @@ def exit_handler(cfg: PipelineConfig) -> Container:
         # It runs whatever happened, build-image included: the submitted parameter is all it has.
         commit_input=False,
     )
+
+
+def run_parameters(cfg: PipelineConfig) -> list[Parameter]:
+    """The parameters every WorkflowTemplate takes: which configuration the steps load, and the workspace."""
+    return [
+        Parameter(name="config", value="configs/pipeline.yaml"),
+        Parameter(name="env", value="prod", enum=["local", "dev", "prod"]),
+        Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
+        Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
+    ]
 
 
 def workflow_template(cfg: PipelineConfig, name: str, arguments: list[Parameter]) -> WorkflowTemplate:

@@ -36,10 +36,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         Parameter(name="git-repo", description="repository URL the build step clones"),
         Parameter(name="git-branch", value="main"),
         Parameter(name="pusher", value="", description="who pushed (set by the Argo Events sensor; recorded only)"),
-        Parameter(name="config", value="configs/pipeline.yaml"),
-        Parameter(name="env", value="prod", enum=["local", "dev", "prod"]),
-        Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
-        Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
+        *templates.run_parameters(cfg),
         Parameter(name="region", value=cfg.cluster.region),
     ]
 
@@ -85,6 +82,8 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                     **published,
                     "model-version": t_register.get_parameter("model-version"),
                     "region": "{{workflow.parameters.region}}",
+                    # The serving image built from this commit, by digest (never the configured tag).
+                    "image-digest": t_build.get_parameter("serve-image-digest"),
                 },
             )
             tasks = [t_build, t_data, t_train, t_eval, t_upload, t_register, t_rollout]

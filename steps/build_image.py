@@ -1,13 +1,16 @@
-"""Build and push the project image with rootless BuildKit, sign it with cosign, output its digest.
+"""Build and push the training and serving images with rootless BuildKit, sign them, output their digests.
 
 On the cluster the step runs in the tools image against a `BUILDKIT_HOST` daemon (or
 `buildctl-daemonless.sh`). The build context is the git repository at the exact commit, so the
 image is reproducible from `--git-sha` alone; an empty `--git-sha` (the scheduled retrain, which has
 no push) means the head commit of `--git-branch`, resolved once here, built, labelled and output as
-`--git-sha-out`, so no branch name is ever recorded as the commit. When `COSIGN_PRIVATE_KEY` is set (from a Secret),
-the pushed digest is signed before it is output, so later steps only ever see signed images
-(the Kyverno policy in argo/policies.yaml refuses unsigned ones). Locally there is no BuildKit:
-the local executor runs the installed project, so the step says so and outputs the digest `local`.
+the `git-sha` output, so no branch name is ever recorded as the commit. Both images are built from that
+commit by the same daemon one after the other, so the second reuses every layer the first built (the
+Dockerfiles share their base layers through BuildKit's cache). When `COSIGN_PRIVATE_KEY` is set (from a
+Secret), each pushed digest is signed before it is output, so later steps only ever see signed images (the
+Kyverno policy in argo/policies.yaml refuses unsigned ones): the train image's digest pins the training job,
+the serve image's digest every InferenceService. Locally there is no BuildKit: the local executor runs the
+installed project, so the step says so and outputs the digest `local` for both.
 """
 
 from __future__ import annotations
@@ -38,8 +41,10 @@ REVISION_LABEL = "org.opencontainers.image.revision"
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--git-repo", required=True, help="git URL of the repository to build")
-    parser.add_argument("--image", required=True, help="image name without tag; pushed as <image>:<git-sha>")
-    parser.add_argument("--dockerfile", default="images/train/Dockerfile", help="Dockerfile path inside the repo")
+    parser.add_argument("--image", required=True, help="training image without tag; pushed as <image>:<git-sha>")
+    parser.add_argument("--dockerfile", default="images/train/Dockerfile", help="its Dockerfile inside the repo")
+    parser.add_argument("--serve-image", required=True, help="serving image without tag; pushed as <image>:<git-sha>")
+    parser.add_argument("--serve-dockerfile", default="images/serve/Dockerfile", help="its Dockerfile inside the repo")
     parser.add_argument("--git-branch", default="main", help="branch whose head is built when --git-sha is empty")
 
 
@@ -146,23 +151,15 @@ def read_digest(metadata: Path) -> str:
     return str(digest)
 
 
-def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
-    del cfg  # loaded only to refuse a bad configuration before anything is built
-    buildctl = buildctl_command()
-    if buildctl is None:
-        print(
-            "build-image: skipped — no BuildKit here (local run uses the installed project); image digest: "
-            f"{LOCAL_DIGEST}"
-        )
-        return {"image-digest": LOCAL_DIGEST, "git-sha": args.git_sha}
-    commit = commit_to_build(args.git_repo, args.git_sha, args.git_branch)
+def build_and_sign(buildctl: list[str], git_repo: str, commit: str, dockerfile: str, image: str) -> str:
+    """Build `dockerfile` at `commit`, push `image:<commit>`, sign `image@digest`; return the digest."""
     metadata = Path(tempfile.mkdtemp(prefix="build-")) / "build-meta.json"
-    cmd = build_args(buildctl, args.git_repo, commit, args.dockerfile, args.image, metadata)
-    runner.log.info("building %s:%s from %s#%s", args.image, commit, args.git_repo, commit)
-    result = subprocess.run(cmd, check=False)
+    runner.log.info("building %s:%s from %s#%s (%s)", image, commit, git_repo, commit, dockerfile)
+    result = subprocess.run(build_args(buildctl, git_repo, commit, dockerfile, image, metadata), check=False)
     if result.returncode != 0:
-        raise StepFailed(f"buildctl failed with exit code {result.returncode}; see the build log above")
-    reference = f"{args.image}@{read_digest(metadata)}"
+        raise StepFailed(f"buildctl failed for {image} with exit code {result.returncode}; see the build log above")
+    digest = read_digest(metadata)
+    reference = f"{image}@{digest}"
     sign = sign_command(reference)
     if sign is None:
         runner.log.warning("%s is not signed (no COSIGN_PRIVATE_KEY); admission policies will refuse it", reference)
@@ -170,8 +167,23 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         raise StepFailed(f"cosign could not sign {reference}; no digest is output")
     else:
         print(f"build-image: signed {reference}")
-    print(f"build-image: pushed {args.image}:{commit}@{reference.split('@')[1]}")
-    return {"image-digest": reference.split("@")[1], "git-sha": commit}
+    print(f"build-image: pushed {image}:{commit}@{digest}")
+    return digest
+
+
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
+    del cfg  # loaded only to refuse a bad configuration before anything is built
+    buildctl = buildctl_command()
+    if buildctl is None:
+        print(
+            "build-image: skipped — no BuildKit here (local run uses the installed project); image digests: "
+            f"{LOCAL_DIGEST}"
+        )
+        return {"image-digest": LOCAL_DIGEST, "serve-image-digest": LOCAL_DIGEST, "git-sha": args.git_sha}
+    commit = commit_to_build(args.git_repo, args.git_sha, args.git_branch)
+    train = build_and_sign(buildctl, args.git_repo, commit, args.dockerfile, args.image)
+    serve = build_and_sign(buildctl, args.git_repo, commit, args.serve_dockerfile, args.serve_image)
+    return {"image-digest": train, "serve-image-digest": serve, "git-sha": commit}
 
 
 STEP = runner.Step(
@@ -180,7 +192,8 @@ STEP = runner.Step(
     run,
     _arguments,
     outputs=(
-        runner.Output("image-digest", "the pushed image digest"),
+        runner.Output("image-digest", "the pushed training image's digest"),
+        runner.Output("serve-image-digest", "the pushed serving image's digest"),
         runner.Output("git-sha", "the commit that was built"),
     ),
 )

@@ -34,7 +34,7 @@ from steps.runtime.champion import MlflowRegistry, Registry, record
 from steps.runtime.health import HttpProbe
 from steps.runtime.kserve_rollout import KServeRollout, kubernetes_api
 from steps.runtime.local_server import rollout_local
-from steps.runtime.rollout_outcome import PROMOTED
+from steps.runtime.rollout_outcome import PROMOTED, Outcome
 from steps.runtime.runner import StepError
 
 
@@ -59,10 +59,54 @@ def resolve_regions(cfg: PipelineConfig, names: Sequence[str], config_dir: Path 
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model-uri", required=True, help="published model version (upload step's model-uri)")
-    parser.add_argument("--model-version", required=True, help="MLflow model version (register step's output)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model-version", help="MLflow model version to serve (register step's output)")
+    what.add_argument(
+        "--champion",
+        action="store_true",
+        help="the version `champion` points at, again: a serving-image-only rollout (image-rollout)",
+    )
+    parser.add_argument("--model-uri", default=None, help="its published prefix (upload step's model-uri)")
     parser.add_argument("--region", default=None, help="the run's region when serving.regions is empty")
-    parser.add_argument("--image-digest", default=None, help="serve image digest from build-image (pins the image)")
+    parser.add_argument(
+        "--regions", default="", help="comma-separated regions in rollout order (default: serving.regions, --region)"
+    )
+    parser.add_argument(
+        "--image-digest",
+        default=None,
+        help="serving image digest (sha256:…, build-image's serve-image-digest); KServe serves the image by it",
+    )
+
+
+def what_to_serve(args: argparse.Namespace, reg: Registry) -> tuple[str, str]:
+    """(model version, model URI): the given ones, or the champion's for an image-only rollout."""
+    if not args.champion:
+        if not args.model_uri:
+            raise StepError("--model-version needs --model-uri (the upload step's model-uri output)")
+        return args.model_version, args.model_uri
+    champion = reg.champion()
+    if champion is None:
+        raise StepError("no model version is 'champion' yet: roll a model out first (train-deploy or rollout)")
+    return champion
+
+
+def serving_image(cfg: PipelineConfig, digest: str | None) -> str:
+    """The configured serving repository pinned by `digest`; a tag is never deployed to KServe."""
+    if not digest or not digest.startswith("sha256:"):
+        raise StepError(
+            f"--image-digest {digest!r} is not an image digest: KServe serves the serving image by digest only. "
+            "Pass build-image's serve-image-digest output (sha256:…) or the digest of a pushed serving image."
+        )
+    return isvc.pin_image(cfg.images.serve, digest)
+
+
+def _kserve(cfg: PipelineConfig, args: argparse.Namespace, version: str, uri: str, api: Any, probe: Any) -> Outcome:
+    names = [n for n in args.regions.split(",") if n] or list(cfg.serving.regions)
+    config_dir = Path(args.config).resolve().parent if args.config else None
+    regions = resolve_regions(cfg, names or [args.region or cfg.cluster.region], config_dir)
+    image = serving_image(cfg, args.image_digest)
+    machine = KServeRollout(cfg, api or kubernetes_api(), probe or HttpProbe())
+    return machine.run(regions, uri, version, image)
 
 
 def run(
@@ -74,29 +118,23 @@ def run(
 ) -> runner.Finished:
     """`registry`, `api` and `probe` stand in for MLflow, the Kubernetes API and HTTP in tests."""
     reg = registry or MlflowRegistry(cfg)
+    version, uri = what_to_serve(args, reg)
     if cfg.serving.target == "local":
-        outcome = rollout_local(
-            cfg, args.model_uri, args.model_version, runner.home_dir(), reg, _common_args(args), probe
-        )
+        outcome = rollout_local(cfg, uri, version, runner.home_dir(), reg, _common_args(args), probe)
     else:
-        names = list(cfg.serving.regions) or [args.region or cfg.cluster.region]
-        config_dir = Path(args.config).resolve().parent if args.config else None
-        regions = resolve_regions(cfg, names, config_dir)
-        image = isvc.pin_image(cfg.images.serve, args.image_digest)
-        machine = KServeRollout(cfg, api or kubernetes_api(), probe or HttpProbe())
-        outcome = machine.run(regions, args.model_uri, args.model_version, image)
+        outcome = _kserve(cfg, args, version, uri, api, probe)
         if outcome.outcome == PROMOTED:
-            reg.promote(args.model_version)
-    record(reg, args.model_version, outcome)
+            reg.promote(version)
+    record(reg, version, outcome)
     outputs = {"outcome": outcome.outcome, "serving-url": outcome.url}
     if outcome.outcome != PROMOTED:
         print(
-            f"[rollout] rolled back model version {args.model_version}: {outcome.reason}. "
-            "The previous version keeps serving and 'champion' is unchanged.",
+            f"[rollout] rolled back model version {version}: {outcome.reason}. "
+            "The previous version (and image) keeps serving and 'champion' is unchanged.",
             file=sys.stderr,
         )
         return runner.Finished(outputs, EXIT_ROLLED_BACK)
-    print(f"[rollout] model version {args.model_version} promoted; serving at {outcome.url}")
+    print(f"[rollout] model version {version} promoted; serving at {outcome.url}")
     return runner.Finished(outputs)
 
 

@@ -106,7 +106,11 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
         name: {p["name"]: p["valueFrom"]["path"] for p in t.get("outputs", {}).get("parameters", [])}
         for name, t in templates.items()
     }
-    assert declared["build-image"] == {"image-digest": "/tmp/outputs/image-digest", "git-sha": "/tmp/outputs/git-sha"}
+    assert declared["build-image"] == {
+        "image-digest": "/tmp/outputs/image-digest",
+        "serve-image-digest": "/tmp/outputs/serve-image-digest",
+        "git-sha": "/tmp/outputs/git-sha",
+    }
     assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics"}
     assert set(declared["upload"]) == {"model-uri", "manifest-digest"}
     assert set(declared["register"]) == {"model-version"}

@@ -24,7 +24,7 @@ from steps.runtime.health import parse_health
 from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK
 from tests import rollout_doubles
 from tests.kserve_standin import KServeStandIn as FakeCustomObjectsApi
-from tests.rollout_doubles import MODEL_URI, FakeProbe, metrics_text, previous_services, run_machine
+from tests.rollout_doubles import IMAGE, MODEL_URI, FakeProbe, metrics_text, previous_services, run_machine
 
 cfg, regions = rollout_doubles.cfg, rollout_doubles.regions  # the shared fixtures
 
@@ -113,6 +113,8 @@ def test_step_outputs_and_tags_keep_champion_on_failure(tmp_path: Path, regions:
         MODEL_URI,
         "--model-version",
         "8",
+        "--image-digest",
+        IMAGE.partition("@")[2],
         "--outputs-dir",
         str(tmp_path),
     ]

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Protocol
 
 from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.contracts import CHAMPION
 from steps.runtime.rollout_outcome import Outcome
 
 
 class Registry(Protocol):
     def promote(self, version: str) -> str | None: ...
     def tag(self, version: str, key: str, value: str) -> None: ...
+    def champion(self) -> tuple[str, str] | None: ...
 
 
 class MlflowRegistry:
@@ -28,6 +30,14 @@ class MlflowRegistry:
 
     def tag(self, version: str, key: str, value: str) -> None:
         self._client.set_model_version_tag(self._name, version, key, value)
+
+    def champion(self) -> tuple[str, str] | None:
+        """(version, published model URI) of `champion`: the `storage_uri` tag register sets, else its source."""
+        version = self._registry.get_alias_version(self._name, CHAMPION, self._client)
+        if version is None:
+            return None
+        found = self._client.get_model_version(self._name, version)
+        return version, str(found.tags.get("storage_uri") or found.source)
 
 
 def record(registry: Registry, version: str, outcome: Outcome) -> None:

@@ -114,7 +114,7 @@ def build_inference_service(
     return {
         "apiVersion": API_VERSION,
         "kind": "InferenceService",
-        "metadata": _metadata(cfg, region, model_uri, model_version, name or service_name(cfg, region)),
+        "metadata": _metadata(cfg, region, model_uri, model_version, name or service_name(cfg, region), image),
         "spec": {"predictor": predictor},
     }
 
@@ -162,7 +162,7 @@ def _predictor(cfg: PipelineConfig, region: RegionConfig, container: dict[str, A
 
 
 def _metadata(
-    cfg: PipelineConfig, region: RegionConfig, model_uri: str, model_version: str, name: str
+    cfg: PipelineConfig, region: RegionConfig, model_uri: str, model_version: str, name: str, image: str
 ) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": cfg.serving.model_name, **PART_OF, "paddle-mlops/region": region.name}
     if model_version:
@@ -180,5 +180,8 @@ def _metadata(
             "prometheus.io/port": str(SERVING_PORT),
             "prometheus.io/path": "/metrics",
             "paddle-mlops/model-uri": model_uri,
+            # What this service serves, readable without parsing the pod spec: model version (label above),
+            # model URI and serving image digest.
+            "paddle-mlops/image-digest": image.partition("@")[2],
         },
     }

@@ -1,0 +1,145 @@
+"""Serving images by digest (#18 items 3-4): build-image builds the serving image from the commit, every
+InferenceService pins it by digest, and a serving-image-only change (image-rollout) goes through the same
+region-staged canary as a new model, rolling back on a failed health check.
+
+The KServe side is the stand-in of tests/kserve_standin.py (kserve v0.20.0 ksvc_reconciler.go and
+inference_service_status.go behaviour); steps/runtime/isvc_status.py `identity` counts the image among what
+makes a new revision, so an image change alone creates a canary revision like a model change does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paddle_mlops.config.loader import load_config, load_regions
+from paddle_mlops.contracts import EXIT_ROLLED_BACK, EXIT_USER_ERROR
+from pipelines import image_rollout, rollout_template, train_deploy
+from steps import rollout
+from steps.runtime import inference_service as isvc
+from tests.kserve_standin import KServeStandIn
+from tests.rollout_doubles import IMAGE, FakeProbe, previous_services
+
+OLD_URI = "s3://paddle-mlops/models/ernie-sentiment/7"
+NEW_DIGEST = "sha256:" + "9f" * 32
+FAST = '["serving.canary_window_seconds=0", "serving.ready_timeout_seconds=1"]'
+
+
+class ChampionRegistry:
+    """The registry as the rollout sees it, with version 7 as champion."""
+
+    def __init__(self) -> None:
+        self.version, self.promoted = "7", []
+        self.tags: dict[str, dict[str, str]] = {}
+
+    def champion(self) -> tuple[str, str] | None:
+        return (self.version, OLD_URI) if self.version else None
+
+    def promote(self, version: str) -> str | None:
+        self.promoted.append(version)
+        return self.version
+
+    def tag(self, version: str, key: str, value: str) -> None:
+        self.tags.setdefault(version, {})[key] = value
+
+
+@pytest.fixture
+def cfg() -> Any:
+    return load_config(env="prod")
+
+
+@pytest.fixture
+def regions(cfg: Any) -> list[Any]:
+    known = load_regions()
+    return [known[name] for name in cfg.serving.regions]
+
+
+def _templates(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in doc["spec"]["templates"]}
+
+
+def _task_arguments(doc: dict[str, Any], task: str) -> dict[str, str]:
+    dag = next(t for t in doc["spec"]["templates"] if "dag" in t)["dag"]["tasks"]
+    found = next(t for t in dag if t["name"] == task)
+    return {p["name"]: p["value"] for p in found["arguments"]["parameters"]}
+
+
+def _image_rollout(cfg: Any, regions: list[Any], tmp_path: Path, *extra: str) -> list[str]:
+    order = ",".join(r.name for r in regions)
+    return ["--env", "prod", "--overrides", FAST, "--champion", "--regions", order, "--outputs-dir", str(tmp_path),
+            *extra]  # fmt: skip
+
+
+def test_train_deploy_serves_the_image_built_from_its_commit(cfg: Any) -> None:
+    doc = train_deploy.build(cfg).to_dict()
+    outputs = {p["name"] for p in _templates(doc)["build-image"]["outputs"]["parameters"]}
+    assert {"image-digest", "serve-image-digest"} <= outputs
+    args = _templates(doc)["build-image"]["container"]["args"]
+    assert args[args.index("--serve-image") + 1] == "registry.example.com/paddle-mlops/serve"
+    assert (
+        _task_arguments(doc, "rollout")["image-digest"] == "{{tasks.build-image.outputs.parameters.serve-image-digest}}"
+    )
+    rollout_args = _templates(doc)["rollout"]["container"]["args"]
+    assert rollout_args[rollout_args.index("--image-digest") + 1] == "{{inputs.parameters.image-digest}}"
+
+
+@pytest.mark.parametrize("module", [rollout_template, image_rollout])
+def test_the_standalone_templates_require_a_digest(cfg: Any, module: Any) -> None:
+    """No default: `argo submit` without `-p image-digest=sha256:…` is refused before anything runs."""
+    params = {p["name"]: p for p in module.build(cfg).to_dict()["spec"]["arguments"]["parameters"]}
+    assert "value" not in params["image-digest"]
+
+
+def test_a_rollout_without_a_digest_changes_nothing(cfg: Any, regions: list[Any], tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    api = KServeStandIn(existing=previous_services(cfg, regions), lag=False, ready_after=0)
+    args = ["--env", "prod", "--model-uri", "s3://m/e/8", "--model-version", "8", "--image-digest", "0.1.0"]
+    assert rollout.main(args, registry=ChampionRegistry(), api=api, probe=FakeProbe()) == EXIT_USER_ERROR
+    assert "KServe serves the serving image by digest only" in capsys.readouterr().err
+    assert api.calls == []
+
+
+def test_an_image_only_change_goes_region_by_region(cfg: Any, regions: list[Any], tmp_path: Path) -> None:
+    assert len(regions) >= 2, "configs/pipeline.yaml prod should list at least two serving regions"
+    registry = ChampionRegistry()
+    api = KServeStandIn(existing=previous_services(cfg, regions), lag=False, ready_after=0)
+    args = _image_rollout(cfg, regions, tmp_path, "--image-digest", NEW_DIGEST)
+    assert rollout.main(args, registry=registry, api=api, probe=FakeProbe()) == 0
+    first, second = (isvc.service_name(cfg, r) for r in regions[:2])
+    written = [name for _, name in api.calls]
+    # Every write to the first region (canary, then promotion) comes before any write to the second.
+    assert written.index(second) > max(i for i, name in enumerate(written) if name == first)
+    for region in regions:
+        body = api.objects[isvc.service_name(cfg, region)]
+        assert (
+            body["spec"]["predictor"]["containers"][0]["image"]
+            == f"registry.example.com/paddle-mlops/serve@{NEW_DIGEST}"
+        )
+        assert body["metadata"]["annotations"]["paddle-mlops/image-digest"] == NEW_DIGEST
+        assert body["metadata"]["annotations"]["paddle-mlops/model-uri"] == OLD_URI  # the model did not change
+    assert registry.promoted == ["7"] and registry.tags["7"]["rollout.outcome"] == "promoted"
+
+
+def test_a_failed_health_check_rolls_the_image_back(cfg: Any, regions: list[Any], tmp_path: Path) -> None:
+    registry = ChampionRegistry()
+    existing = previous_services(cfg, regions)
+    api = KServeStandIn(existing=existing, lag=False, ready_after=0)
+    first = isvc.service_name(cfg, regions[0])
+    args = _image_rollout(cfg, regions, tmp_path, "--image-digest", NEW_DIGEST)
+    assert rollout.main(args, registry=registry, api=api, probe=FakeProbe(unhealthy_urls=(first,))) == EXIT_ROLLED_BACK
+    assert (tmp_path / "outcome").read_text() == "rolled-back"
+    # The first region serves the previous image again; the others were never touched.
+    assert api.objects[first]["spec"]["predictor"]["containers"][0]["image"] == IMAGE
+    untouched = {isvc.service_name(cfg, r) for r in regions[1:]}
+    assert not untouched & {name for _, name in api.calls}
+    assert registry.promoted == [] and registry.tags["7"]["rollout.outcome"] == "rolled-back"
+
+
+def test_an_image_rollout_needs_a_champion(cfg: Any, regions: list[Any], tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    registry = ChampionRegistry()
+    registry.version = ""
+    api = KServeStandIn(existing=previous_services(cfg, regions), lag=False, ready_after=0)
+    args = _image_rollout(cfg, regions, tmp_path, "--image-digest", NEW_DIGEST)
+    assert rollout.main(args, registry=registry, api=api, probe=FakeProbe()) == EXIT_USER_ERROR
+    assert "no model version is 'champion' yet" in capsys.readouterr().err and api.calls == []
