@@ -9,7 +9,7 @@ region back to its previous image and leaves `champion` where it was.
 
 from __future__ import annotations
 
-from hera.workflows import DAG, Parameter, WorkflowTemplate
+from hera.workflows import Parameter, WorkflowTemplate
 
 from paddle_mlops.config import PipelineConfig
 from pipelines import templates
@@ -32,14 +32,5 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `image-rollout` WorkflowTemplate for this configuration (no side effects)."""
-    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
-        image_rollout = templates.image_rollout(cfg)
-        templates.exit_handler(cfg)
-        with DAG(name="main"):
-            image_rollout(
-                name="image-rollout",
-                arguments={
-                    name: f"{{{{workflow.parameters.{name}}}}}" for name in ("image-digest", "regions", "git-sha")
-                },
-            )
-    return wt
+    passed = ("image-digest", "regions", "git-sha")
+    return templates.one_step_workflow(cfg, NAME, parameters(cfg), templates.image_rollout, passed)

@@ -6,7 +6,7 @@ step is the same `rollout` container the train-deploy DAG ends with.
 
 from __future__ import annotations
 
-from hera.workflows import DAG, Parameter, WorkflowTemplate
+from hera.workflows import Parameter, WorkflowTemplate
 
 from paddle_mlops.config import PipelineConfig
 from pipelines import templates
@@ -30,15 +30,5 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `rollout` WorkflowTemplate for this configuration (no side effects)."""
-    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
-        rollout = templates.rollout(cfg)
-        templates.exit_handler(cfg)
-        with DAG(name="main"):
-            rollout(
-                name="rollout",
-                arguments={
-                    name: f"{{{{workflow.parameters.{name}}}}}"
-                    for name in ("model-uri", "model-version", "region", "git-sha", "image-digest")
-                },
-            )
-    return wt
+    passed = ("model-uri", "model-version", "region", "git-sha", "image-digest")
+    return templates.one_step_workflow(cfg, NAME, parameters(cfg), templates.rollout, passed)

@@ -6,11 +6,12 @@ values from other tasks arrive as `inputs.parameters`, outputs leave as files un
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
 from hera.workflows import (
+    DAG,
     Container,
     Parameter,
     Resource,
@@ -347,6 +348,23 @@ def run_parameters(cfg: PipelineConfig) -> list[Parameter]:
         Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
         Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
     ]
+
+
+def one_step_workflow(
+    cfg: PipelineConfig,
+    name: str,
+    arguments: list[Parameter],
+    step: Callable[[PipelineConfig], Container],
+    passed: Sequence[str],
+) -> WorkflowTemplate:
+    """A WorkflowTemplate that runs one step template, handing it the workflow parameters named in `passed`,
+    with the exit handler that closes MLflow runs."""
+    with workflow_template(cfg, name, arguments) as wt:
+        template = step(cfg)
+        exit_handler(cfg)
+        with DAG(name="main"):
+            template(name=template.name, arguments={p: f"{{{{workflow.parameters.{p}}}}}" for p in passed})
+    return wt
 
 
 def workflow_template(cfg: PipelineConfig, name: str, arguments: list[Parameter]) -> WorkflowTemplate:
