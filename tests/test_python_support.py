@@ -15,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-README_RANGE = re.compile(r"Python 3\.(\d+)–3\.(\d+)|`python3` \(3\.(\d+)–3\.(\d+)\)")
+README_RANGE = re.compile(r"Python 3\.(\d+)(?:–3\.(\d+))?|`python3` \(3\.(\d+)(?:–3\.(\d+))?\)")
 
 
 def requires_python() -> SpecifierSet:
@@ -31,7 +31,11 @@ def supported_minors(spec: SpecifierSet) -> list[int]:
 
 def readme_ranges() -> list[tuple[int, int]]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return [tuple(int(g) for g in match.groups() if g is not None) for match in README_RANGE.finditer(text)]
+    ranges = []
+    for match in README_RANGE.finditer(text):
+        low, *high = (int(g) for g in match.groups() if g is not None)
+        ranges.append((low, high[0] if high else low))
+    return ranges
 
 
 def test_readme_states_the_range_pyproject_enforces() -> None:
