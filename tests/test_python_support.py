@@ -41,7 +41,7 @@ def readme_ranges() -> list[tuple[int, int]]:
 def test_readme_states_the_range_pyproject_enforces() -> None:
     minors = supported_minors(requires_python())
     ranges = readme_ranges()
-    assert ranges, "README states no supported Python range (expected e.g. `python3` (3.11–3.12))"
+    assert ranges, "README states no supported Python version (expected e.g. `python3` (3.11))"
     for low, high in ranges:
         assert list(range(low, high + 1)) == minors, (
             f"README says Python 3.{low}–3.{high}; pyproject requires-python {requires_python()} admits "
