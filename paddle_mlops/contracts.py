@@ -51,6 +51,16 @@ def image_repository(image: str) -> str:
     return repo[: len(repo) - len(last)] + last.split(":", 1)[0]
 
 
+# Library noise kept out of step logs (steps/runtime/noise.py): warning message prefixes, as both
+# warnings.filterwarnings and PYTHONWARNINGS match them, and the environment that silences them in every
+# process, also in the pods pipelines/k8s.py writes (the PaddleJob's launcher imports Paddle before any step).
+SILENCED_WARNINGS = ("No ccache found", "Setuptools is replacing distutils")
+QUIET_LIBRARIES_ENV = {
+    "PYTHONWARNINGS": ",".join(f"ignore:{prefix}:UserWarning" for prefix in SILENCED_WARNINGS),
+    "GLOG_minloglevel": "2",  # glog: errors only
+}
+SHOW_LIBRARY_WARNINGS_ENV = "PADDLE_MLOPS_LIBRARY_WARNINGS"
+
 # Output parameters: a step writes each declared output to <OUTPUTS_FLAG DIR>/<output name>; the templates
 # pass OUTPUTS_DIR, where Argo reads them (`valueFrom.path`); the local executor passes a task's folder.
 OUTPUTS_DIR = "/tmp/outputs"

@@ -13,7 +13,7 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
 from paddle_mlops.config.models import RegionConfig, TeamConfig
-from paddle_mlops.contracts import FINAL_EXIT_CODES, RUN_AS_GROUP, RUN_AS_USER
+from paddle_mlops.contracts import FINAL_EXIT_CODES, QUIET_LIBRARIES_ENV, RUN_AS_GROUP, RUN_AS_USER
 
 # The images put the project here; contracts.md runs every step from the project root.
 PROJECT_DIR = "/app"
@@ -116,6 +116,8 @@ def runtime_env(cfg: PipelineConfig, git_sha: str) -> list[m.EnvVar]:
     env.append(m.EnvVar(name="HOME", value="/tmp"))
     env.append(m.EnvVar(name="PYTHONPATH", value=PROJECT_DIR))
     env.append(m.EnvVar(name="GIT_SHA", value=git_sha))
+    # Quiet before Python starts: the PaddleJob's launcher imports Paddle before any step module could filter.
+    env += [m.EnvVar(name=name, value=value) for name, value in QUIET_LIBRARIES_ENV.items()]
     return env
 
 

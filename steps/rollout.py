@@ -95,13 +95,14 @@ def serving_image(cfg: PipelineConfig, digest: str | None) -> str:
     if not digest or not digest.startswith("sha256:"):
         raise StepError(
             f"--image-digest {digest!r} is not an image digest: KServe serves the serving image by digest only. "
-            "Pass build-image's serve-image-digest output (sha256:…) or the digest of a pushed serving image."
+            "Pass build-image's serve-image-digest output (sha256:…) or the digest of a pushed serving image "
+            "(a local `paddle-mlops run` builds no image: use serving.target=local there)."
         )
     return isvc.pin_image(cfg.images.serve, digest)
 
 
 def _kserve(cfg: PipelineConfig, args: argparse.Namespace, version: str, uri: str, api: Any, probe: Any) -> Outcome:
-    names = [n for n in args.regions.split(",") if n] or list(cfg.serving.regions)
+    names = [n.strip() for n in args.regions.split(",") if n.strip()] or list(cfg.serving.regions)
     config_dir = Path(args.config).resolve().parent if args.config else None
     regions = resolve_regions(cfg, names or [args.region or cfg.cluster.region], config_dir)
     image = serving_image(cfg, args.image_digest)
@@ -125,16 +126,19 @@ def run(
         outcome = _kserve(cfg, args, version, uri, api, probe)
         if outcome.outcome == PROMOTED:
             reg.promote(version)
-    record(reg, version, outcome)
+    image_only = args.image_digest if args.champion else None
+    record(reg, version, outcome, image_only)
     outputs = {"outcome": outcome.outcome, "serving-url": outcome.url}
+    what = f"serving image {image_only} for model version {version}" if image_only else f"model version {version}"
     if outcome.outcome != PROMOTED:
+        kept = "image" if image_only else "version"
         print(
-            f"[rollout] rolled back model version {version}: {outcome.reason}. "
-            "The previous version (and image) keeps serving and 'champion' is unchanged.",
+            f"[rollout] rolled back {what}: {outcome.reason}. "
+            f"The previous {kept} keeps serving and 'champion' is unchanged.",
             file=sys.stderr,
         )
         return runner.Finished(outputs, EXIT_ROLLED_BACK)
-    print(f"[rollout] model version {version} promoted; serving at {outcome.url}")
+    print(f"[rollout] {what} promoted; serving at {outcome.url}")
     return runner.Finished(outputs)
 
 

@@ -148,8 +148,11 @@ def test_train_image_uses_the_locked_paddle_gpu_build_and_keeps_it():
                 assert not ("pip install" in command and re.search(r"\bpaddlepaddle\b", command)), command
 
 
-def test_tools_image_installs_the_lock_with_hashes():
-    runs = " ".join(ins.args for ins in dockerfile("tools") if ins.keyword == "RUN")
+@pytest.mark.parametrize("name", ["tools", "serve"])
+def test_image_installs_the_lock_with_hashes(name: str) -> None:
+    """The serving image is served by digest from build-image: it must hold the set the tests ran against."""
+    runs = " ".join(ins.args for ins in dockerfile(name) if ins.keyword == "RUN")
     assert "uv export --frozen --no-dev" in runs
     assert "--require-hashes" in runs
-    assert "--no-emit-package paddlepaddle" not in runs  # the CPU wheel from the lock is wanted here
+    # tools wants the lock's CPU wheel; serve keeps its Paddle base image's build
+    assert ("--no-emit-package paddlepaddle" in runs) is (name == "serve")

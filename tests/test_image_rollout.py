@@ -118,7 +118,8 @@ def test_an_image_only_change_goes_region_by_region(cfg: Any, regions: list[Any]
         )
         assert body["metadata"]["annotations"]["paddle-mlops/image-digest"] == NEW_DIGEST
         assert body["metadata"]["annotations"]["paddle-mlops/model-uri"] == OLD_URI  # the model did not change
-    assert registry.promoted == ["7"] and registry.tags["7"]["rollout.outcome"] == "promoted"
+    assert registry.promoted == ["7"] and registry.tags["7"]["image_rollout.outcome"] == "promoted"
+    assert registry.tags["7"]["image_rollout.image_digest"] == NEW_DIGEST
 
 
 def test_a_failed_health_check_rolls_the_image_back(cfg: Any, regions: list[Any], tmp_path: Path) -> None:
@@ -133,7 +134,9 @@ def test_a_failed_health_check_rolls_the_image_back(cfg: Any, regions: list[Any]
     assert api.objects[first]["spec"]["predictor"]["containers"][0]["image"] == IMAGE
     untouched = {isvc.service_name(cfg, r) for r in regions[1:]}
     assert not untouched & {name for _, name in api.calls}
-    assert registry.promoted == [] and registry.tags["7"]["rollout.outcome"] == "rolled-back"
+    # The champion model was never at fault: the verdict is the image's, not a model rollout's.
+    assert registry.promoted == [] and registry.tags["7"]["image_rollout.outcome"] == "rolled-back"
+    assert "rollout.outcome" not in registry.tags["7"]
 
 
 def test_an_image_rollout_needs_a_champion(cfg: Any, regions: list[Any], tmp_path: Path, capsys) -> None:  # noqa: ANN001
@@ -143,3 +146,17 @@ def test_an_image_rollout_needs_a_champion(cfg: Any, regions: list[Any], tmp_pat
     args = _image_rollout(cfg, regions, tmp_path, "--image-digest", NEW_DIGEST)
     assert rollout.main(args, registry=registry, api=api, probe=FakeProbe()) == EXIT_USER_ERROR
     assert "no model version is 'champion' yet" in capsys.readouterr().err and api.calls == []
+
+
+def test_every_template_running_the_rollout_reports_its_outcome(cfg: Any) -> None:
+    """The rolled-back alert and the outcome panel read ROLLOUT_OUTCOME: an image rollback must feed them too."""
+    from paddle_mlops.contracts import ROLLOUT_OUTCOME
+
+    found = 0
+    for module in (train_deploy, rollout_template, image_rollout):
+        for template in module.build(cfg).to_dict()["spec"]["templates"]:
+            if template.get("container", {}).get("command", [])[2:3] == ["steps.rollout"]:
+                found += 1
+                names = {metric["name"] for metric in template["metrics"]["prometheus"]}
+                assert ROLLOUT_OUTCOME in names, template["name"]
+    assert found == 3

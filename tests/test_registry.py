@@ -178,3 +178,21 @@ def test_close_run_reports_unreachable_mlflow(monkeypatch, capsys):
     rc = close_run.main(["--workflow-name", "wf", "--workflow-status", "Failed"])
     assert rc == 1
     assert "unreachable" in capsys.readouterr().err
+
+
+def test_the_rollout_reads_the_champion_from_its_storage_uri_tag(env):
+    """An image-only rollout serves the champion's published model; a version registered some other way (its
+    source a runs:/ URI the model server cannot load) is refused instead of rolled out and rolled back."""
+    from steps.runtime.champion import MlflowRegistry
+
+    cfg, client = env
+    name = cfg.mlflow.registered_model
+    published = registry.register(cfg, "s3://m/e/v1", None, _tags("c1"), client=client)
+    registry.promote(name, published, client=client)
+    assert MlflowRegistry(cfg).champion() == (published, "s3://m/e/v1")
+
+    run = client.create_run(client.create_experiment("logged-elsewhere"))
+    logged = client.create_model_version(name, source=f"runs:/{run.info.run_id}/model", run_id=run.info.run_id)
+    registry.promote(name, str(logged.version), client=client)
+    with pytest.raises(StepError, match="has no storage_uri tag"):
+        MlflowRegistry(cfg).champion()

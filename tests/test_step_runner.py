@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from paddle_mlops.config import load_config
 from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_ROLLED_BACK, EXIT_USER_ERROR, OUTPUTS_FLAG
@@ -175,3 +176,20 @@ def test_paddle_mlops_run_library_warnings_reaches_the_steps(tmp_path: Path) -> 
         executor = LocalExecutor(cfg, doc, opts, Console(quiet=True))
         env = executor._env()
         assert (env.get(noise.SHOW_ENV) == "1") is flag
+
+
+def test_cluster_pods_are_quiet_from_the_start() -> None:
+    """Every step container and the PaddleJob's workers get the filter in their environment: the launcher
+    (`python -m paddle.distributed.launch`) imports Paddle before any step module could filter."""
+    from paddle_mlops.contracts import QUIET_LIBRARIES_ENV
+
+    cfg = load_config(CONFIG, "prod")
+    doc = train_deploy.build(cfg).to_dict()
+    containers = [t["container"] for t in doc["spec"]["templates"] if "container" in t]
+    job = next(t["resource"]["manifest"] for t in doc["spec"]["templates"] if "manifest" in t.get("resource", {}))
+    replicas = yaml.safe_load(job)["spec"]["paddleReplicaSpecs"].values()
+    containers += [c for replica in replicas for c in replica["template"]["spec"]["containers"]]
+    assert len(containers) > 7
+    for container in containers:
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        assert {k: env.get(k) for k in QUIET_LIBRARIES_ENV} == QUIET_LIBRARIES_ENV, container.get("name")

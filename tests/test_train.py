@@ -234,3 +234,14 @@ def test_resume_with_a_different_batch_layout_is_a_clear_error(
     err = capsys.readouterr().err
     assert "batch_size 8 -> 16" in err and "step-2" in err and "Traceback" not in err
     assert (ws / "checkpoints" / "step-2" / "meta.json").is_file()
+
+
+def test_a_checkpoint_without_a_batch_layout_is_a_clear_error(tmp_path: Path) -> None:
+    """Resume needs the layout the data position was counted in; without one it stops (exit 2), not KeyError."""
+    from steps.runtime.checkpoints import check_layout
+    from steps.runtime.runner import StepError
+
+    layout = {"world_size": 1, "batch_size": 16, "grad_accumulation": 1, "seed": 42}
+    check_layout(tmp_path / "step-4", dict(layout), layout)  # the same layout resumes
+    with pytest.raises(StepError, match="records no batch layout.*Delete"):
+        check_layout(tmp_path / "step-4", None, layout)

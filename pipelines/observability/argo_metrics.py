@@ -18,6 +18,11 @@ def exported(name: str) -> str:
     return ARGO_CUSTOM_PREFIX + name
 
 
+# The templates that run `steps.rollout` (a new model, or the champion on a new serving image): their
+# outcome feeds the rolled-back alert and the outcome panel.
+ROLLOUT_TEMPLATES = ("rollout", "image-rollout")
+
+
 def argo_template_metrics(template_name: str) -> dict[str, Any]:
     """Argo `metrics` for one template: duration and result of every step, plus the gate decision
     (evaluate) and the rollout outcome (rollout) from their output parameters.
@@ -41,7 +46,7 @@ def argo_template_metrics(template_name: str) -> dict[str, Any]:
     ]
     if template_name == "evaluate":
         metrics += _gate_metrics()
-    if template_name == "rollout":
+    if template_name in ROLLOUT_TEMPLATES:
         metrics += _rollout_metrics()
     return {"prometheus": metrics}
 

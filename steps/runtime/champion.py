@@ -7,6 +7,7 @@ from typing import Protocol
 from paddle_mlops.config.models import PipelineConfig
 from paddle_mlops.contracts import CHAMPION
 from steps.runtime.rollout_outcome import Outcome
+from steps.runtime.runner import StepError
 
 
 class Registry(Protocol):
@@ -37,12 +38,24 @@ class MlflowRegistry:
         if version is None:
             return None
         found = self._client.get_model_version(self._name, version)
-        return version, str(found.tags.get("storage_uri") or found.source)
+        uri = found.tags.get("storage_uri")
+        if not uri:
+            # The server loads only a published version (s3:// or the local store), never runs:/ or models:/.
+            raise StepError(
+                f"champion version {version} of {self._name} has no storage_uri tag (it was not registered by the "
+                "register step from a published model): roll a published version out instead"
+            )
+        return version, str(uri)
 
 
-def record(registry: Registry, version: str, outcome: Outcome) -> None:
-    registry.tag(version, "rollout.outcome", outcome.outcome)
+def record(registry: Registry, version: str, outcome: Outcome, image_digest: str | None = None) -> None:
+    """Tag the version with the outcome: `rollout.*` for a model rollout, `image_rollout.*` (with the digest)
+    when only the serving image changed, so a rolled-back image never reads as a rolled-back model."""
+    prefix = "image_rollout" if image_digest else "rollout"
+    registry.tag(version, f"{prefix}.outcome", outcome.outcome)
+    if image_digest:
+        registry.tag(version, f"{prefix}.image_digest", image_digest)
     if outcome.reason:
-        registry.tag(version, "rollout.reason", outcome.reason[:4000])
+        registry.tag(version, f"{prefix}.reason", outcome.reason[:4000])
     if outcome.regions:
-        registry.tag(version, "rollout.regions", ",".join(outcome.regions))
+        registry.tag(version, f"{prefix}.regions", ",".join(outcome.regions))

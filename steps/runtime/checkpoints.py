@@ -62,8 +62,14 @@ class Checkpoints:
         return state, json.loads((path / "meta.json").read_text())
 
 
-def check_layout(path: Path, saved: dict[str, int], now: dict[str, int]) -> None:
-    """StepError when the checkpoint at `path` counted its data position in another batch layout than `now`."""
+def check_layout(path: Path, saved: dict[str, int] | None, now: dict[str, int]) -> None:
+    """StepError when the checkpoint at `path` counted its data position in another batch layout than `now`
+    (or recorded none, so its data position cannot be trusted)."""
+    if saved is None:
+        raise StepError(
+            f"checkpoint {path} records no batch layout, so where it stopped in the data is unknown. Delete "
+            f"{path.parent} (and the checkpoint prefix in the object store) to start over."
+        )
     changed = {key: (value, now[key]) for key, value in saved.items() if key in now and now[key] != value}
     if changed:
         what = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changed.items())

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import warnings
 
-SHOW_ENV = "PADDLE_MLOPS_LIBRARY_WARNINGS"
-# Message prefixes, as both warnings.filterwarnings and PYTHONWARNINGS match them.
-SILENCED = ("No ccache found", "Setuptools is replacing distutils")
-GLOG_ERRORS_ONLY = "2"
+from paddle_mlops.contracts import QUIET_LIBRARIES_ENV, SHOW_LIBRARY_WARNINGS_ENV, SILENCED_WARNINGS
+
+SHOW_ENV = SHOW_LIBRARY_WARNINGS_ENV
+SILENCED = SILENCED_WARNINGS
+GLOG_ERRORS_ONLY = QUIET_LIBRARIES_ENV["GLOG_minloglevel"]
 # What the user had set before install() touched the environment (showing() leaves those alone).
 _USER_SET = frozenset(k for k in ("GLOG_minloglevel",) if k in os.environ)
 
@@ -31,7 +32,7 @@ def install() -> None:
         warnings.filterwarnings("ignore", message=prefix, category=UserWarning)
     inherited = [os.environ["PYTHONWARNINGS"]] if os.environ.get("PYTHONWARNINGS") else []
     if not any(prefix in "".join(inherited) for prefix in SILENCED):
-        os.environ["PYTHONWARNINGS"] = ",".join([*inherited, *(f"ignore:{p}:UserWarning" for p in SILENCED)])
+        os.environ["PYTHONWARNINGS"] = ",".join([*inherited, QUIET_LIBRARIES_ENV["PYTHONWARNINGS"]])
     os.environ.setdefault("GLOG_minloglevel", GLOG_ERRORS_ONLY)
 
 

@@ -204,7 +204,7 @@ class Trainer:
         if latest is None:
             return TrainState()
         saved, meta = Checkpoints.load(latest)
-        check_layout(latest, meta["layout"], self._layout())
+        check_layout(latest, meta.get("layout"), self._layout())
         self.model.set_state_dict(saved["model"])
         optimizer.set_state_dict(saved["optimizer"])
         step = meta["step"]
