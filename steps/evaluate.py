@@ -13,21 +13,18 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
-from paddle_mlops.contracts import CHAMPION  # noqa: E402
-from steps.runtime import data, runner, s3, workspace  # noqa: E402
+from steps.runtime import evaluation, runner, s3, workspace  # noqa: E402
+from steps.runtime import gate as gate_rules  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
-from steps.runtime.scoring import classification_report  # noqa: E402
 
 log = logging.getLogger("steps.evaluate")
 
@@ -36,88 +33,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
 
 
-def predict_timed(classifier: Any, texts: Sequence[str], batch_size: int) -> tuple[list[int], dict[str, float]]:
-    """Predictions and latency percentiles (tokenisation + inference, as the server does it)."""
-    predictions: list[int] = []
-    batch_ms: list[float] = []
-    example_ms: list[float] = []
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start : start + batch_size]
-        t0 = time.perf_counter()
-        logits = classifier.predict_batch_ids(*classifier.encode(chunk))
-        elapsed = (time.perf_counter() - t0) * 1000
-        predictions.extend(int(i) for i in logits.argmax(axis=-1))
-        batch_ms.append(elapsed)
-        example_ms.append(elapsed / len(chunk))
-    latency = {
-        "batch_size": batch_size,
-        "batch_p50_ms": float(np.percentile(batch_ms, 50)),
-        "batch_p99_ms": float(np.percentile(batch_ms, 99)),
-        "example_p50_ms": float(np.percentile(example_ms, 50)),
-        "example_p99_ms": float(np.percentile(example_ms, 99)),
-    }
-    return predictions, latency
-
-
-@dataclass(frozen=True)
-class GateDecision:
-    passed: bool
-    reason: str
-    metric: str
-    value: float
-    threshold: float
-    tolerance: float
-    champion_version: str | None = None
-    champion_value: float | None = None
-
-
-def champion(client: Any, registered_model: str, metric: str) -> tuple[str, float] | None:
-    """(version, test metric) of the model version aliased `champion`, or None when there is none."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        version = client.get_model_version_by_alias(registered_model, CHAMPION)
-    except MlflowException:
-        return None  # no registered model yet, or no champion alias: the first model has nothing to beat
-    key = f"test_{metric}"
-    if key in (version.tags or {}):
-        return str(version.version), float(version.tags[key])
-    if version.run_id:
-        value = client.get_run(version.run_id).data.metrics.get(key)
-        if value is not None:
-            return str(version.version), float(value)
-    log.warning("champion v%s has no %s (tag or run metric); comparing with the threshold only", version.version, key)
-    return None
-
-
-def decide(
-    value: float, metric: str, threshold: float, tolerance: float, champ: tuple[str, float] | None
-) -> GateDecision:
-    """Pass iff value >= threshold and value >= champion - tolerance."""
-    ok_threshold = value >= threshold
-    rel = "≥" if ok_threshold else "<"
-    reason = f"{metric} {value:.4f} {rel} threshold {threshold:.4f}"
-    ok_champion = True
-    if champ is not None:
-        version, champ_value = champ
-        ok_champion = value >= champ_value - tolerance
-        rel = "≥" if ok_champion else "<"
-        reason += f" and {rel} champion v{version} {champ_value:.4f} − {tolerance:.4f}"
-    else:
-        reason += " (no champion to compare with)"
-    return GateDecision(
-        passed=ok_threshold and ok_champion,
-        reason=reason,
-        metric=metric,
-        value=value,
-        threshold=threshold,
-        tolerance=tolerance,
-        champion_version=champ[0] if champ else None,
-        champion_value=champ[1] if champ else None,
-    )
-
-
-def log_to_mlflow(client: Any, run_id: str, metrics: dict[str, Any], gate: GateDecision, metrics_file: Path) -> None:
+def log_to_mlflow(
+    client: Any, run_id: str, metrics: dict[str, Any], gate: gate_rules.GateDecision, metrics_file: Path
+) -> None:
     """Test metrics and the gate decision go into the training run, so one run tells the whole story."""
     from mlflow.entities import Metric, RunTag
 
@@ -153,27 +71,6 @@ def _mlflow_key(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in name)
 
 
-def evaluate(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> tuple[dict[str, Any], str | None]:
-    from steps.runtime.ernie import ExportedClassifier
-
-    rows = data.read_split(data_dir / "test.jsonl")
-    if not rows:
-        raise StepError(f"{data_dir / 'test.jsonl'} is empty; rerun prepare-data with more data.")
-    classifier = ExportedClassifier(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
-    texts, labels = [t for t, _ in rows], [y for _, y in rows]
-    unknown = sorted(set(labels) - set(classifier.labels))
-    if unknown:
-        raise StepError(
-            f"test.jsonl has labels {unknown} the model does not know; data and model are from different runs."
-        )
-    predictions, latency = predict_timed(classifier, texts, cfg.serving.max_batch_size)
-    metrics = classification_report(labels, predictions, classifier.labels)
-    metrics |= {"examples": len(rows), "latency": latency}
-    training_file = model_dir / "training.json"
-    training = json.loads(training_file.read_text()) if training_file.is_file() else {}
-    return metrics, training.get("mlflow_run_id")
-
-
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     ws = args.workspace
     try:
@@ -181,7 +78,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         data_dir = workspace.stage_in(workspace.join(ws, "data"), endpoint_url=cfg.storage.endpoint_url)
     except FileNotFoundError as exc:
         raise StepError(f"{exc}; run prepare-data and train into workspace {ws} first.") from None
-    metrics, run_id = evaluate(cfg, model_dir, data_dir)
+    metrics, run_id = evaluation.evaluate(cfg, model_dir, data_dir)
 
     from mlflow import MlflowClient
 
@@ -189,8 +86,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
 
     client = MlflowClient(registry.tracking_uri(cfg))
     metric = cfg.gate.metric
-    champ = champion(client, cfg.mlflow.registered_model, metric)
-    gate = decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)
+    champ = gate_rules.champion(client, cfg.mlflow.registered_model, metric)
+    gate = gate_rules.decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)
     metrics |= {"gate": asdict(gate), "mlflow_run_id": run_id}
 
     eval_dir = Path(tempfile.mkdtemp(prefix="evaluate-")) if s3.is_s3(ws) else Path(ws) / "eval"

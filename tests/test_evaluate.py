@@ -10,6 +10,7 @@ from fixtures_ernie import common, make_exported_model, prepared_workspace
 
 from paddle_mlops.contracts import CHAMPION
 from steps import evaluate
+from steps.runtime import gate
 
 MODEL_NAME = "ernie-sentiment"
 
@@ -129,7 +130,7 @@ def test_gate_passes_against_champion_metric_from_its_run(workspace: Path, clien
     ],
 )
 def test_decide(value: float, champion: tuple[str, float] | None, passed: bool) -> None:
-    decision = evaluate.decide(value, "accuracy", 0.80, 0.01, champion)
+    decision = gate.decide(value, "accuracy", 0.80, 0.01, champion)
     assert decision.passed is passed
     if champion:
         assert f"champion v{champion[0]}" in decision.reason

@@ -33,7 +33,7 @@ from paddle_mlops.config.loader import default_config_path
 from paddle_mlops.contracts import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION
 from pipelines.platform import mlflow_server
 from steps import close_run, evaluate, prepare_data, register, train, upload
-from steps.runtime import registry, s3
+from steps.runtime import gate, registry, s3
 from steps.runtime.processes import stop_group
 from tests import pgserver
 from tests.fixtures_ernie import common, sentiment_rows, write_jsonl
@@ -254,7 +254,7 @@ def test_pipeline_tracks_and_registers_on_postgres(
     assert registry.get_alias_version(name, CHAMPION, client) == v2
     assert registry.get_alias_version(name, PREVIOUS_CHAMPION, client) == v1
     # evaluate's champion lookup reads the champion's test metric back from its run on PostgreSQL.
-    champ = evaluate.champion(client, name, tracking.cfg.gate.metric)
+    champ = gate.champion(client, name, tracking.cfg.gate.metric)
     assert champ is not None and champ[0] == v2
 
     # The rows are in PostgreSQL, not in some store of the client's ...
