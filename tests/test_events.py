@@ -5,13 +5,8 @@ parameter in `pipelines/platform/events.py` changes what these tests see. It mir
 - the github EventSource: with `webhookSecret` set it rejects a delivery whose X-Hub-Signature-256
   is not `sha256=` + hex(HMAC-SHA256(secret, raw body)) (go-github's ValidatePayload, constant time);
 - the generic webhook EventSource: `authSecret` requires `Authorization: Bearer <token>`;
-- Sensor data filters (sensors/dependencies/filter.go): gjson path; a missing path fails; string
-  values are unanchored regular expressions; `=` (default) passes when any value matches, `!=`
-  when any value does not; bool/number values parsed and compared; filters AND-ed unless
-  `dataLogicalOperator: or`. `exprs` and `script` filters are refused here (not mirrored);
-- trigger parameters: `src.dataKey` (gjson path) or `src.dataTemplate` (Go template over the event
-  data as `.Input`; only the sprig `trimPrefix` form the manifests use is mirrored) written to `dest`
-  (sjson dotted path) — pkg/sensors/triggers/params.go ResolveParamValue, argo-events v1.9.11.
+- the Sensor's data filters and trigger parameters: `paddle_mlops.local.sensor` (the local run delivers
+  its own bucket notifications through it, so the tests and the local run evaluate Sensors one way).
 """
 
 from __future__ import annotations
@@ -20,12 +15,12 @@ import copy
 import hashlib
 import hmac
 import json
-import re
 from typing import Any
 
 import pytest
 
 from paddle_mlops.config import load_config
+from paddle_mlops.local.sensor import fire
 from pipelines.platform import events
 
 SECRETS = {
@@ -40,32 +35,6 @@ SHA = "9f2c1e0b5d7a4c3e8f6b2a1d0c9e8f7a6b5c4d3e"
 
 class Rejected(Exception):
     """The EventSource refused the HTTP delivery (Argo Events answers 400/401)."""
-
-
-def gjson_get(data: Any, path: str) -> tuple[bool, Any]:
-    """Dotted path with numeric array indexes and `\\.` escapes (the gjson subset the manifests use)."""
-    keys = [k.replace("\x00", ".") for k in path.replace("\\.", "\x00").split(".")]
-    current = data
-    for key in keys:
-        if isinstance(current, dict) and key in current:
-            current = current[key]
-        elif isinstance(current, list) and key.isdigit() and int(key) < len(current):
-            current = current[int(key)]
-        else:
-            return False, None
-    return True, current
-
-
-def sjson_set(doc: dict[str, Any], path: str, value: Any) -> None:
-    keys = path.split(".")
-    current: Any = doc
-    for key in keys[:-1]:
-        current = current[int(key)] if isinstance(current, list) else current.setdefault(key, {})
-    last = keys[-1]
-    if isinstance(current, list):
-        current[int(last)] = value
-    else:
-        current[last] = value
 
 
 def secret_value(ref: dict[str, str]) -> str:
@@ -98,84 +67,6 @@ def deliver(event_source: dict[str, Any], headers: dict[str, str], body: bytes) 
     if "authSecret" in hook and headers.get("Authorization") != f"Bearer {secret_value(hook['authSecret'])}":
         raise Rejected("bearer token")
     return {"header": {k: [v] for k, v in headers.items()}, "body": json.loads(body)}
-
-
-TRIM_PREFIX = re.compile(r'^\{\{ trimPrefix "([^"]*)" \.Input\.([\w.]+) \}\}$')
-
-
-def param_value(src: dict[str, Any], data: dict[str, Any]) -> Any:
-    """ResolveParamValue: the template first (falling back to the key when it fails), then the key."""
-    if "dataTemplate" in src:
-        match = TRIM_PREFIX.match(src["dataTemplate"])
-        if not match:
-            raise NotImplementedError(f"dataTemplate not mirrored: {src['dataTemplate']!r}")
-        exists, value = gjson_get(data, match.group(2))
-        if exists and value not in (None, "") and str(value).removeprefix(match.group(1)):
-            return str(value).removeprefix(match.group(1))
-    assert "dataKey" in src, f"{src} resolves to nothing"
-    exists, value = gjson_get(data, src["dataKey"])
-    assert exists, f"{src['dataKey']} missing from the payload"
-    return value
-
-
-def _data_filter_passes(flt: dict[str, Any], data: dict[str, Any]) -> bool:
-    exists, value = gjson_get(data, flt["path"])
-    if not exists or value is None:
-        return False
-    comparator = flt.get("comparator", "=") or "="
-    kind = flt["type"]
-    for expected in flt["value"]:
-        if kind == "string":
-            matched = re.search(expected, str(value)) is not None
-            if matched == (comparator == "="):
-                return True
-        elif kind == "bool":
-            equal = bool(value) == (expected.lower() == "true")
-            if equal == (comparator == "="):
-                return True
-        elif kind == "number":
-            ops = {
-                "=": float.__eq__,
-                "!=": float.__ne__,
-                ">": float.__gt__,
-                ">=": float.__ge__,
-                "<": float.__lt__,
-                "<=": float.__le__,
-            }
-            if ops[comparator](float(value), float(expected)):
-                return True
-        else:
-            raise NotImplementedError(f"data filter type {kind!r}")
-    return False
-
-
-def dependency_passes(dep: dict[str, Any], data: dict[str, Any]) -> bool:
-    filters = dep.get("filters", {})
-    unsupported = set(filters) - {"data", "dataLogicalOperator"}
-    if unsupported:
-        raise NotImplementedError(f"filters not mirrored by this evaluator: {sorted(unsupported)}")
-    results = [_data_filter_passes(f, data) for f in filters.get("data", [])]
-    return any(results) if filters.get("dataLogicalOperator") == "or" else all(results)
-
-
-def fire(sensor: dict[str, Any], source: str, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """The resources the Sensor's triggers would submit for one event from `source`."""
-    fired = {
-        d["name"]
-        for d in sensor["spec"]["dependencies"]
-        if d["eventSourceName"] == source and dependency_passes(d, data)
-    }
-    created = []
-    for trigger in sensor["spec"]["triggers"]:
-        template = trigger["template"]
-        if template["conditions"] not in fired:
-            continue
-        workflow = template["argoWorkflow"]
-        resource = copy.deepcopy(workflow["source"]["resource"])
-        for param in workflow["parameters"]:
-            sjson_set(resource, param["dest"], param_value(param["src"], data))
-        created.append(resource)
-    return created
 
 
 # --- fixtures ------------------------------------------------------------------------------------
