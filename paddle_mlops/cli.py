@@ -55,8 +55,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="run the whole train-deploy DAG locally (embedded MLflow, object store and model server)",
         description=(
             "Run the train-deploy DAG as local processes: build-image (skipped locally), prepare-data, train "
-            "(paddle.distributed.launch with training.nproc CPU processes), evaluate (gate), upload, register, "
-            "rollout (a model server on 127.0.0.1). Writes a summary to WORKDIR/last-run.json."
+            "(paddle.distributed.launch with training.nproc CPU processes), evaluate (gate), upload; then the "
+            "published model's notification starts the rollout workflow: validate, register, rollout (a model "
+            "server on 127.0.0.1). Writes a summary to WORKDIR/last-run.json."
         ),
     )
     add_config_args(run, "local")
@@ -134,12 +135,17 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from paddle_mlops.local.executor import LocalExecutor, RunOptions
-    from pipelines import train_deploy
+    from paddle_mlops.local import notify
+    from paddle_mlops.local.executor import FollowOn, LocalExecutor, RunOptions
+    from pipelines import rollout_template, train_deploy
 
     config_path = args.config or default_config_path()
     cfg = load_config(config_path, args.env, args.overrides)
     doc = train_deploy.build(cfg).to_dict()
+    # The published model's notification starts the rollout workflow, as MinIO and Argo Events do on the cluster.
+    follow = FollowOn(
+        rollout_template.build(cfg).to_dict(), lambda outputs: notify.after_upload(cfg, outputs), {"redeploy": "true"}
+    )
     opts = RunOptions(
         config_path=config_path,
         env=args.env,
@@ -150,7 +156,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         git_sha=args.git_sha,
         library_warnings=args.library_warnings,
     )
-    code, _ = LocalExecutor(cfg, doc, opts, console).run()
+    results = {**rollout_template.RESULTS, **train_deploy.RESULTS}  # the training run and its upload first
+    code, _ = LocalExecutor(cfg, doc, opts, console, results=results, follow=follow).run()
     return code
 
 
@@ -222,6 +229,10 @@ DELEGATED = {
         "submit a Workflow from a WorkflowTemplate (after a GPU quota check); --dry-run prints it",
     ),
     "report": ("paddle_mlops.report", "write an MLflow run's plots and an HTML summary to a local folder"),
+    "publish": (
+        "paddle_mlops.publish",
+        "publish an exported model directory; its notification validates and rolls it out",
+    ),
 }
 
 

@@ -96,6 +96,10 @@ def _embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield manifest
 
 
+# Argo Events SecretKeySelector fields: webhookSecret, authSecret, apiToken, the minio source's accessKey/secretKey.
+_SELECTOR_KEY = re.compile(r"(Secret|Token|^accessKey|^secretKey)$")
+
+
 def secret_refs(node: Any) -> Iterator[tuple[str, str | None, str | None]]:
     """(name, key, namespace) of every required Secret a document refers to, found by shape."""
     if isinstance(node, list):
@@ -115,8 +119,7 @@ def secret_refs(node: Any) -> Iterator[tuple[str, str | None, str | None]]:
         elif key in ("secretKeyRef", "secretRef", "secret") and isinstance(value.get("name"), str):
             # env valueFrom / envFrom / projected volume source / Kyverno key reference
             yield value["name"], value.get("key"), value.get("namespace")
-        elif re.search(r"(Secret|Token)$", key) and isinstance(value.get("name"), str) and "key" in value:
-            # Argo Events SecretKeySelectors: webhookSecret, authSecret, apiToken, ...
+        elif _SELECTOR_KEY.search(key) and isinstance(value.get("name"), str) and "key" in value:
             yield value["name"], value["key"], None
         else:
             yield from secret_refs(value)

@@ -66,6 +66,26 @@ SHOW_LIBRARY_WARNINGS_ENV = "PADDLE_MLOPS_LIBRARY_WARNINGS"
 OUTPUTS_DIR = "/tmp/outputs"
 OUTPUTS_FLAG = "--outputs-dir"
 
+# --- Published models and their bucket notifications ---------------------------------------------------------
+# A version is `<store>/<model>/<version>/manifest.json` (written last); the Sensor's key filter
+# (pipelines/platform/events.py) and the validate step (steps/runtime/objectstore/notifications.py) read the
+# same layout. A local directory store is the bucket LOCAL_BUCKET with no prefix.
+MANIFEST_NAME = "manifest.json"
+LOCAL_BUCKET = "local"
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # model and version names: never need escaping in a key
+# Argo Events' minio EventSource dispatches a notification's records under this key (the Sensor reads
+# `notification.0.s3.object.key`); the local run's own notifications have the same shape.
+NOTIFICATION_RECORDS = "notification"
+
+
+def store_bucket(store_uri: str) -> tuple[str, str]:
+    """(bucket, key prefix) of a store: `s3://bucket/prefix`, or a local directory (`local`) as LOCAL_BUCKET."""
+    if store_uri.startswith("s3://"):
+        bucket, _, prefix = store_uri[len("s3://") :].partition("/")
+        return bucket, prefix.strip("/")
+    return LOCAL_BUCKET, ""
+
+
 # MLflow registered-model aliases carry the deployment state: registered, not yet serving; serving
 # 100%; what a rollback returns to.
 CHALLENGER = "challenger"
@@ -93,6 +113,7 @@ STEP_DURATION = "paddle_mlops_step_duration_seconds"
 STEP_RESULT = "paddle_mlops_step_result_total"
 GATE_PASSED = "paddle_mlops_gate_passed"
 ROLLOUT_OUTCOME = "paddle_mlops_rollout_outcome_total"
+VALIDATION_VERDICT = "paddle_mlops_validation_verdict_total"
 
 # Local runs keep their state here (the MLflow store, the object store, the serving record); the
 # local executor sets the variable for every step it starts.

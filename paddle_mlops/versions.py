@@ -126,6 +126,12 @@ class Feature:
 FEATURES: tuple[Feature, ...] = (
     Feature("CronWorkflow spec.schedules", "argo-workflows", "3.6.0", "argo-workflows docs/cron-workflows.md"),
     Feature("argo_workflows_* controller metric names", "argo-workflows", "3.6.0", "argo-workflows docs/metrics.md"),
+    Feature(
+        "Workflow spec.synchronization.mutexes",
+        "argo-workflows",
+        "3.6.0",
+        "argo-workflows docs/synchronization.md (v3.6: mutexes/semaphores lists; the singular mutex is removed in 4.x)",
+    ),
     Feature("securityContext.appArmorProfile", "kubernetes", "1.30", "kubernetes KEP-24 (AppArmor GA in 1.30)"),
     Feature(
         "verifyImages keys.rekor.ignoreTlog and keys.ctlog.ignoreSCT",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hera.workflows import Parameter, WorkflowTemplate
 
 from paddle_mlops.config import PipelineConfig
-from pipelines import templates
+from pipelines import release_templates, rollout_template, templates
 
 NAME = "image-rollout"
 
@@ -33,4 +33,6 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `image-rollout` WorkflowTemplate for this configuration (no side effects)."""
     passed = ("image-digest", "regions", "git-sha")
-    return templates.one_step_workflow(cfg, NAME, parameters(cfg), templates.image_rollout, passed)
+    wt = templates.one_step_workflow(cfg, NAME, parameters(cfg), release_templates.image_rollout, passed)
+    wt.synchronization = rollout_template.mutex(cfg)  # one rollout at a time changes the InferenceServices
+    return wt

@@ -1,34 +1,106 @@
-"""WorkflowTemplate `rollout`: promote an already registered model version on its own.
+"""WorkflowTemplate `rollout`: a published model validated, registered with the verdict, and rolled out.
 
-For re-deploying a known-good version (or another region) without rebuilding or retraining; the
-step is the same `rollout` container the train-deploy DAG ends with.
+What starts it: the bucket notification of a new `manifest.json` (Argo Events, `rollout-on-publish`; the local
+run delivers the same notification itself), or a person (`argo submit --from workflowtemplate/rollout
+-p model-uri=…`). validate judges the model (steps/validate.py); register records every judged model, with the
+reason when it was refused; rollout runs only for a model that passed. A notification for a model judged before
+ends at validate (`duplicate`), so a replayed or redelivered event never moves traffic twice.
+
+One rollout at a time: every workflow that changes the InferenceServices holds the same mutex
+(`ROLLOUT_MUTEX`, also taken by image-rollout), so a replay waits for the first run and then finds it judged.
 """
 
 from __future__ import annotations
 
-from hera.workflows import Parameter, WorkflowTemplate
+from hera.workflows import DAG, Parameter, WorkflowTemplate
+from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
-from pipelines import templates
+from pipelines import release_templates, templates
 
 NAME = "rollout"
+# What `paddle-mlops run` reports after the local rollout: summary key -> (task, output parameter).
+RESULTS = {
+    "model_uri": ("validate", "model-uri"),
+    "mlflow_run_id": ("validate", "run-id"),
+    "verdict": ("validate", "verdict"),
+    "validation": ("validate", "reason"),
+    "model_version": ("register", "model-version"),
+    "serving_url": ("rollout", "serving-url"),
+    "rollout": ("rollout", "outcome"),
+}
+# The event parameters a Sensor trigger sets (pipelines/platform/events.py), in this order.
+EVENT_PARAMETERS = ("event-bucket", "event-key", "event-etag")
+
+
+def mutex(cfg: PipelineConfig) -> m.Synchronization:
+    """The lock every workflow holds that changes this pipeline's InferenceServices."""
+    return m.Synchronization(mutexes=[m.Mutex(name=f"rollout-{cfg.serving.model_name}")])
 
 
 def parameters(cfg: PipelineConfig) -> list[Parameter]:
     return [
-        Parameter(name="model-version", description="MLflow registered model version to serve"),
-        Parameter(name="model-uri", description="published model prefix (upload step's model-uri)"),
+        Parameter(name="event-bucket", value="", description="bucket of the manifest notification (set by the sensor)"),
+        Parameter(
+            name="event-key", value="", description="object key of the manifest notification (set by the sensor)"
+        ),
+        Parameter(name="event-etag", value="", description="eTag of the announced manifest (set by the sensor)"),
+        Parameter(name="model-uri", value="", description="a published model prefix, instead of an event"),
         Parameter(name="region", value=cfg.cluster.region),
         Parameter(
             name="image-digest",
-            description="serving image digest (sha256:…, build-image's serve-image-digest); the image is pinned by it",
+            value="",
+            description="serving image digest (sha256:…); empty: the one the manifest names, else the champion's",
         ),
-        Parameter(name="git-sha", value="unknown", description="recorded with the rollout only"),
+        Parameter(
+            name="redeploy",
+            value="false",
+            enum=["false", "true"],
+            description="true: judge and roll out a model that was validated before (a manual re-deploy)",
+        ),
+        Parameter(name="git-sha", value="unknown", description="recorded until validate reads the manifest's"),
         *templates.run_parameters(cfg),
     ]
 
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `rollout` WorkflowTemplate for this configuration (no side effects)."""
-    passed = ("model-uri", "model-version", "region", "git-sha", "image-digest")
-    return templates.one_step_workflow(cfg, NAME, parameters(cfg), templates.rollout, passed)
+    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
+        validate = release_templates.validate(cfg)
+        register = release_templates.register(cfg)
+        rollout = release_templates.rollout(cfg)
+        templates.exit_handler(cfg)
+        with DAG(name="main"):
+            given = ("git-sha", "model-uri", *EVENT_PARAMETERS, "image-digest", "redeploy")
+            t_validate = validate(name="validate", arguments={p: f"{{{{workflow.parameters.{p}}}}}" for p in given})
+            out = t_validate.get_parameter
+            verdict = out("verdict")
+            judged = {"git-sha": out("git-sha"), "model-uri": out("model-uri")}
+            t_register = register(
+                name="register",
+                when=f"{verdict} != duplicate",
+                arguments={
+                    **judged,
+                    "manifest-digest": out("manifest-digest"),
+                    "mlflow-run-id": out("run-id"),
+                    "verdict": verdict,
+                    "reason": out("reason"),
+                    "metrics": out("metrics"),
+                },
+            )
+            t_rollout = rollout(
+                name="rollout",
+                when=f"{verdict} == passed",
+                arguments={
+                    **judged,
+                    "model-version": t_register.get_parameter("model-version"),
+                    "region": "{{workflow.parameters.region}}",
+                    "image-digest": out("image-digest"),
+                },
+            )
+            t_validate >> t_register >> t_rollout
+        by_name = {t.name: t for t in (t_validate, t_register, t_rollout)}
+        for task, output in RESULTS.values():
+            by_name[task].get_parameter(output)
+    wt.synchronization = mutex(cfg)
+    return wt

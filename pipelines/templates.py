@@ -27,7 +27,6 @@ from pipelines import k8s
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import WORKFLOW_LABEL, PaddleJobSpec, build_paddlejob
 from pipelines.platform import buildkit
-from pipelines.platform.rbac import ROLLOUT_SERVICE_ACCOUNT
 
 OUTPUTS = OUTPUTS_DIR
 WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
@@ -246,77 +245,11 @@ def upload(cfg: PipelineConfig) -> Container:
             WORKSPACE,
             "--run-id",
             "{{inputs.parameters.mlflow-run-id}}",
+            "--serve-image-digest",
+            "{{inputs.parameters.serve-image-digest}}",
         ],  # fmt: skip
-        inputs=["mlflow-run-id"],
+        inputs=["mlflow-run-id", "serve-image-digest"],
         outputs=["model-uri", "manifest-digest"],
-    )
-
-
-def register(cfg: PipelineConfig) -> Container:
-    return step_container(
-        cfg,
-        "register",
-        "register",
-        args=[
-            "--model-uri",
-            "{{inputs.parameters.model-uri}}",
-            "--manifest-digest",
-            "{{inputs.parameters.manifest-digest}}",
-            "--run-id",
-            "{{inputs.parameters.mlflow-run-id}}",
-        ],  # fmt: skip
-        inputs=["model-uri", "manifest-digest", "mlflow-run-id"],
-        outputs=["model-version"],
-    )
-
-
-def rollout(cfg: PipelineConfig) -> Container:
-    """Canary, check, promote or roll back one registered model version on the serving image `image-digest`."""
-    return _rollout_container(
-        cfg,
-        "rollout",
-        args=[
-            "--model-uri",
-            "{{inputs.parameters.model-uri}}",
-            "--model-version",
-            "{{inputs.parameters.model-version}}",
-            "--region",
-            "{{inputs.parameters.region}}",
-            "--image-digest",
-            "{{inputs.parameters.image-digest}}",
-        ],  # fmt: skip
-        inputs=["model-uri", "model-version", "region", "image-digest"],
-    )
-
-
-def image_rollout(cfg: PipelineConfig) -> Container:
-    """The serving champion on a new serving image: the same region-staged canary, the model unchanged."""
-    return _rollout_container(
-        cfg,
-        "image-rollout",
-        args=[
-            "--champion",
-            "--image-digest",
-            "{{inputs.parameters.image-digest}}",
-            "--regions",
-            "{{inputs.parameters.regions}}",
-        ],  # fmt: skip
-        inputs=["image-digest", "regions"],
-    )
-
-
-def _rollout_container(cfg: PipelineConfig, name: str, args: list[str], inputs: list[str]) -> Container:
-    return step_container(
-        cfg,
-        name,
-        "rollout",
-        args=args,
-        inputs=inputs,
-        outputs=["serving-url", "outcome"],
-        # Only the rollout step may touch InferenceServices (argo/rbac.yaml).
-        service_account_name=ROLLOUT_SERVICE_ACCOUNT,
-        # The canary window is part of the step; give it room on top of the ordinary deadline.
-        active_deadline_seconds=cfg.cluster.step_deadline_seconds + cfg.serving.canary_window_seconds,
     )
 
 

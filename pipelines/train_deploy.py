@@ -1,8 +1,11 @@
-"""WorkflowTemplate `train-deploy`: from a commit to a served model, one DAG.
+"""WorkflowTemplate `train-deploy`: from a commit to a published model, one DAG.
 
-build-image → prepare-data → train → evaluate → upload → register → rollout, with an exit
-handler that closes the MLflow run. The local executor reads this same DAG (`build(cfg).to_dict()`,
-ordered by `paddle_mlops.local.dag.load_workflow`), so the step order is written here and nowhere else.
+build-image → prepare-data → train → evaluate → upload (when the gate passed), with an exit handler that
+closes the MLflow run. Publishing is the hand-over: the new `manifest.json` is the bucket notification that
+starts the `rollout` workflow (validate → register → rollout, pipelines/rollout_template.py), the same path
+a model published from anywhere else takes, so a model is registered and rolled out once, by one path.
+The local executor reads this same DAG (`build(cfg).to_dict()`, ordered by
+`paddle_mlops.local.dag.load_workflow`) and delivers the notification to the rollout itself.
 """
 
 from __future__ import annotations
@@ -20,9 +23,6 @@ RESULTS = {
     "gate": ("evaluate", "gate-passed"),
     "mlflow_run_id": ("evaluate", "mlflow-run-id"),
     "model_uri": ("upload", "model-uri"),
-    "model_version": ("register", "model-version"),
-    "serving_url": ("rollout", "serving-url"),
-    "rollout": ("rollout", "outcome"),
 }
 
 
@@ -49,8 +49,6 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         train = templates.train(cfg)
         evaluate = templates.evaluate(cfg)
         upload = templates.upload(cfg)
-        register = templates.register(cfg)
-        rollout = templates.rollout(cfg)
         templates.exit_handler(cfg)
 
         with DAG(name="main"):
@@ -60,34 +58,18 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             t_data = prepare_data(name="prepare-data", arguments=commit)
             t_train = train(name="train", arguments={**commit, "image-digest": t_build.get_parameter("image-digest")})
             t_eval = evaluate(name="evaluate", arguments=commit)
-            gate = f"{t_eval.get_parameter('gate-passed')} == true"
-            run_id = t_eval.get_parameter("mlflow-run-id")
-            t_upload = upload(name="upload", when=gate, arguments={**commit, "mlflow-run-id": run_id})
-            published = {"model-uri": t_upload.get_parameter("model-uri")}
-            t_register = register(
-                name="register",
-                when=gate,
+            t_upload = upload(
+                name="upload",
+                when=f"{t_eval.get_parameter('gate-passed')} == true",
                 arguments={
                     **commit,
-                    **published,
-                    "manifest-digest": t_upload.get_parameter("manifest-digest"),
-                    "mlflow-run-id": run_id,
+                    "mlflow-run-id": t_eval.get_parameter("mlflow-run-id"),
+                    # The serving image built from this commit, by digest: the manifest names it for the rollout.
+                    "serve-image-digest": t_build.get_parameter("serve-image-digest"),
                 },
             )
-            t_rollout = rollout(
-                name="rollout",
-                when=gate,
-                arguments={
-                    **commit,
-                    **published,
-                    "model-version": t_register.get_parameter("model-version"),
-                    "region": "{{workflow.parameters.region}}",
-                    # The serving image built from this commit, by digest (never the configured tag).
-                    "image-digest": t_build.get_parameter("serve-image-digest"),
-                },
-            )
-            tasks = [t_build, t_data, t_train, t_eval, t_upload, t_register, t_rollout]
-            t_build >> t_data >> t_train >> t_eval >> t_upload >> t_register >> t_rollout
+            tasks = [t_build, t_data, t_train, t_eval, t_upload]
+            t_build >> t_data >> t_train >> t_eval >> t_upload
         by_name = {task.name: task for task in tasks}
         for task, output in RESULTS.values():
             by_name[task].get_parameter(output)

@@ -1,11 +1,15 @@
-"""Register a published model version in MLflow and point the `challenger` alias at it.
+"""Register a published model version in MLflow with the validate step's verdict.
 
-Never registers an unpublished model: the manifest must exist and hash to `--manifest-digest`.
+Never registers an unpublished model: the manifest must exist and hash to `--manifest-digest`. A model that
+passed validation becomes `challenger`; a refused one is registered too, tagged with the reason, and no alias
+points at it, so it is never served. Registering the same manifest again returns the same version (a retry or
+a redeploy), with the new verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -18,7 +22,23 @@ from steps.runtime.runner import StepError
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-uri", required=True, help="published version prefix (upload's model-uri)")
     parser.add_argument("--manifest-digest", required=True, help="sha256 of the manifest (upload's manifest-digest)")
-    parser.add_argument("--run-id", default="", help="MLflow run that produced the model")
+    parser.add_argument("--run-id", default="", help="MLflow run that produced the model (if it is one of ours)")
+    parser.add_argument("--verdict", default="passed", choices=("passed", "refused"), help="validate's verdict")
+    parser.add_argument("--reason", default="", help="validate's reason")
+    parser.add_argument("--metrics", default="{}", help="validate's metrics JSON (test metrics become tags)")
+
+
+def validation_tags(args: argparse.Namespace) -> dict[str, str]:
+    """The verdict, its reason and the test metrics (`test_<name>`, what the gate compares champions by)."""
+    try:
+        metrics = json.loads(args.metrics or "{}")
+    except json.JSONDecodeError:
+        raise StepError(f"--metrics is not JSON: {args.metrics[:200]!r}") from None
+    tags = {registry.VALIDATION_VERDICT: args.verdict, registry.VALIDATION_REASON: args.reason[:4000]}
+    for key, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            tags[f"test_{key}"] = repr(float(value))
+    return tags
 
 
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
@@ -43,7 +63,14 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     }
     client = registry.connect(cfg)
     name = cfg.mlflow.registered_model
-    version = registry.register(cfg, args.model_uri, args.run_id or None, tags, client=client)
+    run_id = args.run_id if registry.known_run(args.run_id, client) else None
+    if args.run_id and run_id is None:
+        tags["source_run_id"] = args.run_id  # trained elsewhere: kept for the record, not linked
+    version = registry.register(cfg, args.model_uri, run_id, tags, client=client)
+    registry.set_tags(name, version, validation_tags(args), client=client)
+    if args.verdict != "passed":
+        print(f"registered {name} version {version} ({args.model_uri}) as REFUSED: {args.reason}")
+        return {"model-version": version}
     registry.set_alias(name, CHALLENGER, version, client=client)
     print(f"registered {name} version {version} ({args.model_uri}) as '{CHALLENGER}'")
     return {"model-version": version}

@@ -30,7 +30,7 @@ from paddle_mlops.config.models import PipelineConfig, RegionConfig
 from paddle_mlops.contracts import EXIT_ROLLED_BACK
 from steps.runtime import inference_service as isvc
 from steps.runtime import runner
-from steps.runtime.champion import MlflowRegistry, Registry, record
+from steps.runtime.champion import SERVED_IMAGE, MlflowRegistry, Registry, record
 from steps.runtime.health import HttpProbe
 from steps.runtime.kserve_rollout import KServeRollout, kubernetes_api
 from steps.runtime.local_server import rollout_local
@@ -74,7 +74,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--image-digest",
         default=None,
-        help="serving image digest (sha256:…, build-image's serve-image-digest); KServe serves the image by it",
+        help="serving image digest (sha256:…, build-image's serve-image-digest); KServe serves the image by it. "
+        "Empty: the digest the champion is served on",
     )
 
 
@@ -95,17 +96,27 @@ def serving_image(cfg: PipelineConfig, digest: str | None) -> str:
     if not digest or not digest.startswith("sha256:"):
         raise StepError(
             f"--image-digest {digest!r} is not an image digest: KServe serves the serving image by digest only. "
-            "Pass build-image's serve-image-digest output (sha256:…) or the digest of a pushed serving image "
-            "(a local `paddle-mlops run` builds no image: use serving.target=local there)."
+            "Pass build-image's serve-image-digest output (sha256:…) or the digest of a pushed serving image; "
+            "a model published without one is served on the champion's image, and there is no champion served "
+            "by digest yet (a local `paddle-mlops run` builds no image: use serving.target=local there)."
         )
     return isvc.pin_image(cfg.images.serve, digest)
 
 
-def _kserve(cfg: PipelineConfig, args: argparse.Namespace, version: str, uri: str, api: Any, probe: Any) -> Outcome:
+def image_digest(args: argparse.Namespace, reg: Registry) -> str | None:
+    """--image-digest, else (a model published without one) the digest the champion is served on."""
+    if args.image_digest or args.champion:
+        return args.image_digest
+    return reg.served_image_digest()
+
+
+def _kserve(
+    cfg: PipelineConfig, args: argparse.Namespace, version: str, uri: str, digest: str | None, api: Any, probe: Any
+) -> Outcome:
     names = [n.strip() for n in args.regions.split(",") if n.strip()] or list(cfg.serving.regions)
     config_dir = Path(args.config).resolve().parent if args.config else None
     regions = resolve_regions(cfg, names or [args.region or cfg.cluster.region], config_dir)
-    image = serving_image(cfg, args.image_digest)
+    image = serving_image(cfg, digest)
     machine = KServeRollout(cfg, api or kubernetes_api(), probe or HttpProbe())
     return machine.run(regions, uri, version, image)
 
@@ -123,9 +134,11 @@ def run(
     if cfg.serving.target == "local":
         outcome = rollout_local(cfg, uri, version, runner.home_dir(), reg, _common_args(args), probe)
     else:
-        outcome = _kserve(cfg, args, version, uri, api, probe)
+        digest = image_digest(args, reg)
+        outcome = _kserve(cfg, args, version, uri, digest, api, probe)
         if outcome.outcome == PROMOTED:
             reg.promote(version)
+            reg.tag(version, SERVED_IMAGE, str(digest))
     image_only = args.image_digest if args.champion else None
     record(reg, version, outcome, image_only)
     outputs = {"outcome": outcome.outcome, "serving-url": outcome.url}

@@ -1,7 +1,10 @@
 """Publish the trained model to the object store (content-addressed objects, manifest last).
 
-Outputs: `model-uri` (the published version prefix) and `manifest-digest` (sha256 of the manifest
-bytes), which the register step checks before it registers anything.
+Publishing is the hand-over: the manifest's creation is the bucket notification that starts the `rollout`
+workflow (validate, register, rollout), exactly as for a model published from anywhere else. The manifest
+records the run, the commit, the data stats and the serving image built from the same commit.
+
+Outputs: `model-uri` (the published version prefix) and `manifest-digest` (sha256 of the manifest bytes).
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (directory or s3:// prefix)")
     parser.add_argument("--run-id", required=True, help="MLflow run of training/evaluation (names the version)")
     parser.add_argument("--version", default=None, help="version name (default: <git-sha[:12]>-<run-id[:8]>)")
+    parser.add_argument(
+        "--serve-image-digest",
+        default="",
+        help="serving image built from the same commit (build-image's serve-image-digest); the rollout serves it",
+    )
 
 
 def default_version(git_sha: str, run_id: str) -> str:
@@ -55,6 +63,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         "run_id": args.run_id,
         "metrics": _read_json(ws / "eval" / "metrics.json"),
         "data_stats": _read_json(ws / "data" / "stats.json"),
+        # A local run builds no image (build-image outputs a placeholder): only a real digest is recorded.
+        "serve_image_digest": args.serve_image_digest if args.serve_image_digest.startswith("sha256:") else None,
     }
     version = args.version or default_version(args.git_sha, args.run_id)
     result = objectstore.publish(

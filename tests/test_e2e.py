@@ -92,7 +92,11 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     summary = first_run["summary"]
     assert summary["status"] == "succeeded"
     names = [s["name"] for s in summary["steps"]]
-    assert names == ["build-image", "prepare-data", "train", "evaluate", "upload", "register", "rollout"]
+    # train-deploy ends at upload; the published manifest's notification starts the rollout workflow.
+    assert names == ["build-image", "prepare-data", "train", "evaluate", "upload", "validate", "register", "rollout"]
+    assert [w.rsplit("-", 2)[0] for w in summary["workflows"]] == ["train-deploy", "rollout"]
+    assert summary["rollout_parameters"]["event-key"].endswith("%2Fmanifest.json")
+    assert summary["validation"]["verdict"] == "passed"
     assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"])
     assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0 and 0.0 <= summary["metrics"]["macro_f1"] <= 1.0
     assert summary["gate"]["passed"] is True

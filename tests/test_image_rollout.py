@@ -41,6 +41,9 @@ class ChampionRegistry:
         self.promoted.append(version)
         return self.version
 
+    def served_image_digest(self) -> str | None:
+        return self.tags.get(self.version, {}).get("serving.image_digest")
+
     def tag(self, version: str, key: str, value: str) -> None:
         self.tags.setdefault(version, {})[key] = value
 
@@ -72,24 +75,53 @@ def _image_rollout(cfg: Any, regions: list[Any], tmp_path: Path, *extra: str) ->
             *extra]  # fmt: skip
 
 
-def test_train_deploy_serves_the_image_built_from_its_commit(cfg: Any) -> None:
+def test_train_deploy_publishes_the_image_built_from_its_commit_and_the_rollout_serves_it(cfg: Any) -> None:
+    """train-deploy records build-image's serving digest in the manifest (upload); the rollout that the manifest's
+    notification starts reads it back in validate and deploys exactly that digest."""
     doc = train_deploy.build(cfg).to_dict()
     outputs = {p["name"] for p in _templates(doc)["build-image"]["outputs"]["parameters"]}
     assert {"image-digest", "serve-image-digest"} <= outputs
     args = _templates(doc)["build-image"]["container"]["args"]
     assert args[args.index("--serve-image") + 1] == "registry.example.com/paddle-mlops/serve"
-    assert (
-        _task_arguments(doc, "rollout")["image-digest"] == "{{tasks.build-image.outputs.parameters.serve-image-digest}}"
-    )
-    rollout_args = _templates(doc)["rollout"]["container"]["args"]
+    built = "{{tasks.build-image.outputs.parameters.serve-image-digest}}"
+    assert _task_arguments(doc, "upload")["serve-image-digest"] == built
+    upload_args = _templates(doc)["upload"]["container"]["args"]
+    assert upload_args[upload_args.index("--serve-image-digest") + 1] == "{{inputs.parameters.serve-image-digest}}"
+    released = rollout_template.build(cfg).to_dict()
+    assert _task_arguments(released, "rollout")["image-digest"] == "{{tasks.validate.outputs.parameters.image-digest}}"
+    rollout_args = _templates(released)["rollout"]["container"]["args"]
     assert rollout_args[rollout_args.index("--image-digest") + 1] == "{{inputs.parameters.image-digest}}"
 
 
-@pytest.mark.parametrize("module", [rollout_template, image_rollout])
-def test_the_standalone_templates_require_a_digest(cfg: Any, module: Any) -> None:
+def test_the_image_rollout_template_requires_a_digest(cfg: Any) -> None:
     """No default: `argo submit` without `-p image-digest=sha256:…` is refused before anything runs."""
-    params = {p["name"]: p for p in module.build(cfg).to_dict()["spec"]["arguments"]["parameters"]}
+    params = {p["name"]: p for p in image_rollout.build(cfg).to_dict()["spec"]["arguments"]["parameters"]}
     assert "value" not in params["image-digest"]
+
+
+def test_a_model_published_without_a_digest_is_served_on_the_champions_image(
+    cfg: Any, regions: list[Any], tmp_path: Path
+) -> None:
+    """A model trained elsewhere names no serving image: it goes out on the image the champion is served on."""
+    registry = ChampionRegistry()
+    registry.tags["7"] = {"serving.image_digest": NEW_DIGEST}
+    api = KServeStandIn(existing=previous_services(cfg, regions), lag=False, ready_after=0)
+    args = ["--env", "prod", "--overrides", FAST, "--model-uri", "s3://m/e/8", "--model-version", "8",
+            "--image-digest", "", "--outputs-dir", str(tmp_path)]  # fmt: skip
+    assert rollout.main(args, registry=registry, api=api, probe=FakeProbe()) == 0
+    for region in regions:
+        body = api.objects[isvc.service_name(cfg, region)]
+        assert body["spec"]["predictor"]["containers"][0]["image"].endswith(f"@{NEW_DIGEST}")
+    assert registry.tags["8"]["serving.image_digest"] == NEW_DIGEST
+
+
+def test_a_model_without_a_digest_and_no_champion_image_changes_nothing(
+    cfg: Any, regions: list[Any], tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    api = KServeStandIn(existing=previous_services(cfg, regions), lag=False, ready_after=0)
+    args = ["--env", "prod", "--model-uri", "s3://m/e/8", "--model-version", "8", "--image-digest", ""]
+    assert rollout.main(args, registry=ChampionRegistry(), api=api, probe=FakeProbe()) == EXIT_USER_ERROR
+    assert "served on the champion's image" in capsys.readouterr().err and api.calls == []
 
 
 def test_a_rollout_without_a_digest_changes_nothing(cfg: Any, regions: list[Any], tmp_path: Path, capsys) -> None:  # noqa: ANN001
@@ -153,10 +185,10 @@ def test_every_template_running_the_rollout_reports_its_outcome(cfg: Any) -> Non
     from paddle_mlops.contracts import ROLLOUT_OUTCOME
 
     found = 0
-    for module in (train_deploy, rollout_template, image_rollout):
+    for module in (rollout_template, image_rollout):
         for template in module.build(cfg).to_dict()["spec"]["templates"]:
             if template.get("container", {}).get("command", [])[2:3] == ["steps.rollout"]:
                 found += 1
                 names = {metric["name"] for metric in template["metrics"]["prometheus"]}
                 assert ROLLOUT_OUTCOME in names, template["name"]
-    assert found == 3
+    assert found == 2

@@ -14,7 +14,9 @@ from paddle_mlops.local.dag import DagError, load_workflow
 from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
 from tests.argo_conditions import parse as parse_selector
 
-DAG_ORDER = ["build-image", "prepare-data", "train", "evaluate", "upload", "register", "rollout"]
+DAG_ORDER = ["build-image", "prepare-data", "train", "evaluate", "upload"]
+# What the published model's notification starts (pipelines/rollout_template.py).
+RELEASE_ORDER = ["validate", "register", "rollout"]
 ALLOWED_EXPRESSION = re.compile(
     r"\{\{(workflow\.parameters\.[a-z-]+|workflow\.name|workflow\.status|inputs\.parameters\.[a-z-]+"
     r"|tasks\.[a-z-]+\.outputs\.parameters\.[a-z-]+)\}\}"
@@ -52,9 +54,9 @@ def test_dag_runs_the_steps_in_order(doc: dict) -> None:
 
 def test_dag_order_reads_depends_expressions_and_rejects_cycles(doc: dict) -> None:
     tasks = _tasks(doc)
-    tasks["rollout"]["depends"] = "register.Succeeded || upload.Skipped"
-    assert dag_order(doc)[-1] == "rollout"
-    tasks["build-image"]["depends"] = "rollout"
+    tasks["upload"]["depends"] = "evaluate.Succeeded || train.Skipped"
+    assert dag_order(doc)[-1] == "upload"
+    tasks["build-image"]["depends"] = "upload"
     with pytest.raises(DagError, match="cycle"):
         dag_order(doc)
 
@@ -78,9 +80,20 @@ def test_workflow_parameters_and_defaults(doc: dict) -> None:
     }
 
 
-@pytest.mark.parametrize("task", ["upload", "register", "rollout"])
-def test_publishing_steps_wait_for_the_gate(doc: dict, task: str) -> None:
-    assert _tasks(doc)[task]["when"] == "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
+def test_publishing_waits_for_the_gate_and_hands_over_to_the_notification(doc: dict) -> None:
+    """train-deploy ends with upload: registering and rolling out belong to the rollout its notification starts,
+    so a model is registered and rolled out once, by one path, wherever it was published from."""
+    assert _tasks(doc)["upload"]["when"] == "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
+    assert not {"register", "rollout"} & set(_tasks(doc))
+
+
+def test_the_release_runs_validate_register_rollout_on_the_verdict() -> None:
+    release = rollout_template.build(_cfg()).to_dict()
+    assert dag_order(release) == RELEASE_ORDER
+    tasks = _tasks(release)
+    assert all(tasks[name].get("depends") == before for before, name in pairwise(RELEASE_ORDER))
+    assert tasks["register"]["when"] == "{{tasks.validate.outputs.parameters.verdict}} != duplicate"
+    assert tasks["rollout"]["when"] == "{{tasks.validate.outputs.parameters.verdict}} == passed"
 
 
 def test_exit_handler_closes_the_run(doc: dict) -> None:
@@ -113,6 +126,15 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
     }
     assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics"}
     assert set(declared["upload"]) == {"model-uri", "manifest-digest"}
+    release = _templates(rollout_template.build(_cfg()).to_dict())
+    declared |= {
+        name: {p["name"]: p["valueFrom"]["path"] for p in t.get("outputs", {}).get("parameters", [])}
+        for name, t in release.items()
+    }
+    templates = {**templates, **release}
+    assert set(declared["validate"]) == {
+        "verdict", "reason", "model-uri", "manifest-digest", "metrics", "run-id", "image-digest", "git-sha"
+    }  # fmt: skip
     assert set(declared["register"]) == {"model-version"}
     assert set(declared["rollout"]) == {"serving-url", "outcome"}
     for name, outputs in declared.items():
@@ -218,14 +240,19 @@ def test_unknown_region_is_a_clear_config_error() -> None:
         train_deploy.build(_cfg("cluster.region=mars"))
 
 
-def test_rollout_template_promotes_a_given_version() -> None:
+def test_rollout_template_takes_an_event_or_a_model_uri_and_holds_the_rollout_lock() -> None:
     doc = rollout_template.build(_cfg()).to_dict()
     assert doc["metadata"]["name"] == "rollout"
-    params = {p["name"] for p in doc["spec"]["arguments"]["parameters"]}
-    assert {"model-version", "model-uri", "region"} <= params
-    (task,) = _tasks(doc).values()
-    assert task["template"] == "rollout"
+    params = {p["name"]: p.get("value") for p in doc["spec"]["arguments"]["parameters"]}
+    assert {"event-bucket", "event-key", "event-etag", "model-uri", "region", "image-digest", "redeploy"} <= set(params)
+    assert params["redeploy"] == "false" and params["model-uri"] == "" and params["image-digest"] == ""
     assert doc["spec"]["onExit"] == "exit-handler"
+    # One release at a time changes the InferenceServices: image-rollout holds the same mutex.
+    from pipelines import image_rollout
+
+    lock = doc["spec"]["synchronization"]
+    assert lock == {"mutexes": [{"name": "rollout-ernie-sentiment"}]}
+    assert image_rollout.build(_cfg()).to_dict()["spec"]["synchronization"] == lock
 
 
 def test_cron_references_the_template_and_never_overlaps() -> None:

@@ -38,6 +38,9 @@ class FakeRegistry:
         previous, self.champion = self.champion, version
         return previous
 
+    def served_image_digest(self) -> str | None:
+        return None
+
     def tag(self, version: str, key: str, value: str) -> None:
         self.tags.setdefault(version, {})[key] = value
 

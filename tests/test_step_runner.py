@@ -182,14 +182,18 @@ def test_cluster_pods_are_quiet_from_the_start() -> None:
     """Every step container and the PaddleJob's workers get the filter in their environment: the launcher
     (`python -m paddle.distributed.launch`) imports Paddle before any step module could filter."""
     from paddle_mlops.contracts import QUIET_LIBRARIES_ENV
+    from pipelines import image_rollout, rollout_template
 
     cfg = load_config(CONFIG, "prod")
     doc = train_deploy.build(cfg).to_dict()
-    containers = [t["container"] for t in doc["spec"]["templates"] if "container" in t]
+    templates = [
+        t for m in (train_deploy, rollout_template, image_rollout) for t in m.build(cfg).to_dict()["spec"]["templates"]
+    ]
+    containers = [t["container"] for t in templates if "container" in t]
     job = next(t["resource"]["manifest"] for t in doc["spec"]["templates"] if "manifest" in t.get("resource", {}))
     replicas = yaml.safe_load(job)["spec"]["paddleReplicaSpecs"].values()
     containers += [c for replica in replicas for c in replica["template"]["spec"]["containers"]]
-    assert len(containers) > 7
+    assert len(containers) > 10
     for container in containers:
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         assert {k: env.get(k) for k in QUIET_LIBRARIES_ENV} == QUIET_LIBRARIES_ENV, container.get("name")

@@ -8,12 +8,19 @@ Encodes argoproj/argo-events at the tags in paddle_mlops/versions.py (minimum v1
 - pkg/reconciler/sensor/validate.go ValidateSensor: what makes the controller refuse a Sensor
   (a dlqTrigger needs `atLeastOnce: true` on the trigger AND on the dlqTrigger, among others);
 - pkg/sensors/listener.go: a trigger whose `atLeastOnce` is false runs in a goroutine, so the
-  retry loop around it sees success at once and never retries.
+  retry loop around it sees success at once and never retries;
+- pkg/eventsources/sources/minio/validate.go: what makes the controller refuse a minio EventSource (its
+  `unknown event` check is a Go type conversion, `notification.EventType(event) == ""`, so only an empty
+  name is refused; a misspelt event reaches MinIO, whose ListenBucketNotification refuses names that
+  minio internal/event/name.go does not parse); minio-go's `minio.New` takes `host:port`, no scheme or path.
+The vendored Argo Events schema subset (tests/validate_crds.py) is checked against the upstream JSON schema in
+`../shared/schemas/argo-events.schema.json` where a checkout has it.
 The documents checked are the generated files under argo/, so a regression in the generator fails here.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +28,26 @@ import pytest
 import yaml
 
 from paddle_mlops.versions import MATRIX, at_least, supports
-from pipelines.platform import events
+from pipelines.platform import events, publish_events
+from tests.validate_crds import ARGO_EVENTS_SUBSET
 
 ARGO = Path(__file__).resolve().parents[1] / "argo"
+UPSTREAM_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "argo-events.schema.json"
+# minio internal/event/name.go: the names ParseName accepts for the object events this project could listen to.
+MINIO_EVENT_NAMES = {
+    "s3:ObjectCreated:*",
+    "s3:ObjectCreated:Put",
+    "s3:ObjectCreated:Post",
+    "s3:ObjectCreated:Copy",
+    "s3:ObjectCreated:CompleteMultipartUpload",
+    "s3:ObjectCreated:PutRetention",
+    "s3:ObjectCreated:PutLegalHold",
+    "s3:ObjectCreated:PutTagging",
+    "s3:ObjectCreated:DeleteTagging",
+    "s3:ObjectRemoved:*",
+    "s3:ObjectRemoved:Delete",
+    "s3:ObjectRemoved:DeleteMarkerCreated",
+}
 
 # `eventBus.jetstream.versions[].version` of manifests/install.yaml at each release (the list is the
 # same in install.yaml and in the ConfigMap the controller mounts at /etc/argo-events).
@@ -131,6 +155,25 @@ def sensor_problems(sensor: dict[str, Any]) -> list[str]:
     return problems
 
 
+def minio_source_problems(source: dict[str, Any]) -> list[str]:
+    """minio validate.go, plus what minio-go and the MinIO server refuse when the listener starts."""
+    problems = []
+    if source.get("accessKey") is None:
+        problems.append("access key can't be empty")
+    if source.get("secretKey") is None:
+        problems.append("secret key can't be empty")
+    if not source.get("endpoint"):
+        problems.append("endpoint url can't be empty")
+    elif "://" in source["endpoint"] or "/" in source["endpoint"]:
+        problems.append(f"minio-go: endpoint {source['endpoint']!r} must be host:port, without scheme or path")
+    if source.get("bucket") is not None and not source["bucket"].get("name"):
+        problems.append("bucket name can't be empty")
+    names = source.get("events") or []
+    problems += [f"unknown event {e}" for e in names if e == ""]
+    problems += [f"MinIO: unsupported event {e}" for e in names if e and e not in MINIO_EVENT_NAMES]
+    return problems
+
+
 def retried_attempts(trigger: dict[str, Any], failures_before_success: int) -> int:
     """How often listener.go's DoWithRetry runs a trigger whose first attempts fail.
 
@@ -175,8 +218,37 @@ def test_version_check_refuses_what_the_controller_refuses():
     assert "replicas" in jetstream_version_problem(bus, "1.9.11")
 
 
-def test_controller_accepts_the_sensor():
-    assert sensor_problems(load()[f"Sensor/{events.SENSOR}"]) == []
+@pytest.mark.parametrize("name", [events.SENSOR, publish_events.SENSOR])
+def test_controller_accepts_the_sensor(name):
+    assert sensor_problems(load()[f"Sensor/{name}"]) == []
+
+
+def test_controller_and_minio_accept_the_model_store_event_source():
+    (source,) = load()[f"EventSource/{publish_events.MODEL_STORE_SOURCE}"]["spec"]["minio"].values()
+    assert minio_source_problems(source) == []
+
+
+def test_event_source_check_refuses_what_the_listener_refuses():
+    (source,) = load()[f"EventSource/{publish_events.MODEL_STORE_SOURCE}"]["spec"]["minio"].values()
+    assert minio_source_problems({**source, "endpoint": "http://minio:9000"})[0].startswith("minio-go")
+    assert minio_source_problems({**source, "events": ["s3:ObjectCreated"]}) == [
+        "MinIO: unsupported event s3:ObjectCreated"
+    ]
+    assert minio_source_problems({**source, "accessKey": None}) == ["access key can't be empty"]
+
+
+def test_the_vendored_event_schema_matches_upstream():
+    if not UPSTREAM_SCHEMA.is_file():
+        pytest.skip(f"no upstream schema at {UPSTREAM_SCHEMA} (a checkout without ../shared)")
+    upstream = json.loads(UPSTREAM_SCHEMA.read_text())["definitions"]
+    for name, (keys, refs, required) in ARGO_EVENTS_SUBSET.items():
+        definition = upstream.get(f"io.argoproj.events.v1alpha1.{name}") or upstream[f"io.k8s.api.core.v1.{name}"]
+        assert set(keys.split()) == set(definition["properties"]), name
+        assert set(required) == set(definition.get("required", [])), name
+        for key, ref in refs.items():
+            prop = definition["properties"][key]
+            target = prop.get("$ref") or (prop.get("items") or prop.get("additionalProperties") or {}).get("$ref")
+            assert target is not None and target.rsplit(".", 1)[-1] == ref.lstrip("*"), f"{name}.{key}"
 
 
 def test_sensor_check_refuses_a_dead_letter_trigger_without_at_least_once():

@@ -57,11 +57,11 @@ def test_step_retry_expression(exit_code: str, retried: bool) -> None:
 
 
 def test_generated_rollout_template_does_not_retry_a_rollback() -> None:
-    """The expression in argo/train-deploy.yaml and argo/rollout.yaml, as generated."""
-    for path in ("argo/train-deploy.yaml", "argo/rollout.yaml"):
+    """The expression in argo/rollout.yaml and argo/image-rollout.yaml, as generated."""
+    for path in ("argo/rollout.yaml", "argo/image-rollout.yaml"):
         with open(path, encoding="utf-8") as fh:
             docs = [d for d in yaml.safe_load_all(fh) if d]
-        templates = [t for d in docs for t in d["spec"]["templates"] if t["name"] == "rollout"]
+        templates = [t for d in docs for t in d["spec"]["templates"] if t["name"] in ("rollout", "image-rollout")]
         assert templates, path
         for template in templates:
             strategy = template["retryStrategy"]

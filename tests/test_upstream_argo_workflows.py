@@ -272,12 +272,14 @@ def _argo_features(docs: list[dict[str, Any]]) -> set[str]:
     for doc in docs:
         if doc.get("kind") == "CronWorkflow" and "schedules" in (doc.get("spec") or {}):
             used.add("CronWorkflow spec.schedules")
+        if "mutexes" in ((doc.get("spec") or {}).get("synchronization") or {}):
+            used.add("Workflow spec.synchronization.mutexes")
     return used
 
 
 def test_every_version_dependent_argo_field_is_in_the_matrix(docs: list[dict[str, Any]]) -> None:
     used = _argo_features(docs)
-    assert "CronWorkflow spec.schedules" in used
+    assert {"CronWorkflow spec.schedules", "Workflow spec.synchronization.mutexes"} <= used
     known = {f.what for f in versions.FEATURES if f.component == "argo-workflows"}
     assert used <= known
     for what in used:

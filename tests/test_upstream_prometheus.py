@@ -25,7 +25,7 @@ import pytest
 
 from paddle_mlops.compile import default_compile_config
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import ROLLOUT_OUTCOME, SERVING_PORT, STEP_RESULT
+from paddle_mlops.contracts import ROLLOUT_OUTCOME, SERVING_PORT, STEP_RESULT, VALIDATION_VERDICT
 from pipelines import paddlejob
 from pipelines.observability import alerts, argo_metrics, dashboards, render_observability
 from pipelines.observability.promql import EXTERNAL_METRICS
@@ -146,7 +146,7 @@ def store_for(monitoring: list[dict[str, Any]], cfg: PipelineConfig, dcgm_honor:
         "argo_workflows_pods_gauge": {"phase": FREE},
         "argo_workflows_error_count": {"cause": FREE},
     }
-    for template in ("train", "evaluate", "rollout"):
+    for template in ("train", "evaluate", "validate", "rollout"):
         for metric in argo_metrics.argo_template_metrics(template)["prometheus"]:
             argo[argo_metrics.exported(metric["name"])] = {label["key"]: FREE for label in metric.get("labels", [])}
     argo_monitor = _monitor(monitoring, "argo-workflow-controller")
@@ -329,10 +329,12 @@ def _cases(cfg: PipelineConfig) -> list[tuple[str, str, dict[str, str], dict[str
          {"step": "train", "status": "Failed"}, {"step": "train", "status": "Succeeded"}),
         ("PaddleMLOpsRolledBack", argo_metrics.exported(ROLLOUT_OUTCOME),
          {"outcome": "rolled-back"}, {"outcome": "promoted"}),
+        ("PaddleMLOpsModelRefused", argo_metrics.exported(VALIDATION_VERDICT),
+         {"verdict": "refused"}, {"verdict": "duplicate"}),
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case", range(3))
+@pytest.mark.parametrize("case", range(4))
 def test_counter_alerts_fire_on_the_first_event(cfg: PipelineConfig, case: int) -> None:
     alert, metric, bad, good = _cases(cfg)[case]
     expr = _rules(cfg)[alert]
@@ -345,7 +347,7 @@ def test_counter_alerts_fire_on_the_first_event(cfg: PipelineConfig, case: int) 
     assert Evaluator(later, now).run(expr), f"{alert} misses a later event"
     quiet = dict([counter(metric, now - 8 * H, [], now, **bad)])
     assert not Evaluator(quiet, now).run(expr), f"{alert} fires with nothing new"
-    window = 7 * H if alert == "PaddleMLOpsRolledBack" else 2 * H
+    window = 7 * H if alert in ("PaddleMLOpsRolledBack", "PaddleMLOpsModelRefused") else 2 * H
     old = dict([counter(metric, now - window, [], now, **bad)])
     assert not Evaluator(old, now).run(expr), f"{alert} keeps firing after its window"
 

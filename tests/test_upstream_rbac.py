@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.platform import events
+from pipelines.platform import events, publish_events
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGO = ROOT / "argo"
@@ -63,10 +63,14 @@ class Call:
     by: str
 
 
+# Every WorkflowTemplate of the install set: their pods' calls are what the Roles must grant.
+WORKFLOW_TEMPLATES = ("train-deploy", "rollout", "image-rollout")
+
+
 def load(directory: Path = ARGO) -> dict[str, list[dict[str, Any]]]:
     return {
         name: [d for d in yaml.safe_load_all((directory / f"{name}.yaml").read_text()) if d]
-        for name in ("rbac", "events", "train-deploy")
+        for name in ("rbac", "events", *WORKFLOW_TEMPLATES)
     }
 
 
@@ -202,9 +206,16 @@ def sensor_calls(sensor: dict[str, Any]) -> list[Call]:
 
 
 def all_calls(docs: dict[str, list[dict[str, Any]]]) -> list[Call]:
-    (template,) = [d for d in docs["train-deploy"] if d["kind"] == "WorkflowTemplate"]
-    (sensor,) = [d for d in docs["events"] if d["kind"] == "Sensor"]
-    return workflow_calls(template) + sensor_calls(sensor)
+    templates = [d for name in WORKFLOW_TEMPLATES for d in docs[name] if d["kind"] == "WorkflowTemplate"]
+    sensors = [d for d in docs["events"] if d["kind"] == "Sensor"]
+    return [c for t in templates for c in workflow_calls(t)] + [c for s in sensors for c in sensor_calls(s)]
+
+
+def sensors(docs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every Sensor: the push one (train-deploy) and the publish one (rollout)."""
+    found = [d for d in docs["events"] if d["kind"] == "Sensor"]
+    assert {s["metadata"]["name"] for s in found} == {events.SENSOR, publish_events.SENSOR}
+    return found
 
 
 def missing_grants(docs: dict[str, list[dict[str, Any]]]) -> list[Call]:
@@ -276,12 +287,12 @@ def test_only_the_known_steps_call_the_kubernetes_api():
     assert callers <= known, f"steps calling the API without a row in this table: {sorted(callers - known)}"
 
 
-def test_a_retried_push_creates_one_workflow(docs):
+def test_a_retried_push_or_publish_creates_one_workflow(docs):
     """argo-events listener.go retries the whole trigger: with a call denied after the create, every
     attempt makes another Workflow (the six-runs-per-push of issue #15)."""
-    (sensor,) = [d for d in docs["events"] if d["kind"] == "Sensor"]
     roles = roles_by_account(docs["rbac"])
-    assert simulate_push(sensor, roles[events.SENSOR_SERVICE_ACCOUNT]) == 1
+    for sensor in sensors(docs):
+        assert simulate_push(sensor, roles[events.SENSOR_SERVICE_ACCOUNT]) == 1, sensor["metadata"]["name"]
 
 
 def simulate_push(sensor: dict[str, Any], rules: list[dict[str, Any]]) -> int:
@@ -301,7 +312,7 @@ def simulate_push(sensor: dict[str, Any], rules: list[dict[str, Any]]) -> int:
 
 
 def test_the_simulation_reproduces_the_reported_failures(docs):
-    (sensor,) = [d for d in docs["events"] if d["kind"] == "Sensor"]
+    (sensor,) = [d for d in sensors(docs) if d["metadata"]["name"] == events.SENSOR]
     create_only = [{"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]}]
     assert simulate_push(sensor, create_only) == 0  # argo submit cannot read the template
     with_get = [*create_only, {"apiGroups": ["argoproj.io"], "resources": ["workflowtemplates"], "verbs": ["get"]}]

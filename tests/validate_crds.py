@@ -23,6 +23,7 @@ ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
         "redisStream replicas resource service sftp slack sns sqs storageGrid stripe template webhook",
         {
             "github": "*GithubEventSource",
+            "minio": "*S3Artifact",
             "service": "Service",
             "template": "Template",
             "webhook": "*WebhookEventSource",
@@ -92,6 +93,32 @@ ARGO_EVENTS_SUBSET: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {
         "authSecret endpoint filter maxPayloadSize metadata method port serverCertSecret serverKeySecret url",
         {},
         ("endpoint", "method", "port", "url"),
+    ),
+    "S3Artifact": (
+        "accessKey bucket caCertificate endpoint events filter insecure metadata region secretKey",
+        {
+            "accessKey": "SecretKeySelector",
+            "bucket": "S3Bucket",
+            "caCertificate": "SecretKeySelector",
+            "filter": "S3Filter",
+            "secretKey": "SecretKeySelector",
+        },
+        ("endpoint", "bucket", "accessKey", "secretKey"),
+    ),
+    "S3Bucket": (
+        "key name",
+        {},
+        ("name",),
+    ),
+    "S3Filter": (
+        "prefix suffix",
+        {},
+        ("prefix", "suffix"),
+    ),
+    "SecretKeySelector": (
+        "key name optional",
+        {},
+        ("key",),
     ),
     "EventDependency": (
         "eventName eventSourceName filters filtersLogicalOperator name transform",

@@ -4,6 +4,9 @@ Each task runs its container's command (`python -m steps.<name> …`) with param
 passed the way Argo passes them; the PaddleJob resource becomes a local
 `paddle.distributed.launch` with `training.nproc` processes. The first failure stops the run and
 shows that step's log tail; the exit handler runs either way, as `onExit` does on Argo.
+
+A `FollowOn` is the workflow the first one starts when it ends well: the `rollout` that the published
+model's bucket notification starts (paddle_mlops/local/notify.py), run the same way, one summary for both.
 """
 
 from __future__ import annotations
@@ -14,16 +17,17 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import HOME_ENV, TRACKING_URI_ENV, tracking_uri
+from paddle_mlops.local import summary as run_summary
 from paddle_mlops.local.dag import (
     CONTAINER_OUTPUTS,
     DagError,
@@ -36,7 +40,6 @@ from paddle_mlops.local.dag import (
     resource_command,
     task_inputs,
 )
-from pipelines.train_deploy import RESULTS
 from steps.runtime import noise
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +58,17 @@ class TaskResult:
 
 
 @dataclass
+class FollowOn:
+    """A workflow started by the first one's outcome: `parameters(task outputs)` gives its parameters, or None
+    when nothing starts it (e.g. the gate failed, so nothing was published)."""
+
+    doc: dict[str, Any]
+    parameters: Callable[[dict[str, dict[str, str]]], dict[str, str] | None]
+    # Parameters it gets when a step of it is rerun alone (--only/--from): a redeploy, not a first judgement.
+    rerun: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class RunOptions:
     config_path: Path
     env: str | None
@@ -64,6 +78,10 @@ class RunOptions:
     start_from: str | None = None
     git_sha: str | None = None
     library_warnings: bool = False
+    # Workflow parameters set by whoever starts the run (e.g. the event parameters a Sensor sets).
+    parameters: dict[str, str] = field(default_factory=dict)
+    # The summary file in the workdir; `--only/--from` read the previous run from it.
+    summary_name: str = "last-run.json"
 
 
 def _git_sha() -> str:
@@ -87,29 +105,46 @@ def ps_python() -> str:
 
 
 class LocalExecutor:
-    def __init__(self, cfg: PipelineConfig, workflow_doc: dict[str, Any], opts: RunOptions, console: Console):
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        workflow_doc: dict[str, Any],
+        opts: RunOptions,
+        console: Console,
+        results: Mapping[str, tuple[str, str]] | None = None,
+        follow: FollowOn | None = None,
+    ):
+        """`results`: summary key -> (task, output) reported after the run (e.g. train_deploy.RESULTS)."""
         self.cfg = cfg
         self.opts = opts
         self.console = console
+        self.results = dict(results or {})
         self.workflow: Workflow = load_workflow(workflow_doc)
+        self.follow = follow
+        self.follow_workflow = load_workflow(follow.doc) if follow else None
         self.workdir = opts.workdir.resolve()
         self.previous = self._load_previous()
+        self.order = [t.name for t in self.workflow.tasks]
+        self.order += [t.name for t in self.follow_workflow.tasks] if self.follow_workflow else []
         reuse = opts.only or opts.start_from
         if reuse:
-            names = [t.name for t in self.workflow.tasks]
+            names = self.order
             if reuse not in names:
                 raise DagError(f"no step named {reuse!r}; the steps are: {', '.join(names)}")
             if not self.previous:
-                raise DagError(f"--only/--from need an earlier run in {self.workdir} (no last-run.json there)")
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        run_name = self.previous["run_name"] if reuse and self.previous else f"{self.workflow.name}-{stamp}"
+                raise DagError(
+                    f"--only/--from need an earlier run in {self.workdir} (no {self.opts.summary_name} there)"
+                )
+        self.stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        run_name = self.previous["run_name"] if reuse and self.previous else f"{self.workflow.name}-{self.stamp}"
         self.run_dir = self.workdir / "runs" / run_name
-        self.scope = Scope(workflow_name=run_name, parameters=self._parameters())
+        self.scope = Scope(workflow_name=run_name, parameters={**self._parameters(self.workflow), **opts.parameters})
+        self.scopes = [self.scope]
 
     # -- set-up ---------------------------------------------------------------------------------
 
     def _load_previous(self) -> dict[str, Any] | None:
-        path = self.workdir / "last-run.json"
+        path = self.workdir / self.opts.summary_name
         if not path.is_file():
             return None
         try:
@@ -117,8 +152,8 @@ class LocalExecutor:
         except json.JSONDecodeError:
             return None
 
-    def _parameters(self) -> dict[str, str]:
-        params = dict(self.workflow.parameters)
+    def _parameters(self, workflow: Workflow) -> dict[str, str]:
+        params = dict(workflow.parameters)
         params.update(
             {
                 "git-sha": self.opts.git_sha or _git_sha(),
@@ -253,22 +288,19 @@ class LocalExecutor:
             raise DagError(f"--only/--from: step {task.name!r} did not succeed in the previous run; run it first")
         return TaskResult(task.name, "Reused", 0.0, outputs=dict(prev.get("outputs") or {}))
 
-    def _should_run(self, task: Task, index: int) -> bool:
+    def _should_run(self, task: Task) -> bool:
+        index = self.order.index(task.name)
         if self.opts.only:
             return task.name == self.opts.only
         if self.opts.start_from:
-            start = next(i for i, t in enumerate(self.workflow.tasks) if t.name == self.opts.start_from)
-            return index >= start
+            return index >= self.order.index(self.opts.start_from)
         return True
 
-    def run(self) -> tuple[int, dict[str, Any]]:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        results: list[TaskResult] = []
-        failed: TaskResult | None = None
-        started = time.monotonic()
-        for index, task in enumerate(self.workflow.tasks):
-            if not self._should_run(task, index):
-                if self.opts.only and index > [t.name for t in self.workflow.tasks].index(self.opts.only):
+    def _run_tasks(self, workflow: Workflow, results: list[TaskResult]) -> TaskResult | None:
+        """Run `workflow`'s tasks in the current scope, appending to `results`; the failed one, if any."""
+        for task in workflow.tasks:
+            if not self._should_run(task):
+                if self.opts.only and self.order.index(task.name) > self.order.index(self.opts.only):
                     results.append(TaskResult(task.name, "Not run"))
                     continue
                 result = self._reused(task)
@@ -280,98 +312,50 @@ class LocalExecutor:
             results.append(result)
             self.scope.task_outputs[task.name] = result.outputs
             if result.status == "Failed":
-                failed = result
-                break
+                return result
+        return None
+
+    def _exit(self, workflow: Workflow, failed: TaskResult | None) -> TaskResult | None:
+        """The workflow's exit handler, as `onExit` runs it on Argo: after success and failure alike."""
         self.scope.status = "Failed" if failed else "Succeeded"
-        exit_result = None
-        if self.workflow.exit_task:
-            exit_result = self._run_process(self.workflow.exit_task, self.command_for(self.workflow.exit_task))
-        summary = self._summary(results, exit_result, failed, time.monotonic() - started)
-        (self.workdir / "last-run.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
-        self._print_summary(summary, failed)
+        if not workflow.exit_task:
+            return None
+        return self._run_process(workflow.exit_task, self.command_for(workflow.exit_task))
+
+    def _follow_parameters(self) -> dict[str, str] | None:
+        """The follow-on's parameters: from the first workflow's outputs, or its rerun ones for --only/--from."""
+        assert self.follow is not None and self.follow_workflow is not None
+        outputs = {**self.scope.task_outputs}
+        params = self.follow.parameters(outputs)
+        reuse = self.opts.only or self.opts.start_from
+        if params is not None and reuse in [t.name for t in self.follow_workflow.tasks]:
+            params = {**params, **self.follow.rerun}
+        return params
+
+    def _start_follow_on(self) -> bool:
+        """Switch to the follow-on workflow's scope; False when nothing starts it."""
+        params = self._follow_parameters()
+        if params is None or self.follow_workflow is None:
+            return False
+        outputs = dict(self.scope.task_outputs)
+        name = f"{self.follow_workflow.name}-{self.stamp}"
+        self.console.print(f"[bold cyan]⚡ {self.follow_workflow.name}[/] started by the publish notification")
+        self.scope = Scope(workflow_name=name, parameters={**self._parameters(self.follow_workflow), **params})
+        self.scope.task_outputs.update(outputs)
+        self.scopes.append(self.scope)
+        return True
+
+    def run(self) -> tuple[int, dict[str, Any]]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        results: list[TaskResult] = []
+        started = time.monotonic()
+        failed = self._run_tasks(self.workflow, results)
+        exit_result = self._exit(self.workflow, failed)
+        if not failed and self.follow_workflow is not None and self._start_follow_on():
+            failed = self._run_tasks(self.follow_workflow, results)
+            exit_result = self._exit(self.follow_workflow, failed) or exit_result
+        summary = run_summary.build(self, results, exit_result, failed, time.monotonic() - started)
+        path = self.workdir / self.opts.summary_name
+        path.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+        run_summary.show(self.console, summary, failed, path)
         return (1 if failed else 0), summary
-
-    # -- reporting ------------------------------------------------------------------------------
-
-    def _summary(
-        self, results: list[TaskResult], exit_result: TaskResult | None, failed: TaskResult | None, seconds: float
-    ) -> dict[str, Any]:
-        outputs = {r.name: r.outputs for r in results}
-        found = {key: outputs.get(task, {}).get(name) for key, (task, name) in RESULTS.items()}
-        metrics: dict[str, Any] = {}
-        if found["metrics"]:
-            try:
-                metrics = json.loads(found["metrics"])
-            except json.JSONDecodeError:
-                metrics = {}
-        gate = found["gate"]
-        return {
-            "status": "failed" if failed else "succeeded",
-            "run_name": self.scope.workflow_name,
-            "workdir": str(self.workdir),
-            "workspace": str(self.run_dir),
-            "seconds": round(seconds, 1),
-            "parameters": self.scope.parameters,
-            "steps": [
-                {
-                    "name": r.name,
-                    "status": r.status,
-                    "seconds": round(r.seconds, 1),
-                    "exit_code": r.exit_code,
-                    "outputs": r.outputs,
-                    "log": r.log,
-                }
-                for r in results
-            ],
-            "exit_handler": None if exit_result is None else {"status": exit_result.status, "log": exit_result.log},
-            "failed_step": None
-            if not failed
-            else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
-            "metrics": {k: metrics.get(k) for k in ("accuracy", "macro_f1")} | {"all": metrics},
-            "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
-            "model_uri": found["model_uri"],
-            "model_version": found["model_version"],
-            "mlflow_run_id": found["mlflow_run_id"],
-            "mlflow_tracking_uri": self.tracking_uri(),
-            "serving_url": found["serving_url"],
-            "rollout": found["rollout"],
-        }
-
-    def _print_summary(self, summary: dict[str, Any], failed: TaskResult | None) -> None:
-        table = Table(title=f"paddle-mlops run {summary['run_name']}: {summary['status'].upper()}")
-        table.add_column("step")
-        table.add_column("status")
-        table.add_column("seconds", justify="right")
-        colours = {"Succeeded": "green", "Failed": "red", "Skipped": "yellow", "Reused": "blue"}
-        for step in summary["steps"]:
-            colour = colours.get(step["status"], "white")
-            table.add_row(step["name"], f"[{colour}]{step['status']}[/]", f"{step['seconds']:.1f}")
-        self.console.print(table)
-        if failed:
-            self.console.print(
-                f"[bold red]Step '{failed.name}' failed with exit code {failed.exit_code}.[/] Last lines of its log "
-                f"({failed.log}):"
-            )
-            self.console.out(failed.reason or "(no output)", highlight=False)
-            version = summary["model_version"]
-            if version:
-                self.console.print(
-                    f"Model version {version} was registered (alias 'challenger') but not promoted: "
-                    "'champion' and the serving model are unchanged."
-                )
-            else:
-                self.console.print("Nothing was registered or served from this run.")
-        m = summary["metrics"]
-        gate = summary["gate"]["passed"]
-        lines = [
-            ("metrics", f"accuracy={m.get('accuracy')} macro_f1={m.get('macro_f1')}"),
-            ("gate", {True: "PASSED", False: "FAILED (upload/register/rollout skipped)", None: "not evaluated"}[gate]),
-            ("model URI", summary["model_uri"]),
-            ("model version", summary["model_version"]),
-            ("MLflow run", f"{summary['mlflow_run_id']}  ({summary['mlflow_tracking_uri']})"),
-            ("serving URL", summary["serving_url"]),
-            ("summary", str(self.workdir / "last-run.json")),
-        ]
-        for key, value in lines:
-            shown = value if value is not None else "-"
-            self.console.print(f"  [bold]{key:>13}[/]: {shown}", highlight=False)

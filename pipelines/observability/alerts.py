@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import ROLLOUT_OUTCOME, STEP_RESULT, TRAIN_DATALOADER_WAIT_SECONDS
+from paddle_mlops.contracts import ROLLOUT_OUTCOME, STEP_RESULT, TRAIN_DATALOADER_WAIT_SECONDS, VALIDATION_VERDICT
 from pipelines.observability.argo_metrics import exported
 from pipelines.observability.monitors import MONITORING_API, monitoring_metadata, serving_job
 from pipelines.observability.promql import (
@@ -108,6 +108,15 @@ def pipeline_alerts(cfg: PipelineConfig) -> list[dict[str, Any]]:
             "warning",
             "Canary rolled back",
             "A rollout failed its canary checks and was rolled back; the previous model still serves.",
+        ),
+        _alert(
+            "PaddleMLOpsModelRefused",
+            _counted_in(selector(exported(VALIDATION_VERDICT), 'verdict="refused"'), "6h"),
+            "0m",
+            "warning",
+            "Published model refused by validation",
+            "A published model failed validation (checksums, load, smoke or test-set gate) and was not served; "
+            "its MLflow version carries validation.reason.",
         ),
     ]
 

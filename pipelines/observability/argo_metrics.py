@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.contracts import GATE_PASSED, ROLLOUT_OUTCOME, STEP_DURATION, STEP_RESULT
+from paddle_mlops.contracts import GATE_PASSED, ROLLOUT_OUTCOME, STEP_DURATION, STEP_RESULT, VALIDATION_VERDICT
 
 # Argo prepends this to every metric name, its own and custom ones alike, when it exports them
 # (v4.1.2 workflow/controller/controller.go passes `argo_workflows` to util/telemetry
@@ -25,7 +25,8 @@ ROLLOUT_TEMPLATES = ("rollout", "image-rollout")
 
 def argo_template_metrics(template_name: str) -> dict[str, Any]:
     """Argo `metrics` for one template: duration and result of every step, plus the gate decision
-    (evaluate) and the rollout outcome (rollout) from their output parameters.
+    (evaluate), the verdict on a published model (validate) and the rollout outcome (rollout) from their
+    output parameters.
 
     Labels carry the template name and status only: a workflow name would make one series per run.
     """
@@ -46,6 +47,8 @@ def argo_template_metrics(template_name: str) -> dict[str, Any]:
     ]
     if template_name == "evaluate":
         metrics += _gate_metrics()
+    if template_name == "validate":
+        metrics += _validation_metrics()
     if template_name in ROLLOUT_TEMPLATES:
         metrics += _rollout_metrics()
     return {"prometheus": metrics}
@@ -60,6 +63,19 @@ def _gate_metrics() -> list[dict[str, Any]]:
             "gauge": {"value": value, "realtime": False},
         }
         for value, passed in (("1", "true"), ("0", "false"))
+    ]
+
+
+def _validation_metrics() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": VALIDATION_VERDICT,
+            "help": "Published models judged by validate, by verdict (passed, refused, duplicate)",
+            "labels": [{"key": "verdict", "value": verdict}],
+            "when": f"{{{{status}}}} == Succeeded && '{{{{outputs.parameters.verdict}}}}' == '{verdict}'",
+            "counter": {"value": "1"},
+        }
+        for verdict in ("passed", "refused", "duplicate")
     ]
 
 
@@ -81,5 +97,7 @@ def _rollout_metrics() -> list[dict[str, Any]]:
 
 def argo_exported_names() -> set[str]:
     """Names under which Prometheus sees our Argo custom metrics (with Argo's prefix)."""
-    names = {m["name"] for t in ("any", "evaluate", "rollout") for m in argo_template_metrics(t)["prometheus"]}
+    names = {
+        m["name"] for t in ("any", "evaluate", "validate", "rollout") for m in argo_template_metrics(t)["prometheus"]
+    }
     return {exported(n) for n in names}

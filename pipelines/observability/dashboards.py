@@ -21,6 +21,7 @@ from paddle_mlops.contracts import (
     TRAIN_LOSS,
     TRAIN_SAMPLES_PER_SECOND,
     TRAIN_STEP,
+    VALIDATION_VERDICT,
 )
 from pipelines.observability.argo_metrics import exported
 from pipelines.observability.monitors import serving_job
@@ -117,6 +118,8 @@ def pipeline_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
             ("Workflows by phase", [("sum by (phase) (argo_workflows_gauge)", "{{phase}}")], "short"),
             ("Workflow failures (1h)", [(f"sum by (phase) (increase({failed}[1h]))", "{{phase}}")], "short"),
             ("Gate passed (last evaluation)", [(exported(GATE_PASSED), "gate")], "short"),
+            ("Published models by verdict (24h)",
+             [(f"sum by (verdict) (increase({exported(VALIDATION_VERDICT)}[24h]))", "{{verdict}}")], "short"),
             ("Rollouts by outcome (24h)",
              [(f"sum by (outcome) (increase({exported(ROLLOUT_OUTCOME)}[24h]))", "{{outcome}}")], "short"),
             ("Workflow pods by phase", [("sum by (phase) (argo_workflows_pods_gauge)", "{{phase}}")], "short"),

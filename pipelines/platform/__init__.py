@@ -16,6 +16,7 @@ from pipelines.platform import (
     kyverno,
     mlflow_server,
     network,
+    publish_events,
     rbac,
     tenancy,
 )
@@ -31,7 +32,7 @@ def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = N
         "rbac.yaml": rbac.render(cfg),
         "network-policies.yaml": network.render(cfg),
         "policies.yaml": kyverno.render(cfg, teams),
-        "events.yaml": events.render(cfg),
+        "events.yaml": [*events.render(cfg), *publish_events.render(cfg)],
         "mlflow.yaml": mlflow_server.render(cfg),
         "buildkit.yaml": buildkit.render(cfg),
     }

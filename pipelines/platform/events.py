@@ -1,4 +1,4 @@
-"""Argo Events: a git push becomes a `train-deploy` Workflow.
+"""Argo Events: a git push becomes a `train-deploy` Workflow; a published model becomes a `rollout` Workflow.
 
 EventSources receive the forge's webhook (GitHub: HMAC-signed; Gitea: bearer token), the Sensor
 filters pushes (configured branches, no bot pushers, no `[skip ci]`, no branch deletions) and
@@ -77,16 +77,16 @@ GITEA_CHECK = (
 )
 
 
-def _regex_literal(text: str) -> str:
+def regex_literal(text: str) -> str:
     """`text` as an RE2 literal (Argo Events compiles data-filter values with Go's regexp)."""
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
 
 
 def _any_of(items: tuple[str, ...]) -> str:
-    return "^(" + "|".join(_regex_literal(i) for i in items) + ")$"
+    return "^(" + "|".join(regex_literal(i) for i in items) + ")$"
 
 
-def _pod_template(service_account: str) -> dict[str, Any]:
+def pod_template(service_account: str) -> dict[str, Any]:
     """Restricted pod for the controller-made EventSource/Sensor deployments (image is the controller's)."""
     return {
         "serviceAccountName": service_account,
@@ -160,7 +160,7 @@ def _event_source(cfg: PipelineConfig, name: str, check: str, port: int, source:
         "metadata": metadata(name, cfg.cluster.namespace, annotations={"paddle-mlops/webhook-check": check}),
         "spec": {
             "eventBusName": EVENT_BUS,
-            "template": _pod_template(EVENTSOURCE_SERVICE_ACCOUNT),
+            "template": pod_template(EVENTSOURCE_SERVICE_ACCOUNT),
             "service": {"ports": [{"port": port, "targetPort": port}]},
             **source,
         },
@@ -205,7 +205,7 @@ def push_filters(cfg: PipelineConfig, source: str) -> dict[str, Any]:
             {
                 "path": "body.ref",
                 "type": "string",
-                "value": [f"^refs/heads/{_regex_literal(b)}$" for b in cfg.trigger.branches],
+                "value": [f"^refs/heads/{regex_literal(b)}$" for b in cfg.trigger.branches],
             },
             {
                 "path": PAYLOAD_KEYS[source]["pusher"],
@@ -216,7 +216,7 @@ def push_filters(cfg: PipelineConfig, source: str) -> dict[str, Any]:
             {
                 "path": "body.head_commit.message",
                 "type": "string",
-                "value": ["(" + "|".join(_regex_literal(m) for m in SKIP_MARKERS) + ")"],
+                "value": ["(" + "|".join(regex_literal(m) for m in SKIP_MARKERS) + ")"],
                 "comparator": "!=",
             },
             # A deleted branch arrives as a push whose `after` is forty zeros: nothing to build.
@@ -225,19 +225,24 @@ def push_filters(cfg: PipelineConfig, source: str) -> dict[str, Any]:
     }
 
 
-def workflow_resource(cfg: PipelineConfig) -> dict[str, Any]:
-    """What `argo submit --from workflowtemplate/train-deploy` creates; values filled per event."""
+def workflow_resource(
+    cfg: PipelineConfig,
+    template: str = WORKFLOW_TEMPLATE,
+    trigger: str = "git-push",
+    parameters: tuple[str, ...] = WORKFLOW_PARAMETERS,
+) -> dict[str, Any]:
+    """What `argo submit --from workflowtemplate/<template>` creates; the parameter values filled per event."""
     return {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
         "metadata": {
-            "generateName": f"{WORKFLOW_TEMPLATE}-",
+            "generateName": f"{template}-",
             "namespace": cfg.cluster.namespace,
-            "labels": {**PART_OF, "paddle-mlops/trigger": "git-push"},
+            "labels": {**PART_OF, "paddle-mlops/trigger": trigger},
         },
         "spec": {
-            "workflowTemplateRef": {"name": WORKFLOW_TEMPLATE},
-            "arguments": {"parameters": [{"name": name, "value": ""} for name in WORKFLOW_PARAMETERS]},
+            "workflowTemplateRef": {"name": template},
+            "arguments": {"parameters": [{"name": name, "value": ""} for name in parameters]},
         },
     }
 
@@ -255,8 +260,8 @@ def _source(dependency: str, source: str, name: str) -> dict[str, str]:
     return {"dependencyName": dependency, "dataKey": PAYLOAD_KEYS[source][name]}
 
 
-def _dlq_trigger(cfg: PipelineConfig, dependency: str) -> dict[str, Any]:
-    """After the retries, keep the undelivered payload in a ConfigMap for a human (or a replay)."""
+def dlq_trigger(cfg: PipelineConfig, dependency: str, what: str = "push", payload: str = "body") -> dict[str, Any]:
+    """After the retries, keep the undelivered payload (event data at `payload`) in a ConfigMap for a human."""
     return {
         "template": {
             "name": f"record-undelivered-{dependency}",
@@ -267,14 +272,14 @@ def _dlq_trigger(cfg: PipelineConfig, dependency: str) -> dict[str, Any]:
                         "apiVersion": "v1",
                         "kind": "ConfigMap",
                         "metadata": {
-                            "generateName": "undelivered-push-",
+                            "generateName": f"undelivered-{what}-",
                             "namespace": cfg.cluster.namespace,
                             "labels": {**PART_OF, "paddle-mlops/dead-letter": "true"},
                         },
                         "data": {"payload": ""},
                     }
                 },
-                "parameters": [{"src": {"dependencyName": dependency, "dataKey": "body"}, "dest": "data.payload"}],
+                "parameters": [{"src": {"dependencyName": dependency, "dataKey": payload}, "dest": "data.payload"}],
             },
         },
         # Without it the sensor runs the dead-letter trigger fire-and-forget (listener.go triggerActions),
@@ -285,18 +290,20 @@ def _dlq_trigger(cfg: PipelineConfig, dependency: str) -> dict[str, Any]:
     }
 
 
-def _trigger(cfg: PipelineConfig, source: str) -> dict[str, Any]:
-    dependency = f"{source}-push"
+def submit_trigger(
+    name: str, dependency: str, resource: dict[str, Any], sources: list[dict[str, Any]], dlq: dict[str, Any]
+) -> dict[str, Any]:
+    """Submit `resource` with `sources[i]` as its i-th parameter value; at least once, retried, then dead-lettered."""
     return {
         "template": {
-            "name": f"train-deploy-from-{source}",
+            "name": name,
             "conditions": dependency,
             "argoWorkflow": {
                 "operation": "submit",
-                "source": {"resource": workflow_resource(cfg)},
+                "source": {"resource": resource},
                 "parameters": [
-                    {"src": _source(dependency, source, name), "dest": f"spec.arguments.parameters.{index}.value"}
-                    for index, name in enumerate(WORKFLOW_PARAMETERS)
+                    {"src": src, "dest": f"spec.arguments.parameters.{index}.value"}
+                    for index, src in enumerate(sources)
                 ],
             },
         },
@@ -306,8 +313,19 @@ def _trigger(cfg: PipelineConfig, source: str) -> dict[str, Any]:
         # LIST of what it created, so a step that fails after the create makes another Workflow:
         # the sensor Role grants every call (pipelines/platform/rbac.py) so none fails for want of it.
         "retryStrategy": {"steps": 6, "duration": "10s", "factor": 2, "jitter": 0.2},
-        "dlqTrigger": _dlq_trigger(cfg, dependency),
+        "dlqTrigger": dlq,
     }
+
+
+def _trigger(cfg: PipelineConfig, source: str) -> dict[str, Any]:
+    dependency = f"{source}-push"
+    return submit_trigger(
+        f"train-deploy-from-{source}",
+        dependency,
+        workflow_resource(cfg),
+        [_source(dependency, source, name) for name in WORKFLOW_PARAMETERS],
+        dlq_trigger(cfg, dependency),
+    )
 
 
 def sensor(cfg: PipelineConfig) -> dict[str, Any]:
@@ -319,7 +337,7 @@ def sensor(cfg: PipelineConfig) -> dict[str, Any]:
         "metadata": metadata(SENSOR, cfg.cluster.namespace),
         "spec": {
             "eventBusName": EVENT_BUS,
-            "template": _pod_template(SENSOR_SERVICE_ACCOUNT),
+            "template": pod_template(SENSOR_SERVICE_ACCOUNT),
             "dependencies": [
                 {"name": f"{s}-push", "eventSourceName": s, "eventName": "push", "filters": push_filters(cfg, s)}
                 for s in sources
@@ -330,4 +348,5 @@ def sensor(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """The bus and the push path (pipelines/platform/publish_events.py renders the publish path beside them)."""
     return [event_bus(cfg), github_event_source(cfg), gitea_event_source(cfg), sensor(cfg)]

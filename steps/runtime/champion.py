@@ -9,11 +9,16 @@ from paddle_mlops.contracts import CHAMPION
 from steps.runtime.rollout_outcome import Outcome
 from steps.runtime.runner import StepError
 
+# The serving image digest a promoted version is served with: what a model rollout without a digest of its own
+# (a model published from outside train-deploy) keeps serving on.
+SERVED_IMAGE = "serving.image_digest"
+
 
 class Registry(Protocol):
     def promote(self, version: str) -> str | None: ...
     def tag(self, version: str, key: str, value: str) -> None: ...
     def champion(self) -> tuple[str, str] | None: ...
+    def served_image_digest(self) -> str | None: ...
 
 
 class MlflowRegistry:
@@ -46,6 +51,13 @@ class MlflowRegistry:
                 "register step from a published model): roll a published version out instead"
             )
         return version, str(uri)
+
+    def served_image_digest(self) -> str | None:
+        """The serving image digest `champion` was last promoted on, None when nothing was served by digest."""
+        version = self._registry.get_alias_version(self._name, CHAMPION, self._client)
+        if version is None:
+            return None
+        return self._client.get_model_version(self._name, version).tags.get(SERVED_IMAGE) or None
 
 
 def record(registry: Registry, version: str, outcome: Outcome, image_digest: str | None = None) -> None:

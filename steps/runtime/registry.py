@@ -23,6 +23,10 @@ from steps.runtime.runner import StepError
 
 # MLflow caps model-version tag values; data stats are a summary, not the whole file.
 _MAX_TAG = 5000
+# What the rollout's validate step decided about a version (passed | refused) and why; a version with a verdict
+# has been judged, so another notification for it is a duplicate.
+VALIDATION_VERDICT = "validation.verdict"
+VALIDATION_REASON = "validation.reason"
 
 
 def tracking_uri(cfg: PipelineConfig) -> str:
@@ -93,6 +97,25 @@ def register(
             ) from None
         raise
     return str(version.version)
+
+
+def set_tags(name: str, version: str, tags: dict[str, str], client: MlflowClient | None = None) -> None:
+    """Set (or overwrite) tags of an existing version; values are cut to MLflow's limit."""
+    client = _client(client)
+    for key, value in tags.items():
+        text = str(value)
+        client.set_model_version_tag(name, str(version), key, text if len(text) <= _MAX_TAG else text[:_MAX_TAG])
+
+
+def known_run(run_id: str, client: MlflowClient | None = None) -> bool:
+    """Whether `run_id` is a run of this tracking server (a model trained elsewhere names a foreign one)."""
+    if not run_id:
+        return False
+    try:
+        _client(client).get_run(run_id)
+    except MlflowException:
+        return False
+    return True
 
 
 def set_alias(name: str, alias: str, version: str, client: MlflowClient | None = None) -> None:

@@ -12,11 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from paddle_mlops.contracts import MANIFEST_NAME
 from steps.runtime import s3
 from steps.runtime.runner import StepError
 
 SCHEMA = 1
-MANIFEST = "manifest.json"
+MANIFEST = MANIFEST_NAME
 OBJECTS = "objects/sha256"
 # What makes two publishes of one version the same model: the files, byte for byte. Metadata
 # (creation time, evaluation latencies of a rerun) may differ; the first manifest stays.

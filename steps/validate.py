@@ -1,0 +1,207 @@
+"""validate: check a published model before any traffic moves to it (the rollout template's first step).
+
+A model reaches the rollout from a bucket notification (its `manifest.json` was created: MinIO → Argo Events,
+or the local run's own notification), or from a person (`--model-uri`). In order:
+
+1. the model the notification names (bucket and key → model URI, in this pipeline's store only);
+2. a model already validated is a `duplicate` (a replayed or redelivered notification) and nothing more
+   happens, unless `--redeploy`;
+3. the manifest: present, and the very bytes the notification announced (its eTag);
+4. every object: downloaded and checked against the manifest's size and sha256;
+5. the model: loads with Paddle Inference and answers the smoke requests with a label and a distribution;
+6. the gate of train-deploy: the task's held-out test split (prepared again from the configured data; the split
+   is a function of the text, so it is the same rows) scored, the threshold and the champion comparison.
+
+A verdict is an output, not an error: `passed`, `refused` (the register step records the reason; the model is
+never served) or `duplicate`. Exit 2 only when there is nothing to judge (no manifest, not this store) or the
+platform's own test data cannot be prepared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from paddle_mlops.config import PipelineConfig
+from steps.runtime import dataset, evaluation, objectstore, registry, runner
+from steps.runtime import gate as gate_rules
+from steps.runtime.health import check_predictions
+from steps.runtime.objectstore import manifest as manifests
+from steps.runtime.objectstore import notifications
+from steps.runtime.objectstore.backends import resolve_root
+from steps.runtime.rollout_outcome import RolloutFailed
+from steps.runtime.runner import StepError
+
+log = logging.getLogger("steps.validate")
+
+PASSED, REFUSED, DUPLICATE = "passed", "refused", "duplicate"
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-uri", default="", help="published model prefix (<store>/<model>/<version>)")
+    parser.add_argument("--event-bucket", default="", help="bucket of the notification (instead of --model-uri)")
+    parser.add_argument("--event-key", default="", help="object key of the notification (a manifest.json)")
+    parser.add_argument("--event-etag", default="", help="eTag of the manifest the notification announced")
+    parser.add_argument("--image-digest", default="", help="serving image digest (default: the manifest's)")
+    parser.add_argument(
+        "--redeploy", default="false", choices=("true", "false"), help="judge and roll out a model validated before"
+    )
+
+
+def model_uri(cfg: PipelineConfig, args: argparse.Namespace) -> str:
+    """The model to judge: --model-uri, else the one the notification names."""
+    root = resolve_root(cfg.storage.uri)
+    if args.model_uri:
+        uri = args.model_uri.rstrip("/").removesuffix(f"/{manifests.MANIFEST}")
+        _, model, version = manifests.split_model_uri(uri)
+        notifications.check_name("model name", model)
+        notifications.check_name("version", version)
+    elif args.event_key:
+        uri = notifications.model_uri_for(root, args.event_bucket, args.event_key)
+    else:
+        raise StepError("give --model-uri, or --event-bucket and --event-key of a manifest.json notification")
+    store, model, _ = manifests.split_model_uri(uri)
+    if model != cfg.mlflow.registered_model:
+        raise StepError(f"{uri} is a version of {model!r}; this pipeline serves {cfg.mlflow.registered_model!r}")
+    if store.rstrip("/") != root.rstrip("/"):
+        raise StepError(f"{uri} is not in this pipeline's store {root}: publish it there (paddle-mlops publish)")
+    return uri
+
+
+def already_validated(cfg: PipelineConfig, client: Any, digest: str) -> str | None:
+    """The registered version of this manifest if an earlier validation judged it, else None."""
+    version = registry.find_version_by_digest(cfg.mlflow.registered_model, digest, client)
+    if version is None:
+        return None
+    tags = client.get_model_version(cfg.mlflow.registered_model, version).tags or {}
+    return version if tags.get(registry.VALIDATION_VERDICT) else None
+
+
+def _check_manifest(raw: bytes, uri: str, etag: str) -> dict[str, Any]:
+    """The parsed manifest, refused when it is not the one the notification announced."""
+    etag = etag.strip('"').lower()
+    if _MD5.match(etag):
+        actual = hashlib.md5(raw, usedforsecurity=False).hexdigest()
+        if actual != etag:
+            raise StepError(
+                f"{uri}/{manifests.MANIFEST} was altered after it was published: the notification announced "
+                f"eTag {etag}, the stored manifest has MD5 {actual}"
+            )
+    found = manifests.parse(raw, uri)
+    if not isinstance(found.get("files"), list) or not found["files"]:
+        raise StepError(f"{uri}/{manifests.MANIFEST} lists no files")
+    return found
+
+
+def _load_and_smoke(cfg: PipelineConfig, model_dir: Path) -> None:
+    from steps.runtime.ernie import ExportedClassifier
+
+    try:
+        classifier = ExportedClassifier(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
+        texts = list(cfg.serving.smoke_texts)
+        check_predictions({"predictions": classifier.predict(texts)}, texts)
+    except (StepError, RolloutFailed):
+        raise
+    except Exception as exc:  # Paddle raises many types for a model it cannot run; the verdict needs the reason
+        raise StepError(f"the model does not load or run with Paddle Inference: {type(exc).__name__}: {exc}") from None
+
+
+def _check_labels(model_dir: Path, data_dir: Path) -> None:
+    ours = json.loads((data_dir / "label_map.json").read_text(encoding="utf-8"))
+    theirs = json.loads((model_dir / "label_map.json").read_text(encoding="utf-8"))
+    if ours != theirs:
+        raise StepError(f"the model's labels {theirs} are not the task's labels {ours}")
+
+
+def judge(cfg: PipelineConfig, uri: str, raw: bytes, etag: str, data_dir: Path, client: Any) -> dict[str, Any]:
+    """Manifest, objects, load and smoke, test-set gate: the metrics with `gate`, or StepError with the reason."""
+    endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
+    published = _check_manifest(raw, uri, etag)
+    with tempfile.TemporaryDirectory(prefix="validate-") as tmp:
+        model_dir = objectstore.fetch(uri, Path(tmp) / "model", endpoint_url=endpoint)
+        _load_and_smoke(cfg, model_dir)
+        _check_labels(model_dir, data_dir)
+        metrics, _ = evaluation.evaluate(cfg, model_dir, data_dir)
+    metric = cfg.gate.metric
+    champ = gate_rules.champion(client, cfg.mlflow.registered_model, metric)
+    decision = gate_rules.decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)
+    stats = json.loads((data_dir / "stats.json").read_text(encoding="utf-8"))
+    claimed = ((published.get("data_stats") or {}).get("sha256") or {}).get("test.jsonl")
+    metrics["test_split"] = {"sha256": stats["sha256"]["test.jsonl"], "model_reported": claimed}
+    return metrics | {"gate": asdict(decision)}
+
+
+def _outputs(uri: str, digest: str, published: dict[str, Any], image_digest: str) -> dict[str, str]:
+    return {
+        "model-uri": uri,
+        "manifest-digest": digest,
+        "run-id": str(published.get("run_id") or ""),
+        "image-digest": image_digest or str(published.get("serve_image_digest") or ""),
+        "git-sha": str(published.get("git_sha") or "unknown"),
+    }
+
+
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
+    uri = model_uri(cfg, args)
+    endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
+    raw = objectstore.read_manifest_bytes(uri, endpoint)
+    if raw is None:
+        raise StepError(f"{uri} is not published (no {manifests.MANIFEST}): nothing to validate or roll out")
+    digest = objectstore.sha256_bytes(raw)
+    try:
+        published = json.loads(raw)
+    except json.JSONDecodeError:
+        published = {}
+    outputs = _outputs(uri, digest, published if isinstance(published, dict) else {}, args.image_digest)
+    client = registry.connect(cfg)
+    earlier = None if args.redeploy == "true" else already_validated(cfg, client, digest)
+    if earlier is not None:
+        reason = f"{uri} (manifest sha256 {digest}) was validated before as version {earlier}: event dropped"
+        print(f"duplicate: {reason}")
+        return outputs | {"verdict": DUPLICATE, "reason": reason, "metrics": "{}"}
+    with tempfile.TemporaryDirectory(prefix="validate-data-") as tmp:
+        data_dir = Path(tmp)
+        dataset.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
+        try:
+            metrics = judge(cfg, uri, raw, args.event_etag, data_dir, client)
+        except (StepError, RolloutFailed) as exc:
+            print(f"REFUSED {uri}: {exc}", file=sys.stderr)
+            return outputs | {"verdict": REFUSED, "reason": str(exc), "metrics": "{}"}
+    gate = metrics["gate"]
+    verdict = PASSED if gate["passed"] else REFUSED
+    print(f"{verdict.upper()} {uri}: {gate['reason']}")
+    text = json.dumps(metrics, ensure_ascii=False)
+    return outputs | {"verdict": verdict, "reason": gate["reason"], "metrics": text}
+
+
+STEP = runner.Step(
+    "validate",
+    __doc__,
+    run,
+    _arguments,
+    outputs=(
+        runner.Output("verdict", "passed | refused | duplicate"),
+        runner.Output("reason", "why, in one line"),
+        runner.Output("model-uri", "the published model judged"),
+        runner.Output("manifest-digest", "sha256 of its manifest"),
+        runner.Output("metrics", "test metrics and the gate decision, JSON ('{}' when not scored)"),
+        runner.Output("run-id", "the MLflow run the manifest names (empty for a model trained elsewhere)"),
+        runner.Output("image-digest", "--image-digest, else the serving image digest the manifest names, else empty"),
+        runner.Output("git-sha", "the commit the manifest names"),
+    ),
+)
+main = STEP.main
+
+
+if __name__ == "__main__":
+    sys.exit(main())
