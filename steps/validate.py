@@ -6,7 +6,8 @@ or the local run's own notification), or from a person (`--model-uri`). In order
 1. the model the notification names (bucket and key → model URI, in this pipeline's store only);
 2. a model already validated is a `duplicate` (a replayed or redelivered notification) and nothing more
    happens, unless `--redeploy`;
-3. the manifest: present, and the very bytes the notification announced (its eTag);
+3. the manifest: present, and the very object the notification announced (the store's ETag of the manifest
+   read equals the event's eTag: an overwritten manifest has another one, whatever the encryption or upload);
 4. every object: downloaded and checked against the manifest's size and sha256;
 5. the model: loads with Paddle Inference and answers the smoke requests with a label and a distribution;
 6. the gate of train-deploy: the task's held-out test split (prepared again from the configured data; the split
@@ -20,11 +21,9 @@ platform's own test data cannot be prepared.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 from dataclasses import asdict
@@ -44,7 +43,6 @@ from steps.runtime.runner import StepError
 log = logging.getLogger("steps.validate")
 
 PASSED, REFUSED, DUPLICATE = "passed", "refused", "duplicate"
-_MD5 = re.compile(r"^[0-9a-f]{32}$")
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,16 +85,14 @@ def already_validated(cfg: PipelineConfig, client: Any, digest: str) -> str | No
     return version if tags.get(registry.VALIDATION_VERDICT) else None
 
 
-def _check_manifest(raw: bytes, uri: str, etag: str) -> dict[str, Any]:
-    """The parsed manifest, refused when it is not the one the notification announced."""
-    etag = etag.strip('"').lower()
-    if _MD5.match(etag):
-        actual = hashlib.md5(raw, usedforsecurity=False).hexdigest()
-        if actual != etag:
-            raise StepError(
-                f"{uri}/{manifests.MANIFEST} was altered after it was published: the notification announced "
-                f"eTag {etag}, the stored manifest has MD5 {actual}"
-            )
+def _check_manifest(raw: bytes, stored: str, uri: str, announced: str) -> dict[str, Any]:
+    """The parsed manifest, refused when it is not the object the notification announced."""
+    announced, stored = announced.strip('"').lower(), stored.strip('"').lower()
+    if announced and announced != stored:
+        raise StepError(
+            f"{uri}/{manifests.MANIFEST} was altered after it was published: the notification announced "
+            f"eTag {announced}, the stored manifest has eTag {stored}"
+        )
     found = manifests.parse(raw, uri)
     if not isinstance(found.get("files"), list) or not found["files"]:
         raise StepError(f"{uri}/{manifests.MANIFEST} lists no files")
@@ -123,10 +119,12 @@ def _check_labels(model_dir: Path, data_dir: Path) -> None:
         raise StepError(f"the model's labels {theirs} are not the task's labels {ours}")
 
 
-def judge(cfg: PipelineConfig, uri: str, raw: bytes, etag: str, data_dir: Path, client: Any) -> dict[str, Any]:
+def judge(
+    cfg: PipelineConfig, uri: str, manifest: tuple[bytes, str], announced: str, data_dir: Path, client: Any
+) -> dict[str, Any]:
     """Manifest, objects, load and smoke, test-set gate: the metrics with `gate`, or StepError with the reason."""
     endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
-    published = _check_manifest(raw, uri, etag)
+    published = _check_manifest(*manifest, uri, announced)
     with tempfile.TemporaryDirectory(prefix="validate-") as tmp:
         model_dir = objectstore.fetch(uri, Path(tmp) / "model", endpoint_url=endpoint)
         _load_and_smoke(cfg, model_dir)
@@ -154,9 +152,10 @@ def _outputs(uri: str, digest: str, published: dict[str, Any], image_digest: str
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     uri = model_uri(cfg, args)
     endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
-    raw = objectstore.read_manifest_bytes(uri, endpoint)
-    if raw is None:
+    tagged = objectstore.read_manifest_tagged(uri, endpoint)
+    if tagged is None:
         raise StepError(f"{uri} is not published (no {manifests.MANIFEST}): nothing to validate or roll out")
+    raw = tagged[0]
     digest = objectstore.sha256_bytes(raw)
     try:
         published = json.loads(raw)
@@ -173,7 +172,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         data_dir = Path(tmp)
         dataset.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
         try:
-            metrics = judge(cfg, uri, raw, args.event_etag, data_dir, client)
+            metrics = judge(cfg, uri, tagged, args.event_etag, data_dir, client)
         except (StepError, RolloutFailed) as exc:
             print(f"REFUSED {uri}: {exc}", file=sys.stderr)
             return outputs | {"verdict": REFUSED, "reason": str(exc), "metrics": "{}"}

@@ -26,6 +26,7 @@ from pipelines import rollout_template
 from steps import register, validate
 from steps.runtime import objectstore, registry
 from steps.runtime.objectstore import manifest
+from tests.s3server import moto_s3_server
 
 PASS = "gate.threshold=0.0"
 FAIL = "gate.threshold=1.0"
@@ -206,6 +207,34 @@ def test_a_replayed_notification_is_dropped(tmp_path, home, reviews, exported):
     assert rollout_runs(cfg, "duplicate") == {"validate": True, "register": False, "rollout": False}
     again = run_validate(tmp_path / "redeploy", event_parameters(cfg, uri), extra, "--redeploy", "true")
     assert again["verdict"] == "passed"  # a person re-deploying it on purpose
+
+
+def test_on_an_s3_store_the_manifest_is_judged_by_the_stores_etag(tmp_path, home, reviews, exported, monkeypatch):
+    """The eTag compared is the one the store reports for the manifest it serves (not an MD5 computed here, which
+    an encrypted or multipart object would not match): the announced manifest passes, an overwrite is refused."""
+    from steps.runtime import s3
+
+    with moto_s3_server() as endpoint:
+        monkeypatch.setenv("S3_ENDPOINT_URL", endpoint)
+        s3.client().create_bucket(Bucket="models-test")
+        extra = overrides(reviews, PASS, "storage.uri=s3://models-test/published")
+        cfg = load_config(env="local", overrides=extra)
+        uri = publish(cfg, exported, "ext-s3")
+        params = event_parameters(cfg, uri)
+        assert params["event-bucket"] == "models-test"
+        assert params["event-key"] == "published%2Fernie-sentiment%2Fext-s3%2Fmanifest.json"
+        stored = s3.client().head_object(Bucket="models-test", Key="published/ernie-sentiment/ext-s3/manifest.json")
+        assert params["event-etag"] == stored["ETag"].strip('"')
+        judged = run_validate(tmp_path / "first", params, extra)
+        assert judged["verdict"] == "passed" and judged["model-uri"] == uri
+
+        body = json.loads(objectstore.read_manifest_bytes(uri))
+        body["metrics"] = {"accuracy": 0.99}
+        s3.client().put_object(
+            Bucket="models-test", Key="published/ernie-sentiment/ext-s3/manifest.json", Body=json.dumps(body)
+        )
+        again = run_validate(tmp_path / "again", params, extra, "--redeploy", "true")
+        assert again["verdict"] == "refused" and "altered after it was published" in again["reason"]
 
 
 @pytest.mark.parametrize(

@@ -24,12 +24,13 @@ def endpoint_url(cfg: PipelineConfig) -> str | None:
 
 def notification(cfg: PipelineConfig, model_uri: str) -> dict[str, Any]:
     """The event data for the creation of `model_uri`'s manifest, as the minio EventSource dispatches it."""
-    body = fetching.read_manifest_bytes(model_uri, endpoint_url(cfg))
-    if body is None:
+    tagged = fetching.read_manifest_tagged(model_uri, endpoint_url(cfg))
+    if tagged is None:
         raise FileNotFoundError(f"{model_uri} has no {manifest.MANIFEST}: nothing was published, nothing to notify")
+    body, etag = tagged
     root, model, version = manifest.split_model_uri(model_uri)
     key = notifications.manifest_object_key(root, model, version)
-    return notifications.event_data(notifications.created_record(root, key, body))
+    return notifications.event_data(notifications.created_record(root, key, body, etag))
 
 
 def rollout_parameters(cfg: PipelineConfig, data: dict[str, Any]) -> dict[str, str] | None:

@@ -19,7 +19,7 @@ leaves a manifest that points at missing or wrong bytes.
 from __future__ import annotations
 
 from steps.runtime.objectstore.backends import DEFAULT_TRANSFER, LocalBackend, S3Backend
-from steps.runtime.objectstore.fetching import fetch, read_manifest, read_manifest_bytes
+from steps.runtime.objectstore.fetching import fetch, read_manifest, read_manifest_bytes, read_manifest_tagged
 from steps.runtime.objectstore.manifest import AlreadyPublishedError, IntegrityError, sha256_bytes, sha256_file
 from steps.runtime.objectstore.publishing import PublishResult, publish
 
@@ -34,6 +34,7 @@ __all__ = [
     "publish",
     "read_manifest",
     "read_manifest_bytes",
+    "read_manifest_tagged",
     "sha256_bytes",
     "sha256_file",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import shutil
 import tempfile
@@ -36,6 +37,7 @@ class Backend(Protocol):
     def get_file(self, key: str, dest: Path, callback: Callback) -> None: ...
     def create_exclusive(self, key: str, data: bytes) -> bool: ...
     def read(self, key: str) -> bytes | None: ...
+    def read_tagged(self, key: str) -> tuple[bytes, str] | None: ...
 
 
 class LocalBackend:
@@ -97,6 +99,11 @@ class LocalBackend:
     def read(self, key: str) -> bytes | None:
         path = self._path(key)
         return path.read_bytes() if path.is_file() else None
+
+    def read_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The bytes and their entity tag: MD5, what an S3 single-part PUT (and the local notification) reports."""
+        data = self.read(key)
+        return None if data is None else (data, hashlib.md5(data, usedforsecurity=False).hexdigest())
 
 
 def _error_code(exc: ClientError) -> str | None:
@@ -170,12 +177,18 @@ class S3Backend:
             raise
 
     def read(self, key: str) -> bytes | None:
+        tagged = self.read_tagged(key)
+        return None if tagged is None else tagged[0]
+
+    def read_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The bytes and the ETag of the same GET (not always an MD5: multipart uploads, SSE-KMS, SSE-C)."""
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
         except ClientError as exc:
             if _error_code(exc) in _NOT_FOUND:
                 return None
             raise
+        return response["Body"].read(), str(response.get("ETag") or "").strip('"')
 
 
 def resolve_root(store_uri: str) -> str:

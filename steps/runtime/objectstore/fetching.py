@@ -20,6 +20,12 @@ def read_manifest_bytes(model_uri: str, endpoint_url: str | None = None) -> byte
     return open_backend(root, endpoint_url).read(manifest.manifest_key(model, version))
 
 
+def read_manifest_tagged(model_uri: str, endpoint_url: str | None = None) -> tuple[bytes, str] | None:
+    """The manifest's bytes and the store's entity tag for them (one read), None when not published."""
+    root, model, version = split_model_uri(model_uri)
+    return open_backend(root, endpoint_url).read_tagged(manifest.manifest_key(model, version))
+
+
 def read_manifest(model_uri: str, endpoint_url: str | None = None) -> dict[str, Any]:
     """The manifest of a published version; StepError if the version was never published."""
     data = read_manifest_bytes(model_uri, endpoint_url)

@@ -52,8 +52,9 @@ def manifest_object_key(root: str, model: str, version: str) -> str:
     return "/".join(p for p in (prefix, model, version, MANIFEST) if p)
 
 
-def created_record(root: str, key: str, body: bytes, size: int | None = None) -> dict[str, Any]:
-    """The notification record MinIO sends for a PUT of `key` holding `body` (single-part: eTag = MD5)."""
+def created_record(root: str, key: str, body: bytes, etag: str | None = None) -> dict[str, Any]:
+    """The notification record MinIO sends for a PUT of `key` holding `body`, with the store's ETag for it
+    (default: the MD5 of `body`, what a single-part PUT without SSE-KMS/SSE-C reports)."""
     bucket, _ = store_bucket(root)
     now = datetime.now(UTC)
     return {
@@ -75,8 +76,8 @@ def created_record(root: str, key: str, body: bytes, size: int | None = None) ->
             },
             "object": {
                 "key": quote(key, safe=""),
-                "size": len(body) if size is None else size,
-                "eTag": hashlib.md5(body, usedforsecurity=False).hexdigest(),
+                "size": len(body),
+                "eTag": etag or hashlib.md5(body, usedforsecurity=False).hexdigest(),
                 "contentType": "application/json",
                 "userMetadata": {"content-type": "application/json"},
                 "sequencer": f"{time.time_ns():X}",
