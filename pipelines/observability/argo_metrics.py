@@ -66,33 +66,39 @@ def _gate_metrics() -> list[dict[str, Any]]:
     ]
 
 
-def _validation_metrics() -> list[dict[str, Any]]:
+def _counted_by_output(
+    name: str, help_text: str, output: str, values: tuple[str, ...], when: str = ""
+) -> list[dict[str, Any]]:
+    """One counter series per value of an output parameter (`{output}` label), counted when `when` also holds."""
     return [
         {
-            "name": VALIDATION_VERDICT,
-            "help": "Published models judged by validate, by verdict (passed, refused, duplicate)",
-            "labels": [{"key": "verdict", "value": verdict}],
-            "when": f"{{{{status}}}} == Succeeded && '{{{{outputs.parameters.verdict}}}}' == '{verdict}'",
+            "name": name,
+            "help": help_text,
+            "labels": [{"key": output, "value": value}],
+            # Quoted: govaluate would read a bare `rolled-back` as a subtraction.
+            "when": f"{when}'{{{{outputs.parameters.{output}}}}}' == '{value}'",
             "counter": {"value": "1"},
         }
-        for verdict in ("passed", "refused", "duplicate")
+        for value in values
     ]
+
+
+def _validation_metrics() -> list[dict[str, Any]]:
+    return _counted_by_output(
+        VALIDATION_VERDICT,
+        "Published models judged by validate, by verdict (passed, refused, duplicate)",
+        "verdict",
+        ("passed", "refused", "duplicate"),
+        when="{{status}} == Succeeded && ",
+    )
 
 
 def _rollout_metrics() -> list[dict[str, Any]]:
     # A rolled-back rollout exits 3 (status Failed) but still writes its outcome file, which
     # Argo saves either way; so the condition reads the outcome, not the status.
-    return [
-        {
-            "name": ROLLOUT_OUTCOME,
-            "help": "Rollouts by outcome (promoted or rolled-back)",
-            "labels": [{"key": "outcome", "value": outcome}],
-            # Quoted: govaluate would read a bare `rolled-back` as a subtraction.
-            "when": f"'{{{{outputs.parameters.outcome}}}}' == '{outcome}'",
-            "counter": {"value": "1"},
-        }
-        for outcome in ("promoted", "rolled-back")
-    ]
+    return _counted_by_output(
+        ROLLOUT_OUTCOME, "Rollouts by outcome (promoted or rolled-back)", "outcome", ("promoted", "rolled-back")
+    )
 
 
 def argo_exported_names() -> set[str]:
