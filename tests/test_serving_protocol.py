@@ -160,3 +160,57 @@ def test_v1_fast_path_answers_as_kserve_does_and_times_kserve_stages_others_go_t
         assert metric(after, f"{stage}_count", model_name=NAME) - metric(before, f"{stage}_count", model_name=NAME) == 3
     assert metric(after, "request_predict_seconds_count", model_name="echo") >= 1
     assert through_dataplane == [NAME, "echo"]  # the plain JSON requests to ours skipped kserve's DataPlane
+
+
+@pytest.mark.slow
+def test_v2_metadata_declares_the_tensors_and_version_a_generic_client_needs(tiny_model_dir: Path, tmp_path) -> None:
+    """A generic Open Inference Protocol client reads `GET /v2/models/{name}` and builds its request from it."""
+    from steps.runtime import objectstore
+
+    store = tmp_path / "store"
+    uri = objectstore.publish(tiny_model_dir, str(store), NAME, "v-meta-1", progress=False).model_uri
+    cfg = ServingConfig()
+    model = serving.ErnieModel(NAME, cfg, model_uri=uri)
+    model.load()
+    app = serving.create_app([model], cfg.max_request_bytes)
+
+    async def go() -> tuple[httpx.Response, httpx.Response]:
+        async with client(app) as c:
+            meta = await c.get(f"/v2/models/{NAME}")
+            (tensor,) = meta.json()["inputs"]
+            texts = ["物流很快，包装完好", "客服态度很差"]
+            rows = [len(texts) if d == -1 else d for d in tensor["shape"]]
+            body = {"inputs": [{"name": tensor["name"], "datatype": tensor["datatype"], "shape": rows, "data": texts}]}
+            return meta, await c.post(V2, json=body)
+
+    meta, answer = asyncio.run(go())
+    assert meta.status_code == 200, meta.text
+    assert meta.json() == {
+        "name": NAME,
+        "versions": ["v-meta-1"],
+        "platform": "paddle_inference",
+        "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
+        "outputs": [
+            {"name": "label", "datatype": "BYTES", "shape": [-1]},
+            {"name": "probabilities", "datatype": "FP32", "shape": [-1, 2]},
+        ],
+    }
+    assert answer.status_code == 200, answer.text
+    declared = {(t["name"], t["datatype"]) for t in meta.json()["outputs"]}
+    assert {(o["name"], o["datatype"]) for o in answer.json()["outputs"]} == declared
+    probabilities = next(o for o in answer.json()["outputs"] if o["name"] == "probabilities")
+    assert probabilities["shape"] == [2, meta.json()["outputs"][1]["shape"][1]]
+
+
+def test_v2_metadata_of_an_unpublished_export_has_no_version() -> None:
+    model = fake_model()
+    model.load()
+
+    async def go() -> httpx.Response:
+        async with client(app_for(model)) as c:
+            return await c.get(f"/v2/models/{NAME}")
+
+    meta = asyncio.run(go()).json()
+    assert "versions" not in meta or meta["versions"] is None
+    assert meta["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+    assert meta["outputs"][1] == {"name": "probabilities", "datatype": "FP32", "shape": [-1, -1]}

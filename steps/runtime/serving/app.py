@@ -30,6 +30,20 @@ from steps.runtime.serving.guard import GuardMiddleware
 from steps.runtime.serving.v1_predict import V1Predict
 
 
+class ModelDataPlane(DataPlane):
+    """kserve's data plane, with the model's versions and platform in its V2 metadata (kserve 0.21 leaves
+    `versions` out and `platform` empty; ModelMetadataResponse has both)."""
+
+    async def model_metadata(self, model_name: str) -> dict[str, Any]:
+        metadata = await super().model_metadata(model_name)
+        model = self.get_model_from_registry(model_name)
+        version = getattr(model, "version", None)
+        if version:
+            metadata["versions"] = [str(version)]
+        metadata["platform"] = getattr(model, "platform", "") or ""
+        return metadata
+
+
 async def _validation_error(_request: Any, exc: RequestValidationError) -> JSONResponse:
     # FastAPI's default answer is {"detail": [...]}; keep one error shape, {"error": "..."}, for clients.
     problems = "; ".join(
@@ -48,7 +62,7 @@ def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> FastAP
     repository = ModelRepository()
     for model in models:
         repository.update(model)
-    dataplane = DataPlane(model_registry=repository)
+    dataplane = ModelDataPlane(model_registry=repository)
     extension = ModelRepositoryExtension(model_registry=repository)
     app = FastAPI(
         title="paddle-mlops model server", docs_url=None, redoc_url=None, default_response_class=ORJSONResponse

@@ -1,7 +1,9 @@
 """The predictor: `ErnieModel`, a `kserve.Model` over Paddle Inference with dynamic batching.
 
 It speaks Open Inference Protocol v1 (`{"instances": [...]}`) and v2 (one BYTES tensor), checks
-its inputs against `serving.*` limits and hands the texts to its `DynamicBatcher`.
+its inputs against `serving.*` limits and hands the texts to its `DynamicBatcher`. Its V2 metadata
+(`GET /v2/models/{name}`) declares that input and the two outputs, so a generic OIP client can discover
+what to send, and the published version it serves.
 """
 
 from __future__ import annotations
@@ -26,8 +28,25 @@ from steps.runtime.serving.inputs import Limits, v1_texts, v2_texts
 log = logging.getLogger("steps.serving")
 
 
+# The V2 tensors (Open Inference Protocol model metadata): one BYTES text per row in, a label and the
+# probability of every label (in label-id order, named by the `labels` parameter of the response) out.
+INPUT_TENSOR = "text"
+LABEL_TENSOR = "label"
+PROBABILITIES_TENSOR = "probabilities"
+# OIP's `platform` names framework and format; Paddle Inference over a `jit.save` export.
+PLATFORM = "paddle_inference"
+
+
 class Classifier(Protocol):
     def predict(self, texts: list[str]) -> list[dict[str, Any]]: ...
+
+
+def published_version(model_uri: str | None) -> str | None:
+    """The version segment of a published model URI (`<store>/<model>/<version>`), None for anything else."""
+    if not model_uri:
+        return None
+    parts = model_uri.rstrip("/").rsplit("/", 2)
+    return parts[2] if len(parts) == 3 and all(parts) and not parts[0].endswith(":") else None
 
 
 def resolve_model_dir(model_uri: str | None, model_dir: str | None, endpoint_url: str | None) -> Path:
@@ -67,6 +86,8 @@ class ErnieModel(kserve.Model):
         classifier_factory: Callable[[Path, ServingConfig], Classifier] = default_classifier,
     ):
         super().__init__(name)
+        self.version = published_version(model_uri)
+        self.platform = PLATFORM
         self.cfg = cfg
         self.limits = Limits.from_config(cfg)
         self.model_uri = model_uri
@@ -83,6 +104,18 @@ class ErnieModel(kserve.Model):
         self.classifier = self._factory(directory, self.cfg)
         self.ready = True
         return self.ready
+
+    def get_input_types(self) -> list[dict[str, Any]]:
+        """OIP metadata of the input: strings, one per row (`[n]`; `[n, 1]` is accepted too)."""
+        return [{"name": INPUT_TENSOR, "datatype": "BYTES", "shape": [-1]}]
+
+    def get_output_types(self) -> list[dict[str, Any]]:
+        """OIP metadata of the outputs: the label per row and the probabilities `[n, number of labels]`."""
+        labels = getattr(self.classifier, "labels", None)  # the export's label map, once loaded
+        return [
+            {"name": LABEL_TENSOR, "datatype": "BYTES", "shape": [-1]},
+            {"name": PROBABILITIES_TENSOR, "datatype": "FP32", "shape": [-1, len(labels) if labels else -1]},
+        ]
 
     def _pin_openmp_spin(self) -> None:
         # Intel OpenMP drops its spin-wait to 0 once the process has more OpenMP threads than
@@ -123,8 +156,8 @@ class ErnieModel(kserve.Model):
     def _v2_response(self, request: InferRequest, results: list[dict[str, Any]]) -> InferResponse:
         labels = list(results[0]["probabilities"]) if results else []
         probs = np.array([[r["probabilities"][lab] for lab in labels] for r in results], dtype=np.float32)
-        label_out = InferOutput("label", [len(results)], "BYTES", [r["label"] for r in results])
-        prob_out = InferOutput("probabilities", list(probs.shape), "FP32", probs.flatten().tolist())
+        label_out = InferOutput(LABEL_TENSOR, [len(results)], "BYTES", [r["label"] for r in results])
+        prob_out = InferOutput(PROBABILITIES_TENSOR, list(probs.shape), "FP32", probs.flatten().tolist())
         prob_out.parameters = {"labels": json.dumps(labels, ensure_ascii=False)}
         return InferResponse(
             response_id=request.id or "",
