@@ -65,7 +65,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         ) from None
     bound_port = sock.getsockname()[1]
     app = serving.create_app([model], cfg.serving.max_request_bytes)
-    runner.log.info("serving model %s on http://%s:%d", name, host, bound_port)
+    threads = getattr(model.classifier, "cpu_threads", None)
+    runner.log.info("serving model %s on http://%s:%d (%s math threads)", name, host, bound_port, threads or "?")
 
     def started() -> None:
         if args.ready_file:

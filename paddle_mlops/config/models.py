@@ -172,7 +172,15 @@ class ServingConfig(Strict):
     model_name: str = Field("ernie-sentiment", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535, description="0 picks a free port")
-    cpu_threads: int = Field(1, ge=1)
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description="Paddle math threads per predictor; null: the container's CPU quota (cgroup cpu.max / "
+        "cfs_quota_us, rounded down), else the CPUs this process may run on",
+    )
+    cpus: int = Field(
+        2, ge=1, description="InferenceService CPU request and limit (whole cores); the predictor's threads follow it"
+    )
     use_gpu: bool = False
     max_batch_size: int = Field(16, ge=1)
     max_wait_ms: float = Field(
@@ -205,6 +213,16 @@ class ServingConfig(Strict):
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_p99_latency_ms: float = Field(500.0, gt=0)
     regions: tuple[str, ...] = Field((), description="regions rolled out in order; empty: the run's region only")
+
+    @model_validator(mode="after")
+    def _threads_fit_the_pod(self) -> ServingConfig:
+        if self.target == "kserve" and self.cpu_threads is not None and self.cpu_threads > self.cpus:
+            raise ValueError(
+                f"serving.cpu_threads {self.cpu_threads} is more than serving.cpus {self.cpus}, the predictor "
+                "pod's CPU limit: the extra threads only wait for CPU time. Raise serving.cpus, or leave "
+                "cpu_threads unset (null) so the predictor sizes itself to its quota"
+            )
+        return self
 
 
 class ImagesConfig(Strict):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steps.runtime import workspace
+from steps.runtime import cpu_quota, workspace
 from steps.runtime.runner import StepError
 
 # Local and test runs must never reach a model hub; a configured directory is all we load.
@@ -156,8 +156,12 @@ class ExportedClassifier:
     Batches are padded to their longest text, not to `max_seq_len`.
     """
 
-    def __init__(self, model_dir: str | os.PathLike[str], cpu_threads: int = 1, use_gpu: bool = False) -> None:
+    def __init__(
+        self, model_dir: str | os.PathLike[str], cpu_threads: int | None = None, use_gpu: bool = False
+    ) -> None:
+        """`cpu_threads`: Paddle math threads; None sizes them to this container's CPU quota."""
         self.model_dir = Path(model_dir)
+        self.cpu_threads = cpu_threads or cpu_quota.default_threads()
         for name in ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json"):
             if not (self.model_dir / name).is_file():
                 raise StepError(f"{self.model_dir} has no {name}; it is not a model exported by the train step.")
@@ -174,7 +178,7 @@ class ExportedClassifier:
             config.enable_use_gpu(256, 0)
         else:
             config.disable_gpu()
-            config.set_cpu_math_library_num_threads(cpu_threads)
+            config.set_cpu_math_library_num_threads(self.cpu_threads)
         config.disable_glog_info()
         self._predictor = paddle.inference.create_predictor(config)
         self._inputs = {name: self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()}

@@ -86,8 +86,11 @@ def _env(cfg: PipelineConfig) -> list[dict[str, Any]]:
 
 
 def _resources(cfg: PipelineConfig) -> dict[str, Any]:
-    requests = {"cpu": str(cfg.serving.cpu_threads), "memory": "2Gi"}
-    limits: dict[str, Any] = {"cpu": str(cfg.serving.cpu_threads * 2), "memory": "4Gi"}
+    # Request = limit, whole cores: the CFS quota the predictor sizes its threads to (steps/runtime/cpu_quota.py)
+    # is exactly what the scheduler reserved, and with the static CPU manager the cores are exclusive.
+    cpus = str(cfg.serving.cpus)
+    requests = {"cpu": cpus, "memory": "2Gi"}
+    limits: dict[str, Any] = {"cpu": cpus, "memory": "4Gi"}
     if cfg.serving.use_gpu:
         requests["nvidia.com/gpu"] = "1"
         limits["nvidia.com/gpu"] = "1"
