@@ -15,7 +15,7 @@ from rich.console import Console
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE
+from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE, mlflow_ui_url
 from paddle_mlops.local.dag import DagError
 
 DEFAULT_WORKDIR = Path(DEFAULT_HOME)
@@ -188,13 +188,25 @@ def _cmd_config(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _experiments(uri: str) -> list[tuple[str, str]]:
+    """(name, id) of the store's experiments that have runs, newest first."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.search_experiments(order_by=["creation_time DESC"])
+    return [(e.name, e.experiment_id) for e in found if client.search_runs([e.experiment_id], max_results=1)]
+
+
 def _cmd_ui(args: argparse.Namespace, console: Console) -> int:
     db = args.workdir.resolve() / "mlflow.db"
     if not db.is_file():
         console.print(f"[red]No MLflow store at {db}.[/] Run `paddle-mlops run` first (or pass --workdir).")
         return EXIT_USAGE
     uri = f"sqlite:///{db}"
-    console.print(f"MLflow UI on http://127.0.0.1:{args.port} (store {uri}); Ctrl-C stops it.")
+    base = f"http://127.0.0.1:{args.port}"
+    console.print(f"MLflow UI on {base} (store {uri}); Ctrl-C stops it.")
+    for name, experiment_id in _experiments(uri):
+        console.print(f"  {name}: {mlflow_ui_url(base, experiment_id)}", highlight=False, soft_wrap=True)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1"]
     cmd += ["--port", str(args.port)]
     try:

@@ -131,3 +131,14 @@ def tracking_uri(configured: str | None = None, home: Path | None = None) -> str
     """`$MLFLOW_TRACKING_URI`, else `configured` (`mlflow.tracking_uri`), else SQLite `mlflow.db` in
     `home` (default `home_dir()`). Creates nothing; an empty string counts as unset."""
     return os.environ.get(TRACKING_URI_ENV) or configured or f"sqlite:///{(home or home_dir()) / 'mlflow.db'}"
+
+
+# The MLflow 3 UI lays an experiment out by its `workflowType`: the URL parameter, else the browser's last
+# choice, else GenAI (traces overview). Every link to an experiment we print asks for the model-training view.
+MLFLOW_UI_VIEW = "workflowType=machine_learning"
+
+
+def mlflow_ui_url(base: str, experiment_id: str, run_id: str | None = None) -> str:
+    """The MLflow UI page of an experiment (or one of its runs) in the model-training view."""
+    page = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
+    return f"{base.rstrip('/')}/{page}?{MLFLOW_UI_VIEW}"

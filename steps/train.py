@@ -54,7 +54,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         ps.run(cfg, data_dir, local)
         rank0 = True
     else:
-        trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params)
+        trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri)
         trainer.run()
         rank0 = trainer.rank == 0
     if rank0 and s3.is_s3(ws):

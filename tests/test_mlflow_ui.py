@@ -86,9 +86,10 @@ def test_mlflow_ui_shows_experiment_run_metrics_and_model(tmp_path: Path) -> Non
     browser = _require_browser()
     experiment_id, run_id = _seed_store(tmp_path)
     port = _free_port()
+    printed = tmp_path / "ui.out"
     server = subprocess.Popen(
         [sys.executable, "-m", "paddle_mlops.cli", "ui", "--workdir", str(tmp_path), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
+        stdout=printed.open("w"),
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # mlflow ui forks workers: stop the whole group
     )
@@ -109,6 +110,13 @@ def test_mlflow_ui_shows_experiment_run_metrics_and_model(tmp_path: Path) -> Non
         dom = _chromium(browser, profile, "--dump-dom", run_page)
         assert "train-deploy-ui-test" in dom and "ernie-sentiment" in dom
         assert "dev_accuracy" in dom and "test_macro_f1" in dom
+        # The experiment link `paddle-mlops ui` prints opens on the runs; without the view parameter MLflow 3
+        # opens a fresh browser on the GenAI traces overview.
+        link = next(line.split(": ", 1)[1] for line in printed.read_text().splitlines() if "ernie-sentiment:" in line)
+        assert link == f"{base}/#/experiments/{experiment_id}?workflowType=machine_learning"
+        assert "<title>Runs - " in _chromium(browser, tmp_path / "fresh-1", "--dump-dom", link)
+        plain = _chromium(browser, tmp_path / "fresh-2", "--dump-dom", f"{base}/#/experiments/{experiment_id}")
+        assert "<title>Overview - " in plain
         models = _chromium(browser, profile, "--dump-dom", f"{base}/#/models/ernie-sentiment")
         assert "Version 1" in models and CHAMPION in models
         shot = tmp_path / "mlflow-run.png"

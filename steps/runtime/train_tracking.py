@@ -1,9 +1,12 @@
 """What a training run records in MLflow (rank 0 only): the run with its tags and flattened parameters,
-per-epoch metrics, and the best model's metrics, files and learning curves."""
+its train/dev/test splits as dataset inputs, per-epoch metrics, and the best model's metrics, files and
+learning curves. The experiment is marked as a model-training experiment (`mlflow.experimentKind`), so the
+MLflow 3 UI opens it on runs and metrics, not on the GenAI traces overview."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +15,12 @@ from typing import Any
 from paddle_mlops.config import PipelineConfig
 
 MODEL_INFO = "model-info"  # artifact folder for the exported model's small JSON files
+# The experiment tag the MLflow 3 UI reads to pick its layout (ExperimentKind in mlflow/server/js):
+# `custom_model_development` shows runs, metrics and models; an untagged experiment may open on traces.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+# Split file -> MLflow's dataset input context.
+SPLITS = (("train", "training"), ("dev", "validation"), ("test", "testing"))
 
 
 def run_name() -> str | None:
@@ -29,14 +38,24 @@ def flatten(prefix: str, value: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def start_run(cfg: PipelineConfig, git_sha: str, world: int, stats: dict[str, Any]) -> Iterator[str]:
-    """An MLflow run with the configuration and data statistics as parameters; yields its run id."""
+def start_run(
+    cfg: PipelineConfig,
+    git_sha: str,
+    world: int,
+    stats: dict[str, Any],
+    data_dir: Path | None = None,
+    data_uri: str | None = None,
+) -> Iterator[str]:
+    """An MLflow run with the configuration and data statistics as parameters and the splits in `data_dir`
+    (published at `data_uri`) as dataset inputs; yields its run id."""
     import mlflow
 
     from steps.runtime import registry
 
     mlflow.set_tracking_uri(registry.tracking_uri(cfg))
-    mlflow.set_experiment(cfg.mlflow.experiment)
+    experiment = mlflow.set_experiment(cfg.mlflow.experiment)
+    if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+        mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
     tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world)}
     # The context manager ends the run FINISHED, or FAILED when an exception escapes.
     with mlflow.start_run(run_name=run_name(), tags=tags) as active:
@@ -46,7 +65,34 @@ def start_run(cfg: PipelineConfig, git_sha: str, world: int, stats: dict[str, An
         params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels")})
         params["world_size"] = world
         mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
+        if data_dir is not None:
+            log_datasets(data_dir, data_uri or str(data_dir), stats)
         yield active.info.run_id
+
+
+def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any]) -> None:
+    """Each split as an MLflow dataset input: name, digest (the file's sha256, as in stats.json), source
+    (where the split is published), schema and row count, with MLflow's context tag."""
+    import mlflow
+    import pandas as pd
+
+    digests = stats.get("sha256") or {}
+    for split, context in SPLITS:
+        path = data_dir / f"{split}.jsonl"
+        if not path.is_file():
+            continue
+        rows = pd.read_json(path, lines=True, dtype={"text": str, "label": "int64"})
+        digest = str(digests.get(path.name) or "")
+        with warnings.catch_warnings():  # mlflow's hints on integer columns and ambiguous local sources
+            warnings.simplefilter("ignore")
+            dataset = mlflow.data.from_pandas(
+                rows,
+                source=f"{data_uri.rstrip('/')}/{path.name}",
+                name=split,
+                targets="label",
+                digest=digest[:16] or None,
+            )
+        mlflow.log_input(dataset, context=context, tags={"rows": str(len(rows)), "sha256": digest})
 
 
 def log_epoch(record: dict[str, float], epoch: int) -> None:

@@ -66,15 +66,22 @@ class Trainer:
     """One process of the data-parallel job; rank 0 evaluates, exports, logs and checkpoints."""
 
     def __init__(
-        self, cfg: PipelineConfig, data_dir: Path, out_dir: Path, git_sha: str, dump_params: Path | None = None
+        self,
+        cfg: PipelineConfig,
+        data_dir: Path,
+        out_dir: Path,
+        git_sha: str,
+        dump_params: Path | None = None,
+        data_uri: str | None = None,
     ) -> None:
+        """`data_uri`: where `data_dir` was staged from (the workspace data/): the splits' source in MLflow."""
         import paddle
         import paddle.distributed as dist
 
         from steps.runtime import ernie
 
         self.cfg, self.data_dir, self.out_dir, self.git_sha = cfg, data_dir, out_dir, git_sha
-        self.dump_params = dump_params
+        self.dump_params, self.data_uri = dump_params, data_uri
         self.ernie = ernie
         self.world = dist.get_world_size()
         self.use_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
@@ -135,7 +142,9 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         if self.rank != 0:
             return self._train(None)
-        with train_tracking.start_run(self.cfg, self.git_sha, self.world, self.stats) as run_id:
+        with train_tracking.start_run(
+            self.cfg, self.git_sha, self.world, self.stats, self.data_dir, self.data_uri
+        ) as run_id:
             return self._train(run_id)
 
     def _train(self, run_id: str | None) -> dict[str, Any]:
