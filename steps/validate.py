@@ -178,9 +178,20 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
             return outputs | {"verdict": REFUSED, "reason": str(exc), "metrics": "{}"}
     gate = metrics["gate"]
     verdict = PASSED if gate["passed"] else REFUSED
-    print(f"{verdict.upper()} {uri}: {gate['reason']}")
+    reason = gate["reason"] + _split_note(metrics["test_split"])
+    print(f"{verdict.upper()} {uri}: {reason}")
     text = json.dumps(metrics, ensure_ascii=False)
-    return outputs | {"verdict": verdict, "reason": gate["reason"], "metrics": text}
+    return outputs | {"verdict": verdict, "reason": reason, "metrics": text}
+
+
+def _split_note(split: dict[str, str | None]) -> str:
+    """Said with the verdict when the model was evaluated on another test split than the one scored here
+    (trained with other data settings: submit `rollout` with the same `-p overrides` to judge it on its own)."""
+    if not split.get("model_reported") or split["model_reported"] == split["sha256"]:
+        return ""
+    log.warning("the model was evaluated on test split %s; validate scored the configured one, %s",
+                split["model_reported"], split["sha256"])  # fmt: skip
+    return f" (scored on the configured test split {split['sha256'][:12]}, not the one the model reports)"
 
 
 STEP = runner.Step(

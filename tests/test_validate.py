@@ -182,6 +182,20 @@ def test_a_model_below_the_gate_is_refused(tmp_path, home, reviews, exported):
     assert aliases(cfg)[CHALLENGER] is None
 
 
+def test_a_model_evaluated_on_another_test_split_is_judged_on_ours_and_says_so(tmp_path, home, reviews, exported):
+    extra = overrides(reviews, PASS)
+    cfg = load_config(env="local", overrides=extra)
+    claimed = {"data_stats": {"sha256": {"test.jsonl": "0" * 64}}}  # trained with other data settings
+    uri = objectstore.publish(
+        exported, cfg.storage.uri, cfg.mlflow.registered_model, "ext-other-split", claimed, progress=False
+    ).model_uri
+    judged = run_validate(tmp_path / "validate", event_parameters(cfg, uri), extra)
+    assert judged["verdict"] == "passed"
+    assert "not the one the model reports" in judged["reason"]
+    split = json.loads(judged["metrics"])["test_split"]
+    assert split["model_reported"] == "0" * 64 and split["sha256"] != split["model_reported"]
+
+
 def test_a_manifest_altered_after_its_notification_is_refused(tmp_path, home, reviews, exported):
     extra = overrides(reviews, PASS)
     cfg = load_config(env="local", overrides=extra)
