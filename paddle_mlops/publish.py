@@ -27,7 +27,7 @@ from rich.console import Console
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE, HOME_ENV
+from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, HOME_ENV
 
 # What the model server and the validate step load (steps/runtime/ernie.py ExportedClassifier).
 EXPORTED_FILES = ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json")
@@ -35,6 +35,10 @@ EXPORTED_FILES = ("inference.json", "inference.pdiparams", "label_map.json", "mo
 
 class PublishError(Exception):
     """The directory or the version cannot be published; nothing was written."""
+
+
+class StoreUnreachable(Exception):
+    """The object store refused or could not be reached; no manifest was written, so nothing is published."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +76,8 @@ def content_version(model_dir: Path) -> str:
 
 def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
     """Publish `model_dir`; the model URI."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from paddle_mlops.local import notify
     from steps.runtime import objectstore
     from steps.runtime.objectstore import notifications
@@ -91,6 +97,12 @@ def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
         )
     except StepError as exc:
         raise PublishError(str(exc)) from None
+    except (BotoCoreError, ClientError) as exc:
+        where = notify.endpoint_url(cfg) or "the AWS default endpoint"
+        raise StoreUnreachable(
+            f"cannot publish to {cfg.storage.uri} at {where}: {exc}. Check storage.endpoint_url (or S3_ENDPOINT_URL), "
+            "the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY credentials and that the bucket exists"
+        ) from None
     print(f"published {result.model_uri} (manifest sha256 {result.manifest_digest})")
     return result.model_uri
 
@@ -139,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = (
         (ConfigError, EXIT_USAGE, "configuration error: {exc}"),
         (PublishError, EXIT_USAGE, "paddle-mlops publish: {exc}"),
+        (StoreUnreachable, EXIT_FAILED, "paddle-mlops publish: {exc}"),
     )
     return exit_status(lambda: _publish(args, console), errors)
 

@@ -307,3 +307,15 @@ def test_publish_refuses_a_directory_that_is_not_an_exported_model(tmp_path, cap
     err = capsys.readouterr().err
     assert "is not an exported model" in err and "inference.json" in err
     assert not (tmp_path / "w" / "store").exists()
+
+
+def test_publish_to_a_store_it_cannot_write_is_a_clear_error(tmp_path, exported, capsys, monkeypatch):
+    from paddle_mlops.publish import main as publish_main
+
+    with moto_s3_server() as endpoint:
+        monkeypatch.setenv("S3_ENDPOINT_URL", endpoint)
+        sets = ["--set", "storage.uri=s3://no-such-bucket/models"]
+        assert publish_main([str(exported), "--workdir", str(tmp_path / "w"), "--no-rollout", *sets]) == 1
+    err = capsys.readouterr().err
+    assert "cannot publish to s3://no-such-bucket/models at http://127.0.0.1:" in err
+    assert "that the bucket exists" in err and "Traceback" not in err
