@@ -92,7 +92,8 @@ def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any]) -> None:
                 targets="label",
                 digest=digest[:16] or None,
             )
-        mlflow.log_input(dataset, context=context, tags={"rows": str(len(rows)), "sha256": digest})
+            # The schema is inferred lazily, when the input is logged: the hints come from here too.
+            mlflow.log_input(dataset, context=context, tags={"rows": str(len(rows)), "sha256": digest})
 
 
 def log_epoch(record: dict[str, float], epoch: int) -> None:
