@@ -146,12 +146,11 @@ def run(
     if outcome.outcome != PROMOTED:
         kept = "image" if image_only else "version"
         print(
-            f"[rollout] rolled back {what}: {outcome.reason}. "
-            f"The previous {kept} keeps serving and 'champion' is unchanged.",
+            f"rolled back {what}: {outcome.reason}. The previous {kept} keeps serving and 'champion' is unchanged.",
             file=sys.stderr,
         )
         return runner.Finished(outputs, EXIT_ROLLED_BACK)
-    print(f"[rollout] {what} promoted; serving at {outcome.url}")
+    print(f"{what} promoted; serving at {outcome.url}")
     return runner.Finished(outputs)
 
 
