@@ -176,6 +176,20 @@ def test_second_run_gates_against_the_champion(first_run: dict) -> None:
     assert client.get_run(summary["mlflow_run_id"]).data.tags["gate.champion_version"] == "1"
 
 
+def test_rerunning_from_validate_redeploys_the_published_model(first_run: dict) -> None:
+    """`--from validate` reuses train-deploy's outputs and re-delivers the notification as a redeploy: the model
+    judged before is judged and rolled out again instead of being dropped as a duplicate."""
+    proc = _run(first_run["workdir"], "--from", "validate")
+    output, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, output[-3000:]
+    summary = json.loads((first_run["workdir"] / "last-run.json").read_text(encoding="utf-8"))
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert {statuses[n] for n in ("prepare-data", "train", "evaluate", "upload")} == {"Reused"}
+    assert [statuses[n] for n in ("validate", "register", "rollout")] == ["Succeeded"] * 3
+    assert summary["rollout_parameters"]["redeploy"] == "true"
+    assert summary["validation"]["verdict"] == "passed" and summary["rollout"] == "promoted"
+
+
 def test_bad_data_fails_the_run_and_registers_nothing(tmp_path: Path) -> None:
     bad = tmp_path / "reviews.csv"
     bad.write_text("text,label\n好,1\n差,0\n", encoding="utf-8")

@@ -322,28 +322,28 @@ class LocalExecutor:
             return None
         return self._run_process(workflow.exit_task, self.command_for(workflow.exit_task))
 
-    def _follow_parameters(self) -> dict[str, str] | None:
+    def _follow_parameters(self, follow: FollowOn, workflow: Workflow) -> dict[str, str] | None:
         """The follow-on's parameters: from the first workflow's outputs, or its rerun ones for --only/--from."""
-        assert self.follow is not None and self.follow_workflow is not None
-        outputs = {**self.scope.task_outputs}
-        params = self.follow.parameters(outputs)
+        params = follow.parameters({**self.scope.task_outputs})
         reuse = self.opts.only or self.opts.start_from
-        if params is not None and reuse in [t.name for t in self.follow_workflow.tasks]:
-            params = {**params, **self.follow.rerun}
+        if params is not None and reuse in [t.name for t in workflow.tasks]:
+            params = {**params, **follow.rerun}
         return params
 
-    def _start_follow_on(self) -> bool:
-        """Switch to the follow-on workflow's scope; False when nothing starts it."""
-        params = self._follow_parameters()
-        if params is None or self.follow_workflow is None:
-            return False
+    def _start_follow_on(self) -> Workflow | None:
+        """Switch to the follow-on workflow's scope and return it; None when there is none or nothing starts it."""
+        if self.follow is None or self.follow_workflow is None:
+            return None
+        params = self._follow_parameters(self.follow, self.follow_workflow)
+        if params is None:
+            return None
         outputs = dict(self.scope.task_outputs)
         name = f"{self.follow_workflow.name}-{self.stamp}"
         self.console.print(f"[bold cyan]⚡ {self.follow_workflow.name}[/] started by the publish notification")
         self.scope = Scope(workflow_name=name, parameters={**self._parameters(self.follow_workflow), **params})
         self.scope.task_outputs.update(outputs)
         self.scopes.append(self.scope)
-        return True
+        return self.follow_workflow
 
     def run(self) -> tuple[int, dict[str, Any]]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -351,9 +351,10 @@ class LocalExecutor:
         started = time.monotonic()
         failed = self._run_tasks(self.workflow, results)
         exit_result = self._exit(self.workflow, failed)
-        if not failed and self.follow_workflow is not None and self._start_follow_on():
-            failed = self._run_tasks(self.follow_workflow, results)
-            exit_result = self._exit(self.follow_workflow, failed) or exit_result
+        follow_on = None if failed else self._start_follow_on()
+        if follow_on is not None:
+            failed = self._run_tasks(follow_on, results)
+            exit_result = self._exit(follow_on, failed) or exit_result
         summary = run_summary.build(self, results, exit_result, failed, time.monotonic() - started)
         path = self.workdir / self.opts.summary_name
         path.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
