@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,6 +91,23 @@ def copy_data(prepared: Path, ws: Path) -> Path:
     return ws
 
 
+def assert_experiment_and_datasets(client: Any, run: Any, data_dir: Path) -> None:
+    """The experiment is marked for model training; the splits are the run's dataset inputs, by sha256."""
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    stats = json.loads((data_dir / "stats.json").read_text())
+    inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
+    assert set(inputs) == {"train", "dev", "test"}
+    for split, context in (("train", "training"), ("dev", "validation"), ("test", "testing")):
+        tags = {t.key: t.value for t in inputs[split].tags}
+        rows = len((data_dir / f"{split}.jsonl").read_text(encoding="utf-8").splitlines())
+        assert tags["mlflow.data.context"] == context and tags["rows"] == str(rows)
+        assert tags["sha256"] == stats["sha256"][f"{split}.jsonl"]
+        assert inputs[split].dataset.digest == tags["sha256"][:16]
+        assert json.loads(inputs[split].dataset.source)["uri"].endswith(f"data/{split}.jsonl")
+        assert json.loads(inputs[split].dataset.profile)["num_rows"] == rows
+
+
 def test_train_exports_best_model_and_tracks_mlflow(
     prepared: Path, tracking: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -132,20 +150,7 @@ def test_train_exports_best_model_and_tracks_mlflow(
     assert max(m.value for m in history) == pytest.approx(training["dev_accuracy"])
     for key in ("train_loss", "dev_macro_f1", "samples_per_second"):
         assert key in run.data.metrics
-    # the experiment opens on runs in the MLflow 3 UI; the splits are the run's dataset inputs, by sha256
-    experiment = mlflow.MlflowClient(tracking).get_experiment(run.info.experiment_id)
-    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    stats = json.loads((ws / "data" / "stats.json").read_text())
-    inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
-    assert set(inputs) == {"train", "dev", "test"}
-    for split, context in (("train", "training"), ("dev", "validation"), ("test", "testing")):
-        tags = {t.key: t.value for t in inputs[split].tags}
-        rows = len((ws / "data" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines())
-        assert tags["mlflow.data.context"] == context and tags["rows"] == str(rows)
-        assert tags["sha256"] == stats["sha256"][f"{split}.jsonl"]
-        assert inputs[split].dataset.digest == tags["sha256"][:16]
-        assert json.loads(inputs[split].dataset.source)["uri"].endswith(f"data/{split}.jsonl")
-        assert json.loads(inputs[split].dataset.profile)["num_rows"] == rows
+    assert_experiment_and_datasets(mlflow.MlflowClient(tracking), run, ws / "data")
 
     # checkpoints are complete directories (renamed into place); only the newest two are kept
     checkpoints = sorted(p.name for p in (ws / "checkpoints").iterdir())
