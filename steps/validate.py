@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 from dataclasses import asdict
@@ -123,10 +122,10 @@ def judge(
     cfg: PipelineConfig, uri: str, manifest: tuple[bytes, str], announced: str, data_dir: Path, client: Any
 ) -> dict[str, Any]:
     """Manifest, objects, load and smoke, test-set gate: the metrics with `gate`, or StepError with the reason."""
-    endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
     published = _check_manifest(*manifest, uri, announced)
     with tempfile.TemporaryDirectory(prefix="validate-") as tmp:
-        model_dir = objectstore.fetch(uri, Path(tmp) / "model", endpoint_url=endpoint)
+        # The files of the manifest just checked, not of a second read (which could be another manifest).
+        model_dir = objectstore.fetch(uri, Path(tmp) / "model", cfg.storage.endpoint_url, published=published)
         _load_and_smoke(cfg, model_dir)
         _check_labels(model_dir, data_dir)
         metrics, _ = evaluation.evaluate(cfg, model_dir, data_dir)
@@ -151,8 +150,7 @@ def _outputs(uri: str, digest: str, published: dict[str, Any], image_digest: str
 
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     uri = model_uri(cfg, args)
-    endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
-    tagged = objectstore.read_manifest_tagged(uri, endpoint)
+    tagged = objectstore.read_manifest_tagged(uri, cfg.storage.endpoint_url)  # S3_ENDPOINT_URL wins (s3.client)
     if tagged is None:
         raise StepError(f"{uri} is not published (no {manifests.MANIFEST}): nothing to validate or roll out")
     raw = tagged[0]

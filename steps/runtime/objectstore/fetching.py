@@ -63,9 +63,18 @@ def _replace_dir(staging: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def fetch(model_uri: str, dest_dir: str | Path, endpoint_url: str | None = None, progress: bool = False) -> Path:
-    """Download a published version into `dest_dir`, verifying every file; all or nothing."""
-    files = read_manifest(model_uri, endpoint_url)["files"]
+def fetch(
+    model_uri: str,
+    dest_dir: str | Path,
+    endpoint_url: str | None = None,
+    progress: bool = False,
+    published: dict[str, Any] | None = None,
+) -> Path:
+    """Download a published version into `dest_dir`, verifying every file; all or nothing.
+
+    `published`: the version's manifest when the caller has read and checked it already, so the files
+    fetched are exactly the ones it lists (not a second read's)."""
+    files = (published if published is not None else read_manifest(model_uri, endpoint_url))["files"]
     root, _, _ = split_model_uri(model_uri)
     backend = open_backend(root, endpoint_url)
     dest = Path(dest_dir).resolve()
