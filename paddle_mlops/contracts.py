@@ -71,6 +71,8 @@ OUTPUTS_FLAG = "--outputs-dir"
 # (pipelines/platform/events.py) and the validate step (steps/runtime/objectstore/notifications.py) read the
 # same layout. A local directory store is the bucket LOCAL_BUCKET with no prefix.
 MANIFEST_NAME = "manifest.json"
+# What the train step exports and the predictor, validate and `paddle-mlops publish` require (plus tokenizer files).
+EXPORTED_FILES = ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json")
 LOCAL_BUCKET = "local"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # model and version names: never need escaping in a key
 # Argo Events' minio EventSource dispatches a notification's records under this key (the Sensor reads

@@ -27,10 +27,7 @@ from rich.console import Console
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, HOME_ENV
-
-# What the model server and the validate step load (steps/runtime/ernie.py ExportedClassifier).
-EXPORTED_FILES = ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json")
+from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, EXPORTED_FILES, HOME_ENV
 
 
 class PublishError(Exception):
@@ -66,11 +63,13 @@ def check_model_dir(model_dir: Path) -> Path:
 
 
 def content_version(model_dir: Path) -> str:
-    """`ext-` + 12 hex digits of a digest over every file's path and bytes: the same files, the same version."""
+    """`ext-` + 12 hex digits of a digest over every file's path and sha256: the same files, the same version."""
+    from steps.runtime.objectstore.manifest import file_entries  # the manifest's own entries, hashed streaming
+
     digest = hashlib.sha256()
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(model_dir).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for entry in file_entries(model_dir):
+        digest.update(entry["path"].encode() + b"\0")
+        digest.update(bytes.fromhex(entry["sha256"]))
     return f"ext-{digest.hexdigest()[:12]}"
 
 

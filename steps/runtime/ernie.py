@@ -31,6 +31,7 @@ from paddlenlp.transformers import (  # noqa: E402
 )
 
 from paddle_mlops.config.models import ModelConfig  # noqa: E402
+from paddle_mlops.contracts import EXPORTED_FILES  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 
@@ -162,7 +163,7 @@ class ExportedClassifier:
         """`cpu_threads`: Paddle math threads; None sizes them to this container's CPU quota."""
         self.model_dir = Path(model_dir)
         self.cpu_threads = cpu_threads or cpu_quota.default_threads()
-        for name in ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json"):
+        for name in EXPORTED_FILES:
             if not (self.model_dir / name).is_file():
                 raise StepError(f"{self.model_dir} has no {name}; it is not a model exported by the train step.")
         self.model_config = json.loads((self.model_dir / "model_config.json").read_text(encoding="utf-8"))
