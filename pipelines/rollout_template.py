@@ -17,6 +17,7 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from pipelines import release_templates, templates
+from pipelines.platform import publish_events
 
 NAME = "rollout"
 # What `paddle-mlops run` reports after the local rollout: summary key -> (task, output parameter).
@@ -29,8 +30,8 @@ RESULTS = {
     "serving_url": ("rollout", "serving-url"),
     "rollout": ("rollout", "outcome"),
 }
-# The event parameters a Sensor trigger sets (pipelines/platform/events.py), in this order.
-EVENT_PARAMETERS = ("event-bucket", "event-key", "event-etag")
+# The event parameters the `rollout-on-publish` Sensor's trigger sets, named once there.
+EVENT_PARAMETERS = tuple(name for name, _ in publish_events.WORKFLOW_PARAMETERS)
 
 
 def mutex(cfg: PipelineConfig) -> m.Synchronization:
