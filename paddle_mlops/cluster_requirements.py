@@ -1,5 +1,5 @@
 """What a cluster needs before the install set can run, read off the documents `paddle-mlops compile`
-renders and the objects the steps create at run time (the train step's PaddleJob, the rollout's
+renders and the objects the steps create at run time (the train step's TrainJob or PaddleJob, the rollout's
 InferenceService): CRDs, namespaces with their Pod Security level, Secret references, the EventBus
 version. `paddle-mlops preflight` checks a live cluster against it; nothing here is a second list.
 """
@@ -21,6 +21,8 @@ GROUP_COMPONENT = {
     "serving.kserve.io": "kserve",
     "kyverno.io": "kyverno",
     "monitoring.coreos.com": "prometheus-operator",
+    "trainer.kubeflow.org": "kubeflow-trainer",
+    "kueue.x-k8s.io": "kueue",
     "kubeflow.org": "training-operator",
     "batch.paddlepaddle.org": "paddle-operator",
 }
@@ -142,6 +144,8 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
         for doc in _embedded(outer):
             _collect(req, cfg, file, doc, outer_ns)
     components = ["argo-workflows", *sorted({c.component for c in req.crds.values()} - {"argo-workflows"})]
+    if "kubeflow-trainer" in components:
+        components.append("jobset")  # Trainer v2 runs every TrainJob as a JobSet
     if cfg.serving.deployment_mode == "Serverless" and "kserve" in components:
         components.append("knative-serving")  # KServe's Serverless mode runs on Knative revisions
     req.components = components

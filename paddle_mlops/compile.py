@@ -16,7 +16,7 @@ import yaml
 
 from paddle_mlops.config import PipelineConfig, load_config
 from paddle_mlops.config.loader import default_config_path
-from pipelines import image_rollout, retrain_cron, rollout_template, train_deploy
+from pipelines import image_rollout, retrain_cron, rollout_template, train_deploy, trainjob
 from pipelines.observability import render_observability
 from pipelines.platform import render_platform
 
@@ -38,6 +38,7 @@ def default_compile_config() -> PipelineConfig:
 def render_all(cfg: PipelineConfig) -> dict[str, list[dict[str, Any]]]:
     """File name → the documents it holds."""
     files = {name: [build(cfg).to_dict()] for name, build in PIPELINES.items()}
+    files["training-runtime.yaml"] = [trainjob.cluster_training_runtime(cfg)]
     files.update(render_platform(cfg))
     files.update(render_observability(cfg))
     return files

@@ -108,7 +108,7 @@ def check_gpu_quota(api: Any, namespace: str, gpus: int) -> GpuRoom | None:
         raise QuotaExceeded(
             f"namespace {namespace}: ResourceQuota {QUOTA_NAME} has {max(room.free, 0)} of {room.hard} GPUs free "
             f"({room.used} in use) but the run needs {gpus}. Wait for running jobs to finish, lower "
-            "training.paddlejob.workers or gpus_per_worker (--set), or raise the team's quota.gpu in configs/teams/."
+            "training.job.workers or gpus_per_worker (--set), or raise the team's quota.gpu in configs/teams/."
         )
     return room
 
@@ -133,7 +133,7 @@ def submit(
 
 
 def requested_gpus(cfg: PipelineConfig) -> int:
-    job = cfg.training.paddlejob
+    job = cfg.training.job
     return job.workers * job.gpus_per_worker
 
 

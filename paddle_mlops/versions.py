@@ -53,8 +53,34 @@ MATRIX: dict[str, Component] = {
             "the JetStream version list of the controller config (EventBus jetstream.version)",
         ),
         Component(
+            "kubeflow-trainer",
+            "Kubeflow Trainer v2 (TrainJob trainer.kubeflow.org/v1alpha1)",
+            "2.2.0",
+            "2.3.0",
+            "kubeflow/trainer",
+            "TrainJob spec.runtimePatches (2.2 replaced podTemplateOverrides), Complete/Failed conditions, "
+            "status.jobsStatus",
+        ),
+        Component(
+            "jobset",
+            "JobSet (runs every TrainJob)",
+            "0.12.0",
+            "0.12.0",
+            "kubernetes-sigs/jobset",
+            "pod hostnames <jobset>-<job>-<index>-<pod> in subdomain <jobset>, the jobset-name pod label",
+        ),
+        Component(
+            "kueue",
+            "Kueue (queues, quotas, priorities, regions)",
+            "0.19.0",
+            "0.19.2",
+            "kubernetes-sigs/kueue",
+            "kueue.x-k8s.io/v1beta2 (ClusterQueue cohortName, flavorFungibility MayStopSearch/TryNextFlavor, "
+            "MultiKueueCluster clusterSource), the TrainJob integration",
+        ),
+        Component(
             "training-operator",
-            "Kubeflow training-operator (PaddleJob kubeflow.org/v1)",
+            "Kubeflow training-operator (PaddleJob kubeflow.org/v1, legacy backend)",
             "1.9.0",
             "1.9.0",
             "kubeflow/training-operator",
@@ -62,7 +88,7 @@ MATRIX: dict[str, Component] = {
         ),
         Component(
             "paddle-operator",
-            "Paddle operator (PaddleJob batch.paddlepaddle.org/v1)",
+            "Paddle operator (PaddleJob batch.paddlepaddle.org/v1, legacy backend)",
             "0.3.5",
             "0.3.5",
             "PaddleFlow/paddle-operator",
@@ -124,6 +150,19 @@ class Feature:
 
 
 FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "TrainJob spec.runtimePatches",
+        "kubeflow-trainer",
+        "2.2.0",
+        "kubeflow/trainer pkg/apis/trainer/v1alpha1/trainjob_types.go (v2.0 podSpecOverrides, v2.1 "
+        "podTemplateOverrides, v2.2 runtimePatches)",
+    ),
+    Feature(
+        "Kueue v1beta2 API (ClusterQueue cohortName, admissionChecksStrategy; MultiKueueCluster clusterSource)",
+        "kueue",
+        "0.19.0",
+        "kubernetes-sigs/kueue apis/kueue/v1beta2 (the storage version of the v0.19 CRDs)",
+    ),
     Feature("CronWorkflow spec.schedules", "argo-workflows", "3.6.0", "argo-workflows docs/cron-workflows.md"),
     Feature("argo_workflows_* controller metric names", "argo-workflows", "3.6.0", "argo-workflows docs/metrics.md"),
     Feature(

@@ -1,7 +1,8 @@
 """The PaddleJob that the `train` resource template creates, for either training operator.
 
-`training.paddlejob.operator` picks Kubeflow's `kubeflow.org/v1` (training-operator) or the Paddle
-operator's `batch.paddlepaddle.org/v1`; both get the same pod: pinned image, restricted security,
+The legacy backends (`training.backend`): Kubeflow's `kubeflow.org/v1` (training-operator,
+`kubeflow-paddlejob`) or the Paddle operator's `batch.paddlepaddle.org/v1` (`paddle-operator`); the
+default TrainJob backend is pipelines/trainjob.py. Both get the same pod: pinned image, restricted security,
 GPU placement, /dev/shm and credentials by Secret reference. The Argo step judges each job by the
 state its operator reports as final (Kubeflow's Succeeded/Failed conditions, the Paddle operator's
 phase), never by pod counts that also move while the operator restarts a pod.
@@ -44,8 +45,8 @@ class PaddleJobSpec:
 
     @property
     def resource(self) -> str:
-        """`paddlejobs.<group>`, the name kubectl resolves to this job's kind."""
-        return "paddlejobs." + self.manifest["apiVersion"].split("/", 1)[0]
+        """`<kind>s.<group>` (paddlejobs.kubeflow.org, trainjobs.trainer.kubeflow.org): what kubectl resolves."""
+        return f"{self.manifest['kind'].lower()}s." + self.manifest["apiVersion"].split("/", 1)[0]
 
 
 def train_image(cfg: PipelineConfig) -> str:
@@ -55,7 +56,7 @@ def train_image(cfg: PipelineConfig) -> str:
 
 def worker_command(cfg: PipelineConfig) -> list[str]:
     """contracts.md "Training launch"; rendezvous comes from the operator's PADDLE_* env."""
-    job = cfg.training.paddlejob
+    job = cfg.training.job
     command = [
         "python",
         "-m",
@@ -69,7 +70,12 @@ def worker_command(cfg: PipelineConfig) -> list[str]:
         # Server/trainer endpoints and counts are injected by the operator
         # (PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM); only the mode is ours to say.
         command += ["--run_mode", "ps"]
-    return command + [
+    return command + train_script_args()
+
+
+def train_script_args() -> list[str]:
+    """The training script and its arguments, after the launcher's (every backend)."""
+    return [
         "steps/train.py",
         "--config", "{{workflow.parameters.config}}",
         "--env", "{{workflow.parameters.env}}",
@@ -91,7 +97,7 @@ def _nccl_env() -> list[m.EnvVar]:
 
 
 def _resources(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
-    job = cfg.training.paddlejob
+    job = cfg.training.job
     amounts: dict[str, Any] = {"cpu": job.cpu, "memory": job.memory}
     if gpus > 0:
         amounts["nvidia.com/gpu"] = gpus
@@ -100,7 +106,7 @@ def _resources(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
 
 def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: list[dict[str, Any]]) -> dict[str, Any]:
     """One replica's pod: the same security and placement for workers and parameter servers."""
-    job = cfg.training.paddlejob
+    job = cfg.training.job
     region = k8s.region_config(cfg)
     team = k8s.team_config(cfg)
     shm = k8s.shm_volume(job.shm_size)
@@ -153,7 +159,7 @@ def _metadata() -> dict[str, Any]:
 
 def kubeflow_job(cfg: PipelineConfig) -> PaddleJobSpec:
     """training-operator PaddleJob: Worker replicas; a Master replica selects PS mode there."""
-    job = cfg.training.paddlejob
+    job = cfg.training.job
     team = k8s.team_config(cfg)
     ports = [{"name": "master", "containerPort": KUBEFLOW_PORT, "protocol": "TCP"}]
     replicas: dict[str, Any] = {
@@ -221,7 +227,7 @@ PADDLE_FAILURE = "status.phase in (Failed, Terminating)"
 
 def paddle_operator_job(cfg: PipelineConfig) -> PaddleJobSpec:
     """Paddle operator PaddleJob: `worker` (and `ps` in parameter-server mode)."""
-    job = cfg.training.paddlejob
+    job = cfg.training.job
     team = k8s.team_config(cfg)
     spec: dict[str, Any] = {
         "cleanPodPolicy": _PADDLE_CLEAN_POD_POLICY[job.clean_pod_policy],
@@ -246,12 +252,12 @@ def _paddle_pod(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
     # the kubelet fails a pod past activeDeadlineSeconds, which fails the job and, by the clean
     # policy, deletes its other pods. So a job whose step was abandoned still ends.
     template = pod_template(cfg, "train", gpus, [])
-    template["spec"]["activeDeadlineSeconds"] = cfg.training.paddlejob.active_deadline_seconds
+    template["spec"]["activeDeadlineSeconds"] = cfg.training.job.active_deadline_seconds
     return template
 
 
 def build_paddlejob(cfg: PipelineConfig) -> PaddleJobSpec:
-    """The PaddleJob for `training.paddlejob.operator`."""
-    if cfg.training.paddlejob.operator == "kubeflow":
+    """The PaddleJob of a legacy `training.backend`."""
+    if cfg.training.backend == "kubeflow-paddlejob":
         return kubeflow_job(cfg)
     return paddle_operator_job(cfg)

@@ -23,7 +23,7 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF, image_repository
-from pipelines import k8s
+from pipelines import k8s, trainjob
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import WORKFLOW_LABEL, PaddleJobSpec, build_paddlejob
 from pipelines.platform import buildkit
@@ -160,7 +160,7 @@ DELETE_TRAIN_JOBS = "delete-train-jobs"
 
 class TrainResource(Resource):
     """The train template; every DAG task that runs it carries an exit hook deleting the workflow's
-    PaddleJobs unless the task succeeded.
+    training jobs unless the task succeeded.
 
     Argo only owner-references what a resource template creates (argo-workflows v4.1.2
     workflow/controller/operator.go executeResource): a step that fails, times out or is stopped
@@ -179,14 +179,14 @@ class TrainResource(Resource):
 
 
 def train(cfg: PipelineConfig) -> Resource:
-    """Create the PaddleJob and wait for its success or failure condition; also defines the
+    """Create the training job (TrainJob or PaddleJob) and wait for its success or failure condition; also defines the
     `delete-train-jobs` template its tasks' exit hook runs.
 
     The template deadline covers the gang-scheduling wait plus the job's own deadline, so a job
     stuck Pending fails the step instead of holding the workflow until the workflow deadline.
     """
-    job = build_paddlejob(cfg)
-    deadline = cfg.training.paddlejob.schedule_timeout_seconds + cfg.training.paddlejob.active_deadline_seconds
+    job = training_job(cfg)
+    deadline = cfg.training.job.schedule_timeout_seconds + cfg.training.job.active_deadline_seconds
     template = TrainResource(
         name="train",
         action="create",
@@ -204,10 +204,15 @@ def train(cfg: PipelineConfig) -> Resource:
     return template
 
 
-def delete_train_jobs(cfg: PipelineConfig, job: PaddleJobSpec) -> Resource:
-    """`kubectl delete --ignore-not-found <paddlejobs.group> --selector paddle-mlops/workflow=<workflow>`.
+def training_job(cfg: PipelineConfig) -> PaddleJobSpec:
+    """The job `training.backend` names: a TrainJob (default) or a legacy PaddleJob."""
+    return trainjob.trainjob(cfg) if cfg.training.backend == "trainjob" else build_paddlejob(cfg)
 
-    Deleting the job deletes its pods (both operators make the job their controller owner).
+
+def delete_train_jobs(cfg: PipelineConfig, job: PaddleJobSpec) -> Resource:
+    """`kubectl delete --ignore-not-found <trainjobs|paddlejobs>.<group> --selector paddle-mlops/workflow=<workflow>`.
+
+    Deleting the job deletes its pods (the TrainJob owns its JobSet; both PaddleJob operators own their pods).
     No manifest: Argo then runs kubectl with the flags alone (workflow/executor/resource.go
     getKubectlArguments); --wait=false returns without watching the Paddle operator's finalizer.
     """
@@ -271,6 +276,20 @@ def exit_handler(cfg: PipelineConfig) -> Container:
         # It runs whatever happened, build-image included: the submitted parameter is all it has.
         commit_input=False,
     )
+
+
+def priority_parameters(cfg: PipelineConfig) -> list[Parameter]:
+    """`priority`: the Kueue WorkloadPriorityClass of the run's TrainJob (argo/kueue.yaml)."""
+    if cfg.training.backend != "trainjob":
+        return []
+    return [
+        Parameter(
+            name="priority",
+            value=cfg.training.placement.priority,
+            enum=list(cfg.cluster.priority_classes),
+            description="Kueue priority of the training job: admission order and preemption within the team queue",
+        )
+    ]
 
 
 def run_parameters(cfg: PipelineConfig) -> list[Parameter]:

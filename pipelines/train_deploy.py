@@ -38,6 +38,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         Parameter(name="pusher", value="", description="who pushed (set by the Argo Events sensor; recorded only)"),
         *templates.run_parameters(cfg),
         Parameter(name="region", value=cfg.cluster.region),
+        *templates.priority_parameters(cfg),
     ]
 
 

@@ -12,7 +12,9 @@ installs create:
 - kserve v0.20.0 config/manager/manager.yaml; kyverno v1.19.0 charts/kyverno/values.yaml (its
   version label is the chart's, 3.9.0); prometheus-operator v0.93.0
   example/rbac/prometheus-operator/prometheus-operator-deployment.yaml; training-operator v1.9.0
-  manifests/overlays/standalone/kustomization.yaml (tag v1-5170a36); paddle-operator v0.3.5
+  manifests/overlays/standalone/kustomization.yaml (tag v1-5170a36); trainer v2.3.0
+  manifests/base/manager (kubeflow-system); jobset v0.12.0 and kueue v0.19.2 release manifests
+  (registry.k8s.io/{jobset/jobset,kueue/kueue}); paddle-operator v0.3.5
   deploy/v1/operator.yaml; knative serving config/core/deployments/controller.yaml (digest image,
   app.kubernetes.io/version label).
 """
@@ -37,7 +39,19 @@ EXPECTED_CRDS = {
     "eventbus.argoproj.io": ("argoproj.io", "EventBus", ["v1alpha1"]),
     "eventsources.argoproj.io": ("argoproj.io", "EventSource", ["v1alpha1"]),
     "inferenceservices.serving.kserve.io": ("serving.kserve.io", "InferenceService", ["v1beta1"]),
-    "paddlejobs.kubeflow.org": ("kubeflow.org", "PaddleJob", ["v1"]),
+    "trainjobs.trainer.kubeflow.org": ("trainer.kubeflow.org", "TrainJob", ["v1alpha1"]),
+    "clustertrainingruntimes.trainer.kubeflow.org": ("trainer.kubeflow.org", "ClusterTrainingRuntime", ["v1alpha1"]),
+    **{
+        f"{plural}.kueue.x-k8s.io": ("kueue.x-k8s.io", kind, ["v1beta2", "v1beta1"])
+        for plural, kind in (
+            ("resourceflavors", "ResourceFlavor"),
+            ("clusterqueues", "ClusterQueue"),
+            ("localqueues", "LocalQueue"),
+            ("cohorts", "Cohort"),
+            ("workloadpriorityclasses", "WorkloadPriorityClass"),
+            ("topologies", "Topology"),
+        )
+    },
     "podmonitors.monitoring.coreos.com": ("monitoring.coreos.com", "PodMonitor", ["v1"]),
     "prometheusrules.monitoring.coreos.com": ("monitoring.coreos.com", "PrometheusRule", ["v1"]),
     "sensors.argoproj.io": ("argoproj.io", "Sensor", ["v1alpha1"]),
@@ -80,7 +94,15 @@ CONTROLLER_DEPLOYMENTS = {
         [],
         {},
     ),
-    "training-operator": ("kubeflow", "training-operator", "kubeflow/training-operator:v1.9.0", [], {}),
+    "kubeflow-trainer": (
+        "kubeflow-system",
+        "kubeflow-trainer-controller-manager",
+        "ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0",
+        [],
+        {},
+    ),
+    "jobset": ("jobset-system", "jobset-controller-manager", "registry.k8s.io/jobset/jobset:v0.12.0", [], {}),
+    "kueue": ("kueue-system", "kueue-controller-manager", "registry.k8s.io/kueue/kueue:v0.19.2", [], {}),
     "knative-serving": (
         "knative-serving",
         "controller",
@@ -88,6 +110,10 @@ CONTROLLER_DEPLOYMENTS = {
         [],
         {"app.kubernetes.io/version": "1.21.0"},
     ),
+}
+# Controllers only a legacy training backend needs (training.backend: kubeflow-paddlejob / paddle-operator).
+LEGACY_CONTROLLER_DEPLOYMENTS = {
+    "training-operator": ("kubeflow", "training-operator", "kubeflow/training-operator:v1.9.0", [], {}),
 }
 JETSTREAM_1_9_11 = ["latest", "2.8.1", "2.8.1-alpine", "2.8.2", "2.8.2-alpine", "2.9.1", "2.9.12", "2.9.16", "2.10.29"]
 JETSTREAM_1_9_9 = [*JETSTREAM_1_9_11[:-1], "2.10.10"]

@@ -23,7 +23,7 @@ def test_paddle_operator_needs_its_crd_and_controller() -> None:
     from paddle_mlops.config import load_config
 
     cfg = load_config(
-        None, None, ["training.paddlejob.operator=paddle", "training.paddlejob.paddle_operator_init_container=false"]
+        None, None, ["training.backend=paddle-operator", "training.job.paddle_operator_init_container=false"]
     )
     req = cluster_requirements.requirements(cfg)
     assert "paddlejobs.batch.paddlepaddle.org" in req.crds and "paddlejobs.kubeflow.org" not in req.crds

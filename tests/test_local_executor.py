@@ -176,7 +176,7 @@ def test_only_reuses_previous_outputs(tmp_path: Path, project_root: Path) -> Non
         (["training.topology=ps"], ["--run_mode", "ps", "--server_num", "1", "--trainer_num", "2"]),
     ],
 )
-def test_paddlejob_becomes_a_local_launch(
+def test_training_job_becomes_a_local_launch(
     tmp_path: Path, project_root: Path, sets: list[str], expected: list[str]
 ) -> None:
     from pipelines import train_deploy
@@ -190,8 +190,10 @@ def test_paddlejob_becomes_a_local_launch(
     assert train.kind == "resource"
     executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
     cmd = executor.command_for(train)
-    assert cmd[1:3] == ["-m", "paddle.distributed.launch"]
-    assert cmd[3 : 3 + len(expected)] == expected
+    # The TrainJob's node command on one node: no rendezvous master or rank, one node.
+    assert cmd[1:3] == ["-m", "steps.runtime.launch"]
+    assert "--master" not in cmd and "--rank" not in cmd and cmd[cmd.index("--nnodes") + 1] == "1"
+    assert cmd[5 : 5 + len(expected)] == expected
     script = next(part for part in cmd if part.endswith("train.py"))
     assert Path(script).is_file()  # the worker's relative script path now points into this checkout
     assert cmd[cmd.index("--workspace") + 1] == f"{tmp_path}/runs/{executor.scope.workflow_name}"

@@ -19,14 +19,16 @@ from paddle_mlops.config import load_config
 from tests.validate_manifests import pod_templates, validate_document, validate_documents
 
 FLAVOURS = {
-    "default": [],
-    "kubeflow-ps": ["training.paddlejob.ps_replicas=1"],
+    "default": [],  # TrainJob (Kubeflow Trainer v2) admitted by Kueue
+    "kubeflow": ["training.backend=kubeflow-paddlejob"],
+    "kubeflow-ps": ["training.backend=kubeflow-paddlejob", "training.job.ps_replicas=1"],
+    "multikueue": ["cluster.multikueue=true"],
     # The Paddle operator runs without its init container (tests/test_upstream_paddle_operator.py).
-    "paddle": ["training.paddlejob.operator=paddle", "training.paddlejob.paddle_operator_init_container=false"],
+    "paddle": ["training.backend=paddle-operator", "training.job.paddle_operator_init_container=false"],
     "paddle-ps": [
-        "training.paddlejob.operator=paddle",
-        "training.paddlejob.paddle_operator_init_container=false",
-        "training.paddlejob.ps_replicas=2",
+        "training.backend=paddle-operator",
+        "training.job.paddle_operator_init_container=false",
+        "training.job.ps_replicas=2",
     ],
 }
 CREDENTIAL_NAME = re.compile(r"KEY|SECRET|PASSWORD|TOKEN", re.IGNORECASE)
@@ -68,6 +70,14 @@ def _pods(rendered: dict[str, list[dict[str, Any]]]) -> Iterator[tuple[str, dict
         if doc["kind"] in POD_OWNER_KINDS:
             pod = doc["spec"]["template"]["spec"]
             yield f"{doc['kind']}/{doc['metadata']['name']}", pod.get("securityContext"), pod["containers"]
+        if doc["kind"] == "ClusterTrainingRuntime":  # the TrainJob's pods
+            for path, template in pod_templates(doc):
+                spec = template["spec"]
+                yield (
+                    f"ClusterTrainingRuntime/{doc['metadata']['name']}:{path}",
+                    spec.get("securityContext"),
+                    spec["containers"],
+                )
     for doc in _documents(rendered):
         spec = _workflow_spec(doc)
         for t in _templates(doc):
@@ -154,7 +164,7 @@ def test_credentials_only_by_secret_reference(rendered: dict[str, list[dict[str,
 
 def test_restricted_pod_security_everywhere_but_the_buildkit_daemon(rendered: dict[str, list[dict[str, Any]]]) -> None:
     pods = list(_pods(rendered))
-    assert any(":spec." in where for where, _, _ in pods), "PaddleJob replica pods must be checked too"
+    assert any(":spec." in where for where, _, _ in pods), "training pods (TrainJob runtime, PaddleJob replicas) too"
     assert any(where.startswith("Deployment/") for where, _, _ in pods), "install-set Deployments too"
     assert any(where.endswith(f"/{BUILD_TEMPLATE}") for where, _, _ in pods), "the build step is restricted too"
     for where, pod_security, containers in pods:
@@ -229,17 +239,38 @@ def _edit_manifest(doc: dict[str, Any], edit: Any) -> dict[str, Any]:
     return doc
 
 
-def test_typo_inside_the_paddlejob_is_rejected(train_deploy_doc: dict[str, Any]) -> None:
-    doc = _edit_manifest(train_deploy_doc, lambda m: m["spec"]["runPolicy"].update(backofLimit=3))
+@pytest.fixture(scope="module")
+def legacy_train_deploy_doc() -> dict[str, Any]:
+    cfg = load_config(None, None, ["training.backend=kubeflow-paddlejob"])
+    return render_all(cfg)["train-deploy.yaml"][0]
+
+
+def test_typo_inside_the_trainjob_is_rejected(train_deploy_doc: dict[str, Any]) -> None:
+    doc = _edit_manifest(train_deploy_doc, lambda m: m["spec"]["trainer"].update(numNode=3))
+    problems = validate_document(doc)
+    assert len(problems) == 1 and "spec.trainer" in problems[0] and "numNode" in problems[0]
+
+
+def test_typo_inside_the_trainjob_placement_patch_is_rejected(train_deploy_doc: dict[str, Any]) -> None:
+    def edit(m: dict[str, Any]) -> None:
+        job = m["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        job["template"]["spec"]["template"]["spec"]["nodeSelecter"] = {"region": "cn-north"}
+
+    problems = validate_document(_edit_manifest(train_deploy_doc, edit))
+    assert len(problems) == 1 and "nodeSelecter" in problems[0]
+
+
+def test_typo_inside_the_paddlejob_is_rejected(legacy_train_deploy_doc: dict[str, Any]) -> None:
+    doc = _edit_manifest(legacy_train_deploy_doc, lambda m: m["spec"]["runPolicy"].update(backofLimit=3))
     problems = validate_document(doc)
     assert len(problems) == 1 and "runPolicy" in problems[0] and "backofLimit" in problems[0]
 
 
-def test_typo_inside_a_replica_pod_is_rejected(train_deploy_doc: dict[str, Any]) -> None:
+def test_typo_inside_a_replica_pod_is_rejected(legacy_train_deploy_doc: dict[str, Any]) -> None:
     def edit(m: dict[str, Any]) -> None:
         m["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "x"
 
-    problems = validate_document(_edit_manifest(train_deploy_doc, edit))
+    problems = validate_document(_edit_manifest(legacy_train_deploy_doc, edit))
     assert len(problems) == 1 and "Worker.template (as a Pod)" in problems[0] and "imagePullPolicyy" in problems[0]
 
 

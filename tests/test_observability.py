@@ -180,13 +180,13 @@ def test_prometheus_rule_validates_and_covers_the_required_alerts(
     jsonschema.validate(rule["spec"], PROMETHEUS_RULE_SPEC_SCHEMA)
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert {
-        "PaddleJobGPUIdle", "PaddleJobPendingTooLong", "PaddleMLOpsPodRestarting", "PaddleMLOpsWorkflowFailed",
+        "TrainingJobGPUIdle", "TrainingJobPendingTooLong", "PaddleMLOpsPodRestarting", "PaddleMLOpsWorkflowFailed",
         "ModelServingErrorRateHigh", "ModelServingLatencyP99High", "ModelServerDown",
     } <= set(rules)  # fmt: skip
-    assert rules["PaddleJobPendingTooLong"]["for"] == f"{cfg.training.paddlejob.schedule_timeout_seconds}s"
+    assert rules["TrainingJobPendingTooLong"]["for"] == f"{cfg.training.job.schedule_timeout_seconds}s"
     assert str(cfg.serving.max_error_rate) in rules["ModelServingErrorRateHigh"]["expr"]
     assert f"> {cfg.serving.max_p99_latency_ms / 1000:g}" in rules["ModelServingLatencyP99High"]["expr"]
-    assert "DCGM_FI_DEV_GPU_UTIL" in rules["PaddleJobGPUIdle"]["expr"]
+    assert "DCGM_FI_DEV_GPU_UTIL" in rules["TrainingJobGPUIdle"]["expr"]
 
 
 def test_rule_schema_rejects_unknown_keys() -> None:
@@ -202,7 +202,7 @@ def test_thresholds_follow_config() -> None:
     rules = {r["alert"]: r for r in alerts.alert_rules(cfg)}
     assert "> 0.25" in rules["ModelServingLatencyP99High"]["expr"]
     assert "> 0.05" in rules["ModelServingErrorRateHigh"]["expr"]
-    assert 'namespace="team-a"' in rules["PaddleJobPendingTooLong"]["expr"]
+    assert 'namespace="team-a"' in rules["TrainingJobPendingTooLong"]["expr"]
 
 
 def test_monitors(rendered: dict[str, list[dict]], cfg: PipelineConfig) -> None:
@@ -213,7 +213,12 @@ def test_monitors(rendered: dict[str, list[dict]], cfg: PipelineConfig) -> None:
         assert doc["apiVersion"] == "monitoring.coreos.com/v1"
         assert doc["metadata"]["namespace"] == cfg.cluster.namespace
     keep = train["spec"]["podMetricsEndpoints"][0]["relabelings"][0]
-    assert keep == {"sourceLabels": ["__meta_kubernetes_pod_controller_kind"], "regex": "PaddleJob", "action": "keep"}
+    # TrainJob pods by the JobSet name label (tests/test_upstream_prometheus.py keeps real targets).
+    assert keep == {
+        "sourceLabels": ["__meta_kubernetes_pod_label_jobset_sigs_k8s_io_jobset_name"],
+        "regex": ".+",
+        "action": "keep",
+    }
     targets = {r.get("targetLabel") for r in serve["spec"]["podMetricsEndpoints"][0]["relabelings"]}
     assert {"isvc", "revision", "component"} <= targets  # what canary-vs-stable panels group by
     # Argo installs no metrics Service, so the controller pods are scraped directly.

@@ -32,6 +32,12 @@ def doc() -> dict:
     return train_deploy.build(_cfg()).to_dict()
 
 
+@pytest.fixture
+def legacy_doc() -> dict:
+    """train-deploy on the legacy Kubeflow PaddleJob backend (the TrainJob default: tests/test_trainjob.py)."""
+    return train_deploy.build(_cfg("training.backend=kubeflow-paddlejob")).to_dict()
+
+
 def _templates(doc: dict) -> dict[str, dict]:
     return {t["name"]: t for t in doc["spec"]["templates"]}
 
@@ -77,7 +83,10 @@ def test_workflow_parameters_and_defaults(doc: dict) -> None:
         "overrides": "[]",
         "workspace": "s3://paddle-mlops/runs",
         "region": "cn-north",
+        "priority": "normal",
     }
+    (priority,) = [p for p in doc["spec"]["arguments"]["parameters"] if p["name"] == "priority"]
+    assert priority["enum"] == ["urgent", "normal", "batch"]
 
 
 def test_publishing_waits_for_the_gate_and_hands_over_to_the_notification(doc: dict) -> None:
@@ -154,8 +163,8 @@ def test_inputs_used_in_args_are_declared_and_passed(doc: dict) -> None:
         assert used == declared == passed, name
 
 
-def test_train_requests_gpus_and_is_placed_by_region(doc: dict) -> None:
-    train = _templates(doc)["train"]["resource"]
+def test_train_requests_gpus_and_is_placed_by_region(legacy_doc: dict) -> None:
+    train = _templates(legacy_doc)["train"]["resource"]
     manifest = yaml.safe_load(train["manifest"])
     pod = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
@@ -166,14 +175,14 @@ def test_train_requests_gpus_and_is_placed_by_region(doc: dict) -> None:
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
 
 
-def test_train_image_is_pinned_by_the_build_digest(doc: dict) -> None:
-    manifest = yaml.safe_load(_templates(doc)["train"]["resource"]["manifest"])
+def test_train_image_is_pinned_by_the_build_digest(legacy_doc: dict) -> None:
+    manifest = yaml.safe_load(_templates(legacy_doc)["train"]["resource"]["manifest"])
     image = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example.com/paddle-mlops/train@{{inputs.parameters.image-digest}}"
 
 
-def test_worker_command_follows_the_training_launch_contract(doc: dict) -> None:
-    manifest = yaml.safe_load(_templates(doc)["train"]["resource"]["manifest"])
+def test_worker_command_follows_the_training_launch_contract(legacy_doc: dict) -> None:
+    manifest = yaml.safe_load(_templates(legacy_doc)["train"]["resource"]["manifest"])
     command = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
     assert command[:8] == [
         "python", "-m", "paddle.distributed.launch", "--nproc_per_node", "1", "--log_dir", "/tmp/paddle-log",
@@ -186,12 +195,12 @@ def test_worker_command_follows_the_training_launch_contract(doc: dict) -> None:
 @pytest.mark.parametrize("ps_replicas", [0, 2])
 def test_both_operators_and_topologies(operator: str, ps_replicas: int) -> None:
     cfg = _cfg(
-        f"training.paddlejob.operator={operator}",
+        f"training.backend={'kubeflow-paddlejob' if operator == 'kubeflow' else 'paddle-operator'}",
         # The Paddle operator must run without its init container (tests/test_upstream_paddle_operator.py).
-        f"training.paddlejob.paddle_operator_init_container={operator == 'kubeflow'}",
-        f"training.paddlejob.ps_replicas={ps_replicas}",
-        "training.paddlejob.workers=3",
-        "training.paddlejob.gpus_per_worker=4",
+        f"training.job.paddle_operator_init_container={operator == 'kubeflow'}",
+        f"training.job.ps_replicas={ps_replicas}",
+        "training.job.workers=3",
+        "training.job.gpus_per_worker=4",
     )
     job = paddlejob.build_paddlejob(cfg)
     # Argo parses resource conditions with labels.Parse: each key (a gjson path) a valid label key.
@@ -220,7 +229,7 @@ def test_both_operators_and_topologies(operator: str, ps_replicas: int) -> None:
 
 
 def test_cpu_training_requests_no_gpu_and_no_gpu_nodes() -> None:
-    job = paddlejob.build_paddlejob(_cfg("training.paddlejob.gpus_per_worker=0"))
+    job = paddlejob.build_paddlejob(_cfg("training.backend=kubeflow-paddlejob", "training.job.gpus_per_worker=0"))
     pod = job.manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
     assert "nvidia.com/gpu" not in pod["containers"][0]["resources"]["limits"]
     assert "nodeSelector" not in pod and "tolerations" not in pod
@@ -237,7 +246,7 @@ def test_train_template_has_conditions_owner_and_deadline(doc: dict) -> None:
 
 def test_unknown_region_is_a_clear_config_error() -> None:
     with pytest.raises(ConfigError, match="configs/regions/mars.yaml"):
-        train_deploy.build(_cfg("cluster.region=mars"))
+        train_deploy.build(_cfg("training.backend=kubeflow-paddlejob", "cluster.region=mars"))
 
 
 def test_rollout_template_takes_an_event_or_a_model_uri_and_holds_the_rollout_lock() -> None:

@@ -15,7 +15,7 @@ from pipelines.platform import events, kyverno, mlflow_server, network, rbac, re
 from tests.validate_crds import walk_argo_events as _walk
 
 KUBERNETES_VERSION = "1.30.0"
-CRD_GROUPS = ("argoproj.io/", "kyverno.io/")
+CRD_GROUPS = ("argoproj.io/", "kyverno.io/", "kueue.x-k8s.io/")
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,7 @@ def test_render_platform_files(files):
         "policies.yaml",
         "mlflow.yaml",
         "buildkit.yaml",
+        "kueue.yaml",
     }
     assert all(files.values())
 
@@ -190,19 +191,19 @@ def test_every_role_is_bound_to_its_own_service_account(files):
         assert subject["name"] in accounts and subject["namespace"] == binding["metadata"]["namespace"]
 
 
-def test_executor_may_report_results_and_run_the_paddlejob_only(cfg, files):
+def test_executor_may_report_results_and_run_the_trainjob_only(cfg, files):
     rules = _rules(files, cfg.cluster.service_account)
     assert {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]} in rules
     groups = {g for r in rules for g in r["apiGroups"]}
-    assert groups == {"argoproj.io", "kubeflow.org"}
-    (job,) = [r for r in rules if r["resources"] == ["paddlejobs"]]
+    assert groups == {"argoproj.io", "trainer.kubeflow.org"}
+    (job,) = [r for r in rules if r["resources"] == ["trainjobs"]]
     # create + GET polls; list + delete by label in the exit hook (tests/test_upstream_rbac.py).
     assert set(job["verbs"]) == {"create", "get", "list", "delete"}
 
 
 def test_executor_follows_the_configured_operator():
     cfg = load_config(
-        overrides=["training.paddlejob.operator=paddle", "training.paddlejob.paddle_operator_init_container=false"]
+        overrides=["training.backend=paddle-operator", "training.job.paddle_operator_init_container=false"]
     )
     groups = {g for r in rbac.executor_rules(cfg) for g in r["apiGroups"]}
     assert groups == {"argoproj.io", "batch.paddlepaddle.org"}

@@ -159,10 +159,11 @@ MISSING = [
     ),
     pytest.param(
         lambda c: c.crds.__setitem__(
-            "paddlejobs.kubeflow.org", crd("paddlejobs.kubeflow.org", "kubeflow.org", "PaddleJob", ["v1beta1"])
+            "trainjobs.trainer.kubeflow.org",
+            crd("trainjobs.trainer.kubeflow.org", "trainer.kubeflow.org", "TrainJob", ["v1alpha0"]),
         ),
         "crd",
-        "paddlejobs.kubeflow.org",
+        "trainjobs.trainer.kubeflow.org",
         "upgrade: kubectl apply --server-side -k",
         id="crd-version-not-served",
     ),
@@ -320,13 +321,13 @@ def test_an_event_bus_version_the_controller_does_not_list_is_a_finding() -> Non
 
 
 def test_a_tag_that_is_no_release_number_warns(monkeypatch, capsys) -> None:
-    """training-operator v1.9.0's standalone overlay tags the image v1-5170a36."""
+    """Kueue's and JobSet's kustomize bases tag the image `main` (config/components/manager/kustomization.yaml)."""
     cluster = ready_cluster()
-    _deploy("training-operator", "kubeflow/training-operator:v1-5170a36")(cluster)
+    _deploy("kueue", "us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue:main")(cluster)
     code, items = results(cluster, monkeypatch, capsys)
     assert code == EXIT_OK
     [warning] = [r for r in items if r["status"] == "warning"]
-    assert warning["subject"] == "training-operator" and "version unknown" in warning["message"]
+    assert warning["subject"] == "kueue" and "version unknown" in warning["message"]
 
 
 def test_kyverno_chart_label_is_not_taken_for_its_version(monkeypatch, capsys) -> None:

@@ -109,7 +109,7 @@ def test_dry_run_prints_a_valid_workflow_without_api_calls(capsys):
 
 def test_main_sizes_the_gpu_request_from_config(capsys):
     api = FakeApi(hard="8", used="6")
-    assert sub.main(["-p", "git-sha=abc", "--set", "training.paddlejob.workers=3"], api=api) == EXIT_NO_CAPACITY
+    assert sub.main(["-p", "git-sha=abc", "--set", "training.job.workers=3"], api=api) == EXIT_NO_CAPACITY
     err = capsys.readouterr().err
     assert "not submitted" in err and "needs 3" in err and "configs/teams/" in err
     assert sub.main(["-p", "git-sha=abc", "-n", "team-nlp"], api=api) == EXIT_OK  # 2 workers × 1 GPU fit

@@ -28,7 +28,7 @@ from paddle_mlops.compile import default_compile_config
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.loader import load_regions
 from paddle_mlops.contracts import PART_OF, SERVING_PORT
-from pipelines import paddlejob
+from pipelines import paddlejob, trainjob
 from pipelines.platform import network
 from steps.runtime import inference_service as isvc
 
@@ -88,9 +88,19 @@ def ingress_allowed(policy: dict[str, Any], source: Pod, port: int) -> bool:
 
 
 def training_pods(cfg: PipelineConfig) -> list[Pod]:
-    """Worker pods of the PaddleJob either operator creates from our pod template."""
+    """Node pods of the TrainJob (the runtime's pod template, plus the labels jobset v0.12.0
+    jobset_controller.go labelAndAnnotateObject, the Job controller and Kueue's podset patch add), and
+    worker pods of the PaddleJob either legacy operator creates from our pod template."""
     ns = cfg.cluster.namespace
-    pods = []
+    runtime = trainjob.cluster_training_runtime(cfg)
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    added = {
+        "jobset.sigs.k8s.io/jobset-name": "wf-train-abc",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        "batch.kubernetes.io/job-name": "wf-train-abc-node-0",
+        "kueue.x-k8s.io/podset": "node",
+    }
+    pods = [Pod("trainjob node", ns, {**node["metadata"]["labels"], **added})]
     for operator, added in (
         (
             "kubeflow",
@@ -98,13 +108,8 @@ def training_pods(cfg: PipelineConfig) -> list[Pod]:
         ),
         ("paddle", {"paddle-res-name": "wf-train-abc-worker-0", "paddle-res-type": "worker"}),
     ):
-        job = cfg.model_copy(
-            update={
-                "training": cfg.training.model_copy(
-                    update={"paddlejob": cfg.training.paddlejob.model_copy(update={"operator": operator})}
-                )
-            }
-        )
+        backend = "kubeflow-paddlejob" if operator == "kubeflow" else "paddle-operator"
+        job = cfg.model_copy(update={"training": cfg.training.model_copy(update={"backend": backend})})
         manifest = paddlejob.build_paddlejob(job).manifest
         spec = manifest["spec"]
         template = (spec["paddleReplicaSpecs"]["Worker"] if operator == "kubeflow" else spec["worker"])["template"]

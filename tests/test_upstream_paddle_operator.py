@@ -23,7 +23,7 @@ from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from pipelines import paddlejob
 from tests.argo_conditions import verdict
 
-PADDLE = ["training.paddlejob.operator=paddle", "training.paddlejob.paddle_operator_init_container=false"]
+PADDLE = ["training.backend=paddle-operator", "training.job.paddle_operator_init_container=false"]
 DEFAULT_INIT_IMAGE = "docker.io/library/alpine:3.10"
 
 
@@ -91,7 +91,7 @@ def check_clean_policy(manifest: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("clean", ["Running", "All"])
 def test_a_failed_job_leaves_no_pod_running(clean: str) -> None:
-    manifest = paddlejob.build_paddlejob(_cfg(f"training.paddlejob.clean_pod_policy={clean}")).manifest
+    manifest = paddlejob.build_paddlejob(_cfg(f"training.job.clean_pod_policy={clean}")).manifest
     assert check_clean_policy(manifest) == []
 
 
@@ -103,9 +103,9 @@ def test_running_policy_keeps_a_completed_jobs_pods_for_their_logs() -> None:
 @pytest.mark.parametrize("ps_replicas", [0, 1])
 def test_pods_end_by_the_jobs_deadline(ps_replicas: int) -> None:
     """No job deadline exists here: the pods' own (restartPolicy Never, so a deadline is final)."""
-    cfg = _cfg(f"training.paddlejob.ps_replicas={ps_replicas}")
+    cfg = _cfg(f"training.job.ps_replicas={ps_replicas}")
     spec = paddlejob.build_paddlejob(cfg).manifest["spec"]
-    step_deadline = cfg.training.paddlejob.schedule_timeout_seconds + cfg.training.paddlejob.active_deadline_seconds
+    step_deadline = cfg.training.job.schedule_timeout_seconds + cfg.training.job.active_deadline_seconds
     for role in ("worker", "ps")[: 1 + (ps_replicas > 0)]:
         pod = spec[role]["template"]["spec"]
         assert "restartPolicy" not in pod
@@ -158,15 +158,15 @@ def test_the_operators_default_init_container_is_refused_by_restricted() -> None
 
 
 def test_with_init_image_off_the_operators_pods_are_restricted() -> None:
-    spec = paddlejob.build_paddlejob(_cfg("training.paddlejob.ps_replicas=1")).manifest["spec"]
+    spec = paddlejob.build_paddlejob(_cfg("training.job.ps_replicas=1")).manifest["spec"]
     for role in ("worker", "ps"):
         assert restricted_violations(operator_pod(spec[role]["template"], "")) == [], role
 
 
 def test_paddle_flavour_is_refused_unless_the_operator_runs_without_init_container() -> None:
     with pytest.raises(ConfigError) as caught:
-        load_config(overrides=["training.paddlejob.operator=paddle"])
+        load_config(overrides=["training.backend=paddle-operator"])
     message = str(caught.value)
-    for needed in ("configs/pipeline.yaml", "training.paddlejob", "coord-paddle", "restricted", "--initImage="):
+    for needed in ("configs/pipeline.yaml", "training.backend", "coord-paddle", "restricted", "--initImage="):
         assert needed in message, needed
-    assert "paddle_operator_init_container: false" in message and "operator: kubeflow" in message
+    assert "paddle_operator_init_container: false" in message and "backend: trainjob" in message

@@ -26,7 +26,7 @@ import pytest
 from paddle_mlops.compile import default_compile_config
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import ROLLOUT_OUTCOME, SERVING_PORT, STEP_RESULT, VALIDATION_VERDICT
-from pipelines import paddlejob
+from pipelines import paddlejob, trainjob
 from pipelines.observability import alerts, argo_metrics, dashboards, render_observability
 from pipelines.observability.promql import EXTERNAL_METRICS
 from pipelines.platform.argo_controller import CONTROLLER_NAMESPACE
@@ -50,6 +50,18 @@ def test_merge_follows_prometheus() -> None:
 
 
 def training_containers(cfg: PipelineConfig) -> list[Container]:
+    """Rank 0's container: a TrainJob node pod (the runtime's template, JobSet's labels, owned by the
+    Indexed Job `<trainjob>-node-0`) or a legacy PaddleJob worker."""
+    if cfg.training.backend == "trainjob":
+        runtime = trainjob.cluster_training_runtime(cfg)
+        template = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        (container,) = template["spec"]["containers"]
+        labels = {**template["metadata"]["labels"], "jobset.sigs.k8s.io/jobset-name": "wf-train-x"}
+        return [
+            Container("wf-train-x-node-0-0", cfg.cluster.namespace, labels, container["name"], p["name"],
+                      p["containerPort"], "Job", "wf-train-x-node-0")
+            for p in container.get("ports", [])
+        ]  # fmt: skip
     job = paddlejob.build_paddlejob(cfg).manifest
     template = job["spec"]["paddleReplicaSpecs"]["Worker"]["template"]
     (container,) = template["spec"]["containers"]
@@ -286,7 +298,7 @@ def test_the_check_catches_the_alerts_of_issue_15(cfg: PipelineConfig) -> None:
     )
     assert alert_problems(
         f'(avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{namespace="{ns}"}}) < 5) and on (namespace, pod) '
-        f'kube_pod_owner{{namespace="{ns}", owner_kind="PaddleJob"}}',
+        f'kube_pod_owner{{namespace="{ns}", owner_kind="Job"}}',
         store,
     )
 
@@ -295,7 +307,7 @@ def test_monitors_keep_the_pods_they_are_for(cfg: PipelineConfig) -> None:
     """Each PodMonitor keeps exactly the metrics port of its pods, and the relabelled labels arrive."""
     monitoring = render_observability(cfg)["monitoring.yaml"]
     (train,) = pod_monitor_targets(_monitor(monitoring, "paddle-mlops-training"), training_containers(cfg))
-    assert train["instance"].endswith(f":{cfg.training.metrics_port}") and train["paddlejob"] == "wf-train-x"
+    assert train["instance"].endswith(f":{cfg.training.metrics_port}") and train["train_job"] == "wf-train-x"
     (serve,) = pod_monitor_targets(_monitor(monitoring, "paddle-mlops-serving"), serving_containers(cfg))
     assert serve["instance"].endswith(f":{SERVING_PORT}")
     assert {"isvc", "revision", "component", "model_version", "region"} <= set(serve)

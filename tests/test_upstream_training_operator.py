@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
+from paddle_mlops.compile import dump
 from paddle_mlops.config import load_config
-from pipelines import paddlejob
+from pipelines import paddlejob, train_deploy
 from pipelines.platform import rbac
 from tests.argo_conditions import SelectorError, parse, verdict
 
@@ -44,9 +45,13 @@ def train_template(text: str) -> dict[str, Any]:
     return _templates(doc)["train"]
 
 
+# The legacy backend these tests are about (the TrainJob default: tests/test_upstream_trainer.py).
+LEGACY = ["training.backend=kubeflow-paddlejob"]
+
+
 @pytest.fixture(scope="module")
 def generated() -> str:
-    return (ARGO / "train-deploy.yaml").read_text()
+    return dump([train_deploy.build(load_config(overrides=LEGACY)).to_dict()])
 
 
 def _condition(kind: str, status: str = "True", reason: str = "") -> dict[str, Any]:
@@ -145,7 +150,7 @@ def test_generated_train_step_judges_the_job_by_its_conditions(generated: str) -
 
 @pytest.mark.parametrize("ps_replicas", [0, 2])
 def test_conditions_hold_for_both_topologies(ps_replicas: int) -> None:
-    job = paddlejob.build_paddlejob(load_config(overrides=[f"training.paddlejob.ps_replicas={ps_replicas}"]))
+    job = paddlejob.build_paddlejob(load_config(overrides=[*LEGACY, f"training.job.ps_replicas={ps_replicas}"]))
     train = {"resource": {"successCondition": job.success_condition, "failureCondition": job.failure_condition}}
     assert check_train_conditions(train) == []
 
@@ -180,7 +185,7 @@ _UPDATES = [
 @pytest.mark.parametrize("final", ["Succeeded", "Failed"])
 def test_any_condition_history_is_judged_right(final: str) -> None:
     """Every order of condition updates the operator can make (up to four before the end)."""
-    job = paddlejob.build_paddlejob(load_config())
+    job = paddlejob.build_paddlejob(load_config(overrides=LEGACY))
     for length in range(5):
         for history in itertools.product(_UPDATES, repeat=length):
             conditions = [_condition("Created")]
@@ -231,7 +236,7 @@ def check_cleanup(text: str) -> list[str]:
     templates = _templates(doc)
     problems = []
     manifest = yaml.safe_load(templates["train"]["resource"]["manifest"])
-    group = manifest["apiVersion"].split("/")[0]
+    resource = f"{manifest['kind'].lower()}s.{manifest['apiVersion'].split('/')[0]}"
     tasks = [
         t for tmpl in templates.values() for t in (tmpl.get("dag") or {}).get("tasks", []) if t["template"] == "train"
     ]
@@ -246,8 +251,8 @@ def check_cleanup(text: str) -> list[str]:
             problems.append(f"task {task['name']}: exit hook runs on {hook['expression']!r}")
         delete = templates[hook["template"]]["resource"]
         args = _kubectl_args(delete)
-        if args[:3] != ["kubectl", "delete", "--ignore-not-found"] or f"paddlejobs.{group}" not in args:
-            problems.append(f"exit hook does not delete paddlejobs.{group}: {args}")
+        if args[:3] != ["kubectl", "delete", "--ignore-not-found"] or resource not in args:
+            problems.append(f"exit hook does not delete {resource}: {args}")
             continue
         selector = args[args.index("--selector") + 1]
         labels = {k: v.replace("{{workflow.name}}", "wf-1") for k, v in manifest["metadata"]["labels"].items()}
@@ -273,7 +278,7 @@ def test_the_job_ends_within_the_step_deadline(generated: str) -> None:
 
 def test_the_workflow_account_may_delete_by_label() -> None:
     """kubectl delete --selector lists, then deletes each job: both verbs on the job's group."""
-    cfg = load_config()
+    cfg = load_config(overrides=LEGACY)
     group = paddlejob.build_paddlejob(cfg).manifest["apiVersion"].split("/")[0]
     verbs = {
         verb

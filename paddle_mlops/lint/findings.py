@@ -11,6 +11,7 @@ from paddle_mlops.lint.documents import document_name, load, yaml_files
 from paddle_mlops.lint.executor import controller_executor
 from paddle_mlops.lint.pods import pods_of
 from paddle_mlops.lint.rules import check_pod
+from paddle_mlops.lint.trainjob import runtimes_in
 
 
 @dataclass(frozen=True)
@@ -28,15 +29,18 @@ def lint_documents(
     file: str = "-",
     env: str | None = None,
     executor: dict[str, Any] | None = None,
+    runtimes: dict[str, Any] | None = None,
 ) -> list[Finding]:
     """Findings for `docs`; Argo's executor containers get `executor`, or the controller ConfigMap's
     setting when one is among `docs`, or none (upstream's default)."""
     docs = list(docs)
     if executor is None:
         executor = controller_executor(docs)
+    if runtimes is None:
+        runtimes = runtimes_in(docs)
     findings = []
     for doc in docs:
-        for pod in pods_of(doc, executor):
+        for pod in pods_of(doc, executor, runtimes):
             for container, rule, message, fix in check_pod(pod, prod=env == "prod"):
                 findings.append(Finding(file, document_name(doc), container, rule, message, fix))
     return findings
@@ -47,7 +51,9 @@ def lint_paths(paths: Sequence[str | Path], env: str | None = None) -> list[Find
     loaded = [(path, load(path)) for path in yaml_files(paths)]
     # The controller's executor setting applies to the workflows of every file linted with it.
     executor = controller_executor(doc for _, docs in loaded for doc in docs)
+    # So are the training runtimes a TrainJob names (argo/training-runtime.yaml beside train-deploy.yaml).
+    runtimes = runtimes_in(doc for _, docs in loaded for doc in docs)
     findings = []
     for path, docs in loaded:
-        findings += lint_documents(docs, str(path), env, executor)
+        findings += lint_documents(docs, str(path), env, executor, runtimes)
     return findings

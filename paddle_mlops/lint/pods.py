@@ -2,7 +2,8 @@
 
 Pods are rendered from Argo Workflow/WorkflowTemplate/CronWorkflow templates (container and script
 templates with their sidecars and init containers; resource templates' embedded manifests),
-Deployments/StatefulSets/DaemonSets/Jobs/CronJobs/Pods, PaddleJobs of both operators,
+Deployments/StatefulSets/DaemonSets/Jobs/CronJobs/Pods, PaddleJobs of both operators, Trainer v2
+ClusterTrainingRuntimes and TrainJobs (on their runtime, see lint/trainjob.py),
 InferenceServices, and Argo Events EventSource/Sensor pod templates (their image is the
 controller's, so only the other rules apply). Argo's executor containers are added as the
 controller adds them: `init` in every pod, `wait` beside a container/script/containerSet
@@ -17,6 +18,7 @@ from typing import Any
 
 from paddle_mlops.lint.documents import document_name, resource_manifest, workflow_spec
 from paddle_mlops.lint.executor import executor_container
+from paddle_mlops.lint.trainjob import pod_template, replicated_jobs, trainjob_pod_templates
 
 EXEMPT_ANNOTATION = "paddle-mlops/pod-security-exempt"
 ARGO_WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate"}
@@ -61,22 +63,27 @@ def _from_pod_template(label: str, template: dict[str, Any]) -> Pod:
     return _pod(label, template.get("spec") or {}, (template.get("metadata") or {}).get("annotations"))
 
 
-def _argo_pods(spec: dict[str, Any], executor: dict[str, Any] | None = None) -> Iterator[Pod]:
+def _argo_pods(
+    spec: dict[str, Any], executor: dict[str, Any] | None = None, runtimes: dict[str, Any] | None = None
+) -> Iterator[Pod]:
     for template in spec.get("templates", []):
         kind = next((t for t in POD_TEMPLATE_TYPES if t in template), None)
         if kind == "resource":
-            yield from _resource_template_pods(template, spec, executor)
+            yield from _resource_template_pods(template, spec, executor, runtimes)
         elif kind is not None:
             yield _container_template_pod(template, kind, spec, executor)
 
 
 def _resource_template_pods(
-    template: dict[str, Any], spec: dict[str, Any], executor: dict[str, Any] | None
+    template: dict[str, Any],
+    spec: dict[str, Any],
+    executor: dict[str, Any] | None,
+    runtimes: dict[str, Any] | None,
 ) -> Iterator[Pod]:
     label = f"template {template.get('name', '?')}"
     embedded = resource_manifest(template)
     if embedded is not None:
-        for pod in pods_of(embedded):
+        for pod in pods_of(embedded, runtimes=runtimes):
             pod.label = f"{label} > {document_name(embedded)} {pod.label}"
             yield pod
     # The resource template itself runs argoexec as `main` beside `init`; no `wait` (build:
@@ -147,12 +154,30 @@ def _paddle_job_pods(spec: dict[str, Any]) -> Iterator[Pod]:
         yield _from_pod_template(f"replica {replica}", rspec.get("template") or {})
 
 
-def pods_of(doc: dict[str, Any], executor: dict[str, Any] | None = None) -> Iterator[Pod]:
+def _trainjob_pods(doc: dict[str, Any], runtimes: dict[str, Any] | None) -> Iterator[Pod]:
+    name = ((doc.get("spec") or {}).get("runtimeRef") or {}).get("name", "?")
+    runtime = (runtimes or {}).get(name)
+    if runtime is None:
+        # Without its runtime only the trainer block is known: a pod with just that container.
+        trainer = (doc.get("spec") or {}).get("trainer") or {}
+        container = {"name": "node", **{k: trainer[k] for k in ("image", "command", "env") if k in trainer}}
+        if "resourcesPerNode" in trainer:
+            container["resources"] = trainer["resourcesPerNode"]
+        yield _pod(f"node (runtime {name} is not among the linted files)", {"containers": [container]})
+        return
+    for job, template in trainjob_pod_templates(doc, runtime):
+        yield _from_pod_template(f"replicated job {job} (runtime {name})", template)
+
+
+def pods_of(
+    doc: dict[str, Any], executor: dict[str, Any] | None = None, runtimes: dict[str, Any] | None = None
+) -> Iterator[Pod]:
     """Every pod one manifest will create (nested manifests of resource templates included);
-    `executor` is the workflow controller's executor setting (see `controller_executor`)."""
+    `executor` is the workflow controller's executor setting (see `controller_executor`), `runtimes`
+    the ClusterTrainingRuntimes a TrainJob may name (see lint/trainjob.py)."""
     kind, spec = doc.get("kind"), doc.get("spec") or {}
     if kind in ARGO_WORKFLOW_KINDS or kind == "CronWorkflow":
-        yield from _argo_pods(workflow_spec(doc), executor)
+        yield from _argo_pods(workflow_spec(doc), executor, runtimes)
     elif kind in WORKLOAD_KINDS:
         yield _from_pod_template("pod", spec.get("template") or {})
     elif kind == "CronJob":
@@ -161,6 +186,11 @@ def pods_of(doc: dict[str, Any], executor: dict[str, Any] | None = None) -> Iter
         yield _pod("pod", spec, (doc.get("metadata") or {}).get("annotations"))
     elif kind == "PaddleJob":
         yield from _paddle_job_pods(spec)
+    elif kind == "ClusterTrainingRuntime":
+        for job in replicated_jobs(doc):
+            yield _from_pod_template(f"replicated job {job.get('name', '?')}", pod_template(job))
+    elif kind == "TrainJob":
+        yield from _trainjob_pods(doc, runtimes)
     elif kind == "InferenceService":
         yield from _inference_service_pods(spec)
     elif kind in ("EventSource", "Sensor") and isinstance(spec.get("template"), dict):

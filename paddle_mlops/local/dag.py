@@ -192,6 +192,9 @@ def resource_command(task: Task) -> list[str]:
     """The command of the first worker container in the resource template's manifest (unrendered)."""
     manifest = yaml.safe_load(task.template["resource"]["manifest"])
     spec = manifest.get("spec", {})
+    trainer = spec.get("trainer") if manifest.get("kind") == "TrainJob" else None
+    if trainer and trainer.get("command"):  # trainer.kubeflow.org: the node container's command
+        return [*trainer["command"], *trainer.get("args", [])]
     for pod_template in _replica_templates(spec):
         containers = pod_template.get("spec", {}).get("containers") or []
         if containers:

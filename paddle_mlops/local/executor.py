@@ -203,8 +203,9 @@ class LocalExecutor:
         return cmd
 
     def _local_launch(self, cmd: list[str], task: Task) -> list[str]:
-        """The PaddleJob worker command, re-targeted at this machine's processes."""
-        out = list(cmd)
+        """The training job's node command (TrainJob or PaddleJob), re-targeted at this machine's
+        processes: one node, `training.nproc` processes, logs under the run directory."""
+        out = _one_node(cmd)
         tcfg = self.cfg.training
         for i, part in enumerate(out):
             if part == "--nproc_per_node" and i + 1 < len(out):
@@ -213,10 +214,10 @@ class LocalExecutor:
                 out[i + 1] = str(self.run_dir / task.name / "paddle-log")
             elif part.endswith(".py") and not Path(part).is_absolute():
                 out[i] = str(PROJECT_ROOT / part)
-        if tcfg.topology == "ps" or tcfg.paddlejob.ps_replicas > 0:
+        if tcfg.topology == "ps" or tcfg.job.ps_replicas > 0:
             # Parameter-server mode: the launcher starts the servers and trainers on this machine.
             at = out.index("--nproc_per_node")
-            servers = str(max(1, tcfg.paddlejob.ps_replicas))
+            servers = str(max(1, tcfg.job.ps_replicas))
             out[at : at + 2] = ["--server_num", servers, "--trainer_num", str(tcfg.nproc)]
             if "--run_mode" not in out:
                 out[at:at] = ["--run_mode", "ps"]
@@ -360,3 +361,21 @@ class LocalExecutor:
         path.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         run_summary.show(self.console, summary, failed, path)
         return (1 if failed else 0), summary
+
+
+def _one_node(cmd: list[str]) -> list[str]:
+    """A multi-node launch as a single-node one: `--nnodes 1`, no rendezvous master or node rank
+    (the values are the kubelet's `$(VAR)` references, meaningless here)."""
+    out: list[str] = []
+    skip = False
+    for i, part in enumerate(cmd):
+        if skip:
+            skip = False
+            continue
+        if part in ("--master", "--rank") and i + 1 < len(cmd):
+            skip = True
+            continue
+        out.append(part)
+    if "--nnodes" in out:
+        out[out.index("--nnodes") + 1] = "1"
+    return out

@@ -33,6 +33,11 @@ CONTROLLERS = {
         # kyverno charts/kyverno/values.yaml admissionController image (its version label is the chart's)
         Controller("kyverno", "kyverno/kyverno"),
         Controller("prometheus-operator", "prometheus-operator/prometheus-operator"),
+        # trainer v2.3.0 manifests/base/manager (namespace kubeflow-system)
+        Controller("kubeflow-trainer", "kubeflow/trainer/trainer-controller-manager"),
+        # jobset and kueue releases: registry.k8s.io/jobset/jobset, registry.k8s.io/kueue/kueue (Makefile IMAGE_REPO)
+        Controller("jobset", "jobset/jobset"),
+        Controller("kueue", "kueue/kueue"),
         # training-operator manifests/overlays/standalone: tag v1-<commit>, not a release number
         Controller("training-operator", "kubeflow/training-operator"),
         Controller("paddle-operator", "paddlecloud/controller"),

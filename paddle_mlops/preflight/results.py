@@ -18,6 +18,12 @@ INSTALL = {
     "kyverno": "kubectl create -f https://github.com/kyverno/kyverno/releases/download/v{v}/install.yaml",
     "prometheus-operator": "kubectl create -f "
     "https://github.com/prometheus-operator/prometheus-operator/releases/download/v{v}/bundle.yaml",
+    "kubeflow-trainer": 'kubectl apply --server-side -k "https://github.com/kubeflow/trainer.git/'
+    'manifests/overlays/manager?ref=v{v}" && kubectl apply --server-side -f argo/training-runtime.yaml',
+    "jobset": "kubectl apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/v{v}/"
+    "manifests.yaml",
+    "kueue": "kubectl apply --server-side -f https://github.com/kubernetes-sigs/kueue/releases/download/v{v}/"
+    "manifests.yaml",
     "training-operator": 'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/'
     'manifests/overlays/standalone?ref=v{v}"',
     "paddle-operator": "kubectl apply -f https://raw.githubusercontent.com/PaddleFlow/paddle-operator/v{v}/deploy/v1/"

@@ -1,7 +1,7 @@
 """Alert rules: training stalls, pipeline failures and model-server health, as one PrometheusRule.
 
 Thresholds come from the configuration (`serving.max_error_rate`, `serving.max_p99_latency_ms`,
-`training.paddlejob.schedule_timeout_seconds`); tests/test_upstream_prometheus.py checks every
+`training.job.schedule_timeout_seconds`); tests/test_upstream_prometheus.py checks every
 alert's label matchers against the labels each series really carries once scraped.
 """
 
@@ -16,10 +16,10 @@ from pipelines.observability.monitors import MONITORING_API, monitoring_metadata
 from pipelines.observability.promql import (
     failed_workflows,
     gpu,
-    paddlejob_pods,
     selector,
     serving_error_rate,
     serving_p99_latency,
+    training_pods,
 )
 
 
@@ -48,28 +48,29 @@ def _pods_in_phase(ns: str, phase: str) -> str:
 
 
 def training_alerts(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    """Idle GPUs, unscheduled PaddleJob pods and restarting pods in the pipeline namespace."""
+    """Idle GPUs, unscheduled training pods and restarting pods in the pipeline namespace."""
     ns = cfg.cluster.namespace
     return [
         _alert(
-            "PaddleJobGPUIdle",
+            "TrainingJobGPUIdle",
             f"(avg by (namespace, pod) ({gpu('DCGM_FI_DEV_GPU_UTIL')}) < 5)"
-            f" and on (namespace, pod) {paddlejob_pods(ns)}"
+            f" and on (namespace, pod) {training_pods(cfg)}"
             f" and on (namespace, pod) {_pods_in_phase(ns, 'Running')}",
             "15m",
             "warning",
-            "GPU idle in a running PaddleJob pod",
+            "GPU idle in a running training pod",
             "{{ $labels.pod }} holds a GPU below 5% utilisation for 15 minutes: a stalled data loader, a "
             "hung collective, or a job waiting on peers. Check the pod log and " + TRAIN_DATALOADER_WAIT_SECONDS + ".",
         ),
         _alert(
-            "PaddleJobPendingTooLong",
-            f"{_pods_in_phase(ns, 'Pending')} * on (namespace, pod) group_left (owner_name) {paddlejob_pods(ns)}",
-            f"{cfg.training.paddlejob.schedule_timeout_seconds}s",
+            "TrainingJobPendingTooLong",
+            f"{_pods_in_phase(ns, 'Pending')} * on (namespace, pod) group_left (owner_name) {training_pods(cfg)}",
+            f"{cfg.training.job.schedule_timeout_seconds}s",
             "warning",
-            "PaddleJob pod not scheduled within training.paddlejob.schedule_timeout_seconds",
-            "{{ $labels.pod }} of PaddleJob {{ $labels.owner_name }} is Pending: no node with free GPUs, "
-            "quota exhausted, or a node selector that matches nothing. kubectl describe pod shows why.",
+            "Training pod not scheduled within training.job.schedule_timeout_seconds",
+            "{{ $labels.pod }} of {{ $labels.owner_name }} is Pending after admission: no node with free GPUs, "
+            "quota exhausted, or a node selector that matches nothing. kubectl describe pod shows why (a TrainJob "
+            "still queued has no pods: kubectl get workloads shows its Kueue admission).",
         ),
         _alert(
             "PaddleMLOpsPodRestarting",

@@ -28,11 +28,11 @@ from pipelines.observability.monitors import serving_job
 from pipelines.observability.promql import (
     failed_workflows,
     gpu,
-    paddlejob_pods,
     serving_error_rate,
     serving_latency_buckets,
     serving_p99_latency,
     serving_requests,
+    training_pods,
 )
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -76,32 +76,32 @@ def _dashboard(uid: str, title: str, panels: list[PanelSpec]) -> dict[str, Any]:
 
 
 def training_dashboard(cfg: PipelineConfig) -> dict[str, Any]:
-    owned = paddlejob_pods(cfg.cluster.namespace)
+    owned = training_pods(cfg)
     return _dashboard(
         "paddle-mlops-training",
         "paddle-mlops / Training",
         [
-            ("GPU utilisation per PaddleJob",
+            ("GPU utilisation per training job",
              [(
                  f"avg by (owner_name) ({gpu('DCGM_FI_DEV_GPU_UTIL')} * on (namespace, pod) group_left (owner_name) "
                  f"{owned})", "{{owner_name}}")],
              "percent"),
-            ("GPU memory used per PaddleJob",
+            ("GPU memory used per training job",
              [(
                  f"sum by (owner_name) ({gpu('DCGM_FI_DEV_FB_USED')} * on (namespace, pod) group_left (owner_name) "
                  f"{owned})", "{{owner_name}}")],
              "decmbytes"),
             ("Training throughput (rank 0)",
-             [(f"sum by (paddlejob) ({TRAIN_SAMPLES_PER_SECOND})", "{{paddlejob}}")], "short"),
-            ("Training loss", [(TRAIN_LOSS, "{{paddlejob}}")], "short"),
+             [(f"sum by (train_job) ({TRAIN_SAMPLES_PER_SECOND})", "{{train_job}}")], "short"),
+            ("Training loss", [(TRAIN_LOSS, "{{train_job}}")], "short"),
             ("Progress",
-             [(TRAIN_STEP, "step {{paddlejob}}"), (TRAIN_EPOCH, "epoch {{paddlejob}}")],
+             [(TRAIN_STEP, "step {{train_job}}"), (TRAIN_EPOCH, "epoch {{train_job}}")],
              "short"),
             ("Data loader wait p90",
-             [(f"histogram_quantile(0.9, sum by (le, paddlejob) (rate({TRAIN_DATALOADER_WAIT_SECONDS}_bucket[5m])))",
-               "{{paddlejob}}")],
+             [(f"histogram_quantile(0.9, sum by (le, train_job) (rate({TRAIN_DATALOADER_WAIT_SECONDS}_bucket[5m])))",
+               "{{train_job}}")],
              "s"),
-            ("Trainer GPU memory (rank 0)", [(TRAIN_GPU_MEMORY_BYTES, "{{paddlejob}}")], "bytes"),
+            ("Trainer GPU memory (rank 0)", [(TRAIN_GPU_MEMORY_BYTES, "{{train_job}}")], "bytes"),
         ],
     )  # fmt: skip
 

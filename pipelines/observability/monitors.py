@@ -52,22 +52,26 @@ def _pod_monitor(
 
 
 def training_pod_monitor(cfg: PipelineConfig) -> dict[str, Any]:
-    """Rank 0 of every PaddleJob (either operator): pods whose controlling owner is a PaddleJob.
+    """Rank 0 of every training job, labelled `train_job` with the job's name: a TrainJob's pods carry
+    the JobSet name label (jobset v0.12.0 labelAndAnnotateObject; the JobSet is named after the
+    TrainJob), a PaddleJob's pods have the PaddleJob as controlling owner.
 
     honorLabels stays false: the trainer exports no label that a target label would overwrite.
     """
+    if cfg.training.backend == "trainjob":
+        source = "__meta_kubernetes_pod_label_jobset_sigs_k8s_io_jobset_name"
+        keep = {"sourceLabels": [source], "regex": ".+", "action": "keep"}
+    else:
+        source = "__meta_kubernetes_pod_controller_name"
+        keep = {"sourceLabels": ["__meta_kubernetes_pod_controller_kind"], "regex": "PaddleJob", "action": "keep"}
     endpoint = {
         "port": TRAIN_METRICS_PORT_NAME,
         "path": "/metrics",
         "interval": "15s",
         "relabelings": [
-            {"sourceLabels": ["__meta_kubernetes_pod_controller_kind"], "regex": "PaddleJob", "action": "keep"},
+            keep,
             # The job is named `<workflow>-train-<suffix>`, so it names the run too.
-            {
-                "sourceLabels": ["__meta_kubernetes_pod_controller_name"],
-                "targetLabel": "paddlejob",
-                "action": "replace",
-            },
+            {"sourceLabels": [source], "targetLabel": "train_job", "action": "replace"},
         ],
     }
     return _pod_monitor(cfg, TRAINING_MONITOR, {"matchLabels": dict(PART_OF)}, cfg.cluster.namespace, endpoint)

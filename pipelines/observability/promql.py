@@ -8,6 +8,7 @@ the outside ones with their source; tests/test_observability.py checks every que
 
 from __future__ import annotations
 
+from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import SERVING_REQUEST_LATENCY_SECONDS, SERVING_REQUESTS_TOTAL
 
 # Metrics exported by others, by source. Names are checked by the tests; keep the sources current.
@@ -50,9 +51,12 @@ def gpu(metric: str) -> str:
     return f'label_replace({inner}, "pod", "$1", "exported_pod", "(.+)")'
 
 
-def paddlejob_pods(ns: str) -> str:
-    """kube-state-metrics' owner series of the pods PaddleJobs own in `ns` (joins carry `owner_name`)."""
-    return selector("kube_pod_owner", f'namespace="{ns}"', 'owner_kind="PaddleJob"')
+def training_pods(cfg: PipelineConfig) -> str:
+    """kube-state-metrics' owner series of the training pods in the pipeline namespace (joins carry
+    `owner_name`): a TrainJob's pods are owned by the Indexed Jobs of its JobSet (`<trainjob>-node-0`;
+    no other Jobs run there), a legacy backend's by the PaddleJob."""
+    owner = 'owner_kind="Job"' if cfg.training.backend == "trainjob" else 'owner_kind="PaddleJob"'
+    return selector("kube_pod_owner", f'namespace="{cfg.cluster.namespace}"', owner)
 
 
 def failed_workflows(ns: str) -> str:

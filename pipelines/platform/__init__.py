@@ -13,6 +13,7 @@ from pipelines.platform import (
     buildkit,
     events,
     knative,
+    kueue,
     kyverno,
     mlflow_server,
     network,
@@ -35,6 +36,7 @@ def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = N
         "events.yaml": [*events.render(cfg), *publish_events.render(cfg)],
         "mlflow.yaml": mlflow_server.render(cfg),
         "buildkit.yaml": buildkit.render(cfg),
+        "kueue.yaml": kueue.render(cfg, teams),
     }
 
 

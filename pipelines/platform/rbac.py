@@ -3,7 +3,7 @@ role's code calls (tests/test_upstream_rbac.py lists each call and the upstream 
 No ClusterRoles: nothing below calls a cluster-scoped API.
 
 - workflow executor (`cluster.service_account`): Argo >= 3.4's executor reports outputs through
-  `workflowtaskresults` (create, patch); the `train` resource template creates its PaddleJob, then
+  `workflowtaskresults` (create, patch); the `train` resource template creates its TrainJob (or PaddleJob), then
   polls it (get) for the success/failure condition; its exit hook deletes the run's jobs by label.
 - training (`paddle-mlops-train`): no API access at all; its token is not even mounted.
 - rollout (`paddle-mlops-rollout`): the rollout step's KServe calls (get/create/replace/delete of
@@ -22,7 +22,12 @@ from pipelines.platform.meta import metadata
 
 TRAIN_SERVICE_ACCOUNT = "paddle-mlops-train"
 ROLLOUT_SERVICE_ACCOUNT = "paddle-mlops-rollout"
-PADDLEJOB_GROUPS = {"kubeflow": "kubeflow.org", "paddle": "batch.paddlepaddle.org"}
+# training.backend → (API group, resource) of the job the `train` template creates.
+TRAINING_JOB_RESOURCES = {
+    "trainjob": ("trainer.kubeflow.org", "trainjobs"),
+    "kubeflow-paddlejob": ("kubeflow.org", "paddlejobs"),
+    "paddle-operator": ("batch.paddlepaddle.org", "paddlejobs"),
+}
 
 TASK_RESULTS = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
 
@@ -56,13 +61,13 @@ def role_binding(name: str, namespace: str, service_account_name: str) -> dict[s
 
 
 def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    group = PADDLEJOB_GROUPS[cfg.training.paddlejob.operator]
+    group, resource = TRAINING_JOB_RESOURCES[cfg.training.backend]
     return [
         TASK_RESULTS,
         # `train`: `kubectl create -f`, then GET polls for the success/failure condition
         # (argo-workflows workflow/executor/resource.go). `delete-train-jobs` (the train task's exit
         # hook): `kubectl delete --selector … --wait=false` lists the workflow's jobs, deletes each.
-        {"apiGroups": [group], "resources": ["paddlejobs"], "verbs": ["create", "get", "list", "delete"]},
+        {"apiGroups": [group], "resources": [resource], "verbs": ["create", "get", "list", "delete"]},
         # setOwnerReference adds a controller reference with blockOwnerDeletion, which clusters running
         # the OwnerReferencesPermissionEnforcement admission plugin (OpenShift does) allow only to
         # whoever may update the owner's finalizers (kubernetes plugin/pkg/admission/gc/gc_admission.go).
@@ -105,9 +110,9 @@ def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
     ns = cfg.cluster.namespace
     executor = cfg.cluster.service_account
     return [
-        service_account(executor, ns, True, "Argo workflow pods: executor task results, the train PaddleJob"),
+        service_account(executor, ns, True, "Argo workflow pods: executor task results, the train job"),
         *_with_role(executor, ns, executor_rules(cfg), executor),
-        service_account(TRAIN_SERVICE_ACCOUNT, ns, False, "PaddleJob replicas: no Kubernetes API access"),
+        service_account(TRAIN_SERVICE_ACCOUNT, ns, False, "training pods: no Kubernetes API access"),
         service_account(ROLLOUT_SERVICE_ACCOUNT, ns, True, "rollout step: KServe InferenceServices"),
         *_with_role(ROLLOUT_SERVICE_ACCOUNT, ns, rollout_rules(), ROLLOUT_SERVICE_ACCOUNT),
         service_account(events.SENSOR_SERVICE_ACCOUNT, ns, True, "Argo Events sensor: submits train-deploy"),

@@ -117,7 +117,9 @@ def render(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> l
     for team in teams.values():
         docs += team_documents(team)
     if cfg.cluster.namespace not in {t.namespace for t in teams.values()}:
-        docs.append(namespace(cfg.cluster.namespace, pod_security_labels("restricted")))
+        # The team label admits the pipeline namespace to cluster.team's Kueue ClusterQueue (kueue.py).
+        team_label = {"paddle-mlops/team": cfg.cluster.team} if cfg.cluster.team in teams else {}
+        docs.append(namespace(cfg.cluster.namespace, {**pod_security_labels("restricted"), **team_label}))
         if cfg.cluster.team in teams:
             docs.append(resource_quota(teams[cfg.cluster.team], cfg.cluster.namespace))
         docs.append(limit_range(cfg.cluster.namespace))

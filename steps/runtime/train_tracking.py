@@ -60,7 +60,7 @@ def start_run(
     # The context manager ends the run FINISHED, or FAILED when an exception escapes.
     with mlflow.start_run(run_name=run_name(), tags=tags) as active:
         params = flatten("model", cfg.model.model_dump()) | flatten(
-            "training", cfg.training.model_dump(exclude={"paddlejob"})
+            "training", cfg.training.model_dump(exclude={"job"})
         )
         params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels")})
         params["world_size"] = world

@@ -1,0 +1,225 @@
+"""The default training backend: a Kubeflow Trainer v2 TrainJob on the `paddle-distributed`
+ClusterTrainingRuntime, admitted by Kueue.
+
+- The runtime (argo/training-runtime.yaml) is one JobSet replicated job `node` labelled as the
+  trainer ancestor, its container named `node`: trainer v2.3.0 pkg/runtime/framework/plugins/jobset/
+  builder.go Trainer() overwrites image, command and args of exactly that container and sets the
+  Job's parallelism/completions to `trainer.numNodes`. Restricted pods, /dev/shm, the training image.
+- The TrainJob (created by the `train` resource template) carries the run's image by digest, the
+  command, the env and resources per node, the Kueue queue and priority labels, and is created
+  suspended so that Kueue admits it (kueue v0.19.2 pkg/controller/jobs/trainjob). Its
+  `runtimePatches` entry adds the placement Kueue reads before admission: required node affinity
+  on `region` (the regions the run may use; one when its data may not move) and the topology
+  request that keeps the workers inside one network block.
+- Rendezvous: JobSet names pod i of the Indexed Job `<trainjob>-node-0-<i>` in the subdomain
+  `<trainjob>` (jobset v0.12.0 jobset_controller.go, DNS hostnames on by default), so rank 0 is
+  `<trainjob>-node-0-0.<trainjob>` and a pod's rank is its JOB_COMPLETION_INDEX.
+  `steps.runtime.launch` resolves that name and runs `paddle.distributed.launch --master IP:PORT`.
+- Success and failure come from the TrainJob's status: Failed is one of its condition types
+  (Suspended, Complete, Failed: trainer pkg/apis/trainer/v1alpha1/trainjob_types.go), success is
+  the node job succeeding, which the JobSet plugin reports in the same status update as Complete.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paddle_mlops.config import PipelineConfig, load_regions
+from paddle_mlops.config.placement import allowed_regions
+from paddle_mlops.contracts import PART_OF
+from pipelines import k8s
+from pipelines.paddlejob import (
+    GIT_SHA,
+    KUBEFLOW_PORT,
+    PaddleJobSpec,
+    _metadata,
+    _nccl_env,
+    _resources,
+    train_image,
+    train_script_args,
+)
+from pipelines.platform.kueue import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from pipelines.platform.network import TRAIN_POD_LABELS
+from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
+
+API = "trainer.kubeflow.org/v1alpha1"
+RUNTIME = "paddle-distributed"
+# trainer v2.3.0 pkg/constants/constants.go: Node ("name of the Job and container for the trainer
+# node"), LabelTrainJobAncestor / AncestorTrainer.
+NODE = "node"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_TRAINER = "trainer"
+# jobset v0.12.0 api/jobset/v1alpha2/jobset_types.go JobSetNameKey: on every pod of the JobSet,
+# which has the TrainJob's name (trainer plugins/jobset/jobset.go Build).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+# trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go: the condition types a TrainJob has.
+CONDITION_TYPES = ("Suspended", "Complete", "Failed")
+MASTER_PORT = KUBEFLOW_PORT
+# runtimePatches are keyed by a domain-prefixed manager (trainer plugins/jobset/jobset.go Validate);
+# Kueue writes its own under kueue.x-k8s.io/manager.
+PATCH_MANAGER = "paddle-mlops.io/placement"
+# kueue v0.19.2 apis/kueue/v1beta2/topology_types.go
+TOPOLOGY_ANNOTATIONS = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
+REGION_LABEL = "region"
+PRIORITY = "{{workflow.parameters.priority}}"
+
+
+def launch_command(cfg: PipelineConfig) -> list[str]:
+    """contracts.md "Training launch" on a TrainJob: `$(VAR)` is expanded by the kubelet from the
+    container's env (TRAINJOB_NAME from the JobSet label, JOB_COMPLETION_INDEX set by the Job controller)."""
+    job = cfg.training.job
+    return [
+        "python", "-m", "steps.runtime.launch",
+        "--master", f"$(TRAINJOB_NAME)-{NODE}-0-0.$(TRAINJOB_NAME):{MASTER_PORT}",
+        "--nnodes", str(job.workers),
+        "--rank", "$(JOB_COMPLETION_INDEX)",
+        "--nproc_per_node", str(job.gpus_per_worker or 1),
+        "--log_dir", "/tmp/paddle-log",
+        *train_script_args(),
+    ]  # fmt: skip
+
+
+def _node_pod(cfg: PipelineConfig) -> dict[str, Any]:
+    """The runtime's pod: restricted, /dev/shm, no API token. No nodeSelector or tolerations: the
+    ResourceFlavor Kueue admits the job in sets them (region, GPU type, cost tier)."""
+    job = cfg.training.job
+    shm = k8s.shm_volume(job.shm_size)
+    tmp = k8s.tmp_volume()
+    ports = [{"name": "master", "containerPort": MASTER_PORT, "protocol": "TCP"}]
+    if cfg.training.metrics_port:
+        ports.append({"name": "metrics", "containerPort": cfg.training.metrics_port, "protocol": "TCP"})
+    container = {
+        "name": NODE,
+        "image": cfg.images.train,
+        "imagePullPolicy": "IfNotPresent",
+        "workingDir": k8s.PROJECT_DIR,
+        # The TrainJob's trainer.command refers to it; env on this container may not be patched (only trainer.env).
+        "env": [
+            {
+                "name": "TRAINJOB_NAME",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}},
+            }
+        ],
+        "ports": ports,
+        "resources": _resources(cfg, job.gpus_per_worker),
+        "securityContext": k8s.as_k8s(k8s.container_security_context()),
+        "volumeMounts": [
+            {"name": tmp.name, "mountPath": tmp.mount_path},
+            {"name": shm.name, "mountPath": shm.mount_path},
+        ],
+    }
+    return {
+        "metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS}},
+        "spec": {
+            "serviceAccountName": TRAIN_SERVICE_ACCOUNT,
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "securityContext": k8s.as_k8s(k8s.pod_security_context()),
+            "containers": [container],
+            "volumes": [
+                {"name": tmp.name, "emptyDir": {}},
+                {"name": shm.name, "emptyDir": {"medium": "Memory", "sizeLimit": job.shm_size}},
+            ],
+        },
+    }
+
+
+def cluster_training_runtime(cfg: PipelineConfig) -> dict[str, Any]:
+    """`paddle-distributed`: one Indexed Job of `numNodes` pods; a failed pod fails its Job
+    (backoffLimit 0) and JobSet restarts the whole gang, up to `training.job.backoff_limit` times."""
+    job = cfg.training.job
+    return {
+        "apiVersion": API,
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": RUNTIME, "labels": {**PART_OF, "trainer.kubeflow.org/framework": "paddle"}},
+        "spec": {
+            # No framework policy: Trainer has no Paddle plugin; PlainML applies numNodes and env.
+            "mlPolicy": {"numNodes": job.workers},
+            "template": {
+                "spec": {
+                    "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+                    "failurePolicy": {"maxRestarts": job.backoff_limit},
+                    "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
+                    "replicatedJobs": [
+                        {
+                            "name": NODE,
+                            "template": {
+                                "metadata": {"labels": {ANCESTOR_LABEL: ANCESTOR_TRAINER}},
+                                "spec": {"backoffLimit": 0, "template": _node_pod(cfg)},
+                            },
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
+    team = k8s.team_config(cfg)
+    regions = [r.name for r in allowed_regions(cfg, team, load_regions())]
+    pod_meta: dict[str, Any] = {}
+    topology = cfg.training.placement.topology
+    if topology != "none" and cfg.cluster.topology_levels:
+        pod_meta["annotations"] = {TOPOLOGY_ANNOTATIONS[topology]: cfg.training.placement.topology_level}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": REGION_LABEL, "operator": "In", "values": regions}]}
+                ]
+            }
+        }
+    }
+    pod_template: dict[str, Any] = {"spec": {"affinity": affinity}}
+    if pod_meta:
+        pod_template["metadata"] = pod_meta
+    return {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {"spec": {"replicatedJobs": [{"name": NODE, "template": {"spec": {"template": pod_template}}}]}}
+        },
+    }
+
+
+def trainjob(cfg: PipelineConfig) -> PaddleJobSpec:
+    """The TrainJob the `train` step creates, and the conditions Argo judges it by."""
+    job = cfg.training.job
+    metadata = _metadata()
+    metadata["labels"].update({QUEUE_NAME_LABEL: LOCAL_QUEUE, PRIORITY_CLASS_LABEL: PRIORITY})
+    manifest = {
+        "apiVersion": API,
+        "kind": "TrainJob",
+        "metadata": metadata,
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME},
+            # Kueue's webhook would suspend it too; created suspended, nothing starts before admission.
+            "suspend": True,
+            "activeDeadlineSeconds": job.active_deadline_seconds,
+            "trainer": {
+                "image": train_image(cfg),
+                "command": launch_command(cfg),
+                "env": k8s.as_k8s(k8s.runtime_env(cfg, GIT_SHA) + _nccl_env()),
+                "numNodes": job.workers,
+                "resourcesPerNode": _resources(cfg, job.gpus_per_worker),
+            },
+            "runtimePatches": [_placement_patch(cfg)],
+        },
+    }
+    return PaddleJobSpec(manifest, *conditions())
+
+
+def conditions() -> tuple[str, str]:
+    """(success, failure) in Argo's label-selector form over gjson paths (no array queries).
+
+    The controller keeps one condition per type (listType map, meta.SetStatusCondition), so Failed
+    sits at one of len(CONDITION_TYPES) positions and any match fails the step. Complete's position
+    depends on whether a Suspended condition came first, and Argo needs every success requirement to
+    match, so success reads the node job's entry of `status.jobsStatus` (the only replicated job),
+    which trainer plugins/jobset/jobset.go Status() fills from the JobSet in the update that sets Complete.
+    """
+    failure = ",".join(f"status.conditions.{i}.type == Failed" for i in range(len(CONDITION_TYPES)))
+    return f"status.jobsStatus.0.name == {NODE},status.jobsStatus.0.succeeded > 0", failure
