@@ -7,6 +7,7 @@ the MLflow tracking URI that the layers and the CLI would otherwise each spell o
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 # Step exit codes. Argo's retry expression (pipelines/k8s.py) retries only what a retry can change.
@@ -144,3 +145,25 @@ def mlflow_ui_url(base: str, experiment_id: str, run_id: str | None = None) -> s
     """The MLflow UI page of an experiment (or one of its runs) in the model-training view."""
     page = f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "")
     return f"{base.rstrip('/')}/{page}?{MLFLOW_UI_VIEW}"
+
+
+# `model.pretrained: pvc://CLAIM/path`: a ReadOnlyMany volume the training pods mount read-only at
+# PRETRAINED_MOUNT/CLAIM (pipelines/k8s.py pretrained_volume); the train step reads
+# PRETRAINED_MOUNT/CLAIM/path. PRETRAINED_MOUNT_ENV moves the mount point (tests, other layouts).
+PVC_SCHEME = "pvc://"
+PRETRAINED_MOUNT = "/mnt/pretrained"
+PRETRAINED_MOUNT_ENV = "PADDLE_MLOPS_PRETRAINED_MOUNT"
+_PVC = re.compile(r"^pvc://([a-z0-9]([-a-z0-9]*[a-z0-9])?)(/[^\x00]*)?$")
+
+
+def pvc_location(location: str) -> tuple[str, str] | None:
+    """(claim, path inside it) of a `pvc://CLAIM/path` location; None for any other location.
+    Raises ValueError for a pvc:// location whose claim is not a valid name."""
+    if not location.startswith(PVC_SCHEME):
+        return None
+    match = _PVC.match(location)
+    if not match:
+        raise ValueError(
+            f"{location!r} is not pvc://CLAIM/path (CLAIM: the PersistentVolumeClaim's name, lower case, digits, '-')"
+        )
+    return match.group(1), (match.group(3) or "").strip("/")

@@ -13,7 +13,14 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
 from paddle_mlops.config.models import RegionConfig, TeamConfig
-from paddle_mlops.contracts import FINAL_EXIT_CODES, QUIET_LIBRARIES_ENV, RUN_AS_GROUP, RUN_AS_USER
+from paddle_mlops.contracts import (
+    FINAL_EXIT_CODES,
+    PRETRAINED_MOUNT,
+    QUIET_LIBRARIES_ENV,
+    RUN_AS_GROUP,
+    RUN_AS_USER,
+    pvc_location,
+)
 
 # The images put the project here; contracts.md runs every step from the project root.
 PROJECT_DIR = "/app"
@@ -147,3 +154,15 @@ def resource_retry_strategy(cfg: PipelineConfig) -> RetryStrategy:
         retry_policy="OnError",
         backoff=m.Backoff(duration="1m", factor=2, max_duration="30m"),
     )
+
+
+def pretrained_volume(cfg: PipelineConfig) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(pod volume, container volumeMount) for `model.pretrained: pvc://CLAIM/...`, both read-only;
+    None for weights in a directory of the image or on S3. Every worker reads the same files."""
+    location = pvc_location(cfg.model.pretrained or "")
+    if location is None:
+        return None
+    claim, _ = location
+    volume = {"name": "pretrained", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+    mount = {"name": "pretrained", "mountPath": f"{PRETRAINED_MOUNT}/{claim}", "readOnly": True}
+    return volume, mount

@@ -125,6 +125,7 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
             {"name": shm.name, "mountPath": shm.mount_path},
         ],
     }
+    pretrained = k8s.pretrained_volume(cfg)
     if cfg.training.metrics_port:
         # Named so that the training PodMonitor (pipelines/observability/monitors.py) scrapes it by name.
         ports = [*ports, {"name": "metrics", "containerPort": cfg.training.metrics_port, "protocol": "TCP"}]
@@ -142,6 +143,9 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
             {"name": shm.name, "emptyDir": {"medium": "Memory", "sizeLimit": job.shm_size}},
         ],
     }
+    if pretrained:
+        spec["volumes"].append(pretrained[0])
+        container["volumeMounts"].append(pretrained[1])
     if gpus > 0:
         spec["tolerations"] = k8s.as_k8s(k8s.gpu_tolerations(region))
         spec["nodeSelector"] = k8s.gpu_node_selector(region)

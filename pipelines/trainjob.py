@@ -9,8 +9,8 @@ ClusterTrainingRuntime, admitted by Kueue.
   command, the env and resources per node, the Kueue queue and priority labels, and is created
   suspended so that Kueue admits it (kueue v0.19.2 pkg/controller/jobs/trainjob). Its
   `runtimePatches` entry adds the placement Kueue reads before admission: required node affinity
-  on `region` (the regions the run may use; one when its data may not move) and the topology
-  request that keeps the workers inside one network block.
+  on `region` (the regions the run may use; one when its data may not move), the topology
+  request that keeps the workers inside one network block, and a `pvc://` weights volume.
 - Rendezvous: JobSet names pod i of the Indexed Job `<trainjob>-node-0-<i>` in the subdomain
   `<trainjob>` (jobset v0.12.0 jobset_controller.go, DNS hostnames on by default), so rank 0 is
   `<trainjob>-node-0-0.<trainjob>` and a pod's rank is its JOB_COMPLETION_INDEX.
@@ -175,6 +175,10 @@ def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
         }
     }
     pod_template: dict[str, Any] = {"spec": {"affinity": affinity}}
+    pretrained = k8s.pretrained_volume(cfg)
+    if pretrained:  # the run's weights volume, read-only (patches may add volumes and mounts, not env)
+        pod_template["spec"]["volumes"] = [pretrained[0]]
+        pod_template["spec"]["containers"] = [{"name": NODE, "volumeMounts": [pretrained[1]]}]
     if pod_meta:
         pod_template["metadata"] = pod_meta
     return {

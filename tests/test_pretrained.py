@@ -104,3 +104,25 @@ def test_pretrained_location_without_weights_is_a_user_error(
     args = [*common(f"model.pretrained={tmp_path / 'empty'}"), "--workspace", str(ws)]
     assert train.main(args) == 2
     assert "has no config.json" in capsys.readouterr().err
+
+
+def test_pretrained_from_a_mounted_claim(
+    offline: None, tracking: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pvc://CLAIM/path reads <mount>/CLAIM/path, where the training pods mount the claim read-only."""
+    ws = write_workspace(tmp_path / "ws", n_train=32, n_dev=8, n_test=8)
+    weights = save_pretrained(ws, tmp_path / "mnt" / "ernie-weights" / "tiny")
+    monkeypatch.setenv("PADDLE_MLOPS_PRETRAINED_MOUNT", str(tmp_path / "mnt"))
+    train_pretrained(ws, "pvc://ernie-weights/tiny", tmp_path / "dump.npz")
+    assert_started_from(weights, tmp_path / "dump.npz")
+
+
+def test_an_unmounted_claim_is_a_user_error(
+    tracking: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = write_workspace(tmp_path / "ws", n_train=32, n_dev=8, n_test=8)
+    monkeypatch.setenv("PADDLE_MLOPS_PRETRAINED_MOUNT", str(tmp_path / "nothing-here"))
+    args = [*common("model.pretrained=pvc://ernie-weights/tiny"), "--workspace", str(ws)]
+    assert train.main(args) == 2
+    err = capsys.readouterr().err
+    assert "not mounted" in err and "only in the cluster's training pods" in err

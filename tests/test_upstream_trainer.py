@@ -239,3 +239,30 @@ def test_condition_histories_cover_every_order() -> None:
         assert verdict(success, failure, _status(conditions)) == "waiting"
         assert verdict(success, failure, _status(_set(conditions, "Complete", "True"), succeeded=1)) == "succeeded"
         assert verdict(success, failure, _status(_set(conditions, "Failed", "True"))) == "failed"
+
+
+@pytest.mark.parametrize("backend", ["trainjob", "kubeflow-paddlejob"])
+def test_pretrained_weights_on_a_claim_are_mounted_read_only(backend: str) -> None:
+    cfg = load_config(
+        overrides=[f"training.backend={backend}", "model.pretrained=pvc://ernie-weights/ernie-3.0-medium"]
+    )
+    text = dump([train_deploy.build(cfg).to_dict()])
+    manifest = yaml.safe_load(train_template(text)["resource"]["manifest"])
+    if backend == "trainjob":
+        ((_, pod),) = trainjob_pod_templates(manifest, trainjob.cluster_training_runtime(cfg))
+    else:
+        pod = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "pretrained"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "ernie-weights", "readOnly": True}
+    (mount,) = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "pretrained"]
+    assert mount == {"name": "pretrained", "mountPath": "/mnt/pretrained/ernie-weights", "readOnly": True}
+    from tests.validate_manifests import validate_document
+
+    assert validate_document(manifest) == []
+
+
+def test_a_malformed_claim_location_is_a_config_error() -> None:
+    from paddle_mlops.config import ConfigError
+
+    with pytest.raises(ConfigError, match="is not pvc://CLAIM/path"):
+        load_config(overrides=["model.pretrained=pvc://Bad_Claim/x"])

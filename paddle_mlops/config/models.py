@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from paddle_mlops.contracts import pvc_location
+
 _PINNED_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$")
 
 
@@ -67,7 +69,8 @@ class ModelConfig(Strict):
 
     pretrained: str | None = Field(
         None,
-        description="directory or s3:// prefix holding PaddleNLP ERNIE weights + tokenizer; None trains from scratch",
+        description="directory, s3:// prefix, or pvc://CLAIM/path (a ReadOnlyMany volume mounted read-only in "
+        "the training pods) holding PaddleNLP ERNIE weights + tokenizer; None trains from scratch",
     )
     hidden_size: int = Field(128, gt=0)
     num_hidden_layers: int = Field(2, gt=0)
@@ -76,6 +79,13 @@ class ModelConfig(Strict):
     # As long as the texts (data.max_text_chars): a shorter sequence cuts them and costs accuracy.
     max_seq_len: int = Field(128, ge=8, le=2048)
     dropout: float = Field(0.1, ge=0, lt=1)
+
+    @field_validator("pretrained")
+    @classmethod
+    def _pvc_named(cls, v: str | None) -> str | None:
+        if v is not None:
+            pvc_location(v)  # a malformed pvc:// location is an error here, not in the pod
+        return v
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paddle_mlops.contracts import PRETRAINED_MOUNT, PRETRAINED_MOUNT_ENV, pvc_location
 from steps.runtime import cpu_quota, workspace
 from steps.runtime.runner import StepError
 
@@ -59,7 +60,18 @@ def build_model(
 
 
 def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
-    """A local directory holding the pretrained weights (an s3:// prefix is downloaded first)."""
+    """A local directory holding the pretrained weights (an s3:// prefix is downloaded first; a
+    pvc://CLAIM/path is read where the training pod mounts the claim)."""
+    pvc = pvc_location(location)
+    if pvc is not None:
+        mount = Path(os.environ.get(PRETRAINED_MOUNT_ENV, PRETRAINED_MOUNT)) / pvc[0]
+        if not mount.is_dir():
+            raise StepError(
+                f"model.pretrained {location}: the claim {pvc[0]!r} is not mounted at {mount}. It is mounted only in "
+                "the cluster's training pods (TrainJob or PaddleJob); on this machine set model.pretrained to a "
+                "directory or an s3:// prefix."
+            )
+        location = str(mount / pvc[1])
     try:
         directory = workspace.stage_in(location, endpoint_url=endpoint_url)
     except FileNotFoundError as exc:
