@@ -167,3 +167,8 @@ def pvc_location(location: str) -> tuple[str, str] | None:
             f"{location!r} is not pvc://CLAIM/path (CLAIM: the PersistentVolumeClaim's name, lower case, digits, '-')"
         )
     return match.group(1), (match.group(3) or "").strip("/")
+
+
+# A template annotated so does something only a cluster can (pre-pulling images on its nodes): the local
+# executor skips its tasks and says why (the annotation's value).
+CLUSTER_ONLY_ANNOTATION = "paddle-mlops/cluster-only"

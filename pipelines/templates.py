@@ -23,7 +23,7 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF, image_repository
-from pipelines import k8s, trainjob
+from pipelines import k8s, prepull, trainjob
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import WORKFLOW_LABEL, PaddleJobSpec, build_paddlejob
 from pipelines.platform import buildkit
@@ -224,6 +224,40 @@ def delete_train_jobs(cfg: PipelineConfig, job: PaddleJobSpec) -> Resource:
         active_deadline_seconds=300,
         retry_strategy=k8s.resource_retry_strategy(cfg),
         metrics=m.Metrics.model_validate(argo_template_metrics(DELETE_TRAIN_JOBS)),
+    )
+
+
+RELEASE_PREPULL = "release-prepull"
+
+
+def prepull_image(cfg: PipelineConfig) -> Resource:
+    """Create the pre-pull DaemonSet (pipelines/prepull.py) and return at once: the pulls go on while
+    prepare-data runs; nothing waits for them."""
+    return Resource(
+        name="prepull-image",
+        action="create",
+        set_owner_reference=True,
+        manifest=yaml.safe_dump(prepull.daemon_set(cfg), sort_keys=False, allow_unicode=True),
+        inputs=[Parameter(name="image-digest")],
+        annotations=dict(prepull.CLUSTER_ONLY),
+        timeout="300s",
+        active_deadline_seconds=300,
+        retry_strategy=k8s.resource_retry_strategy(cfg),
+        metrics=m.Metrics.model_validate(argo_template_metrics("prepull-image")),
+    )
+
+
+def release_prepull(cfg: PipelineConfig) -> Resource:
+    """`kubectl delete --ignore-not-found daemonsets.apps --selector paddle-mlops/workflow=<workflow>`."""
+    return Resource(
+        name=RELEASE_PREPULL,
+        action="delete",
+        flags=["daemonsets.apps", "--selector", f"{WORKFLOW_LABEL}={{{{workflow.name}}}}", "--wait=false"],
+        annotations=dict(prepull.CLUSTER_ONLY),
+        timeout="300s",
+        active_deadline_seconds=300,
+        retry_strategy=k8s.resource_retry_strategy(cfg),
+        metrics=m.Metrics.model_validate(argo_template_metrics(RELEASE_PREPULL)),
     )
 
 

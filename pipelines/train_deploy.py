@@ -11,6 +11,7 @@ The local executor reads this same DAG (`build(cfg).to_dict()`, ordered by
 from __future__ import annotations
 
 from hera.workflows import DAG, Parameter, WorkflowTemplate
+from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from pipelines import templates
@@ -48,11 +49,17 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         build_image = templates.build_image(cfg)
         prepare_data = templates.prepare_data(cfg)
         train = templates.train(cfg)
+        warm = cfg.training.backend == "trainjob"
+        if warm:
+            prepull_image = templates.prepull_image(cfg)
+            release_prepull = templates.release_prepull(cfg)
         evaluate = templates.evaluate(cfg)
         upload = templates.upload(cfg)
         templates.exit_handler(cfg)
 
-        with DAG(name="main"):
+        # Not fail-fast: release-prepull still runs after a failed train (nothing else can: the chain
+        # after train depends on its success).
+        with DAG(name="main", fail_fast=False if warm else None):
             t_build = build_image(name="build-image")
             # Every later task records the commit build-image built, never the submitted value.
             commit = {"git-sha": t_build.get_parameter("git-sha")}
@@ -71,6 +78,14 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             )
             tasks = [t_build, t_data, t_train, t_eval, t_upload]
             t_build >> t_data >> t_train >> t_eval >> t_upload
+            if warm:
+                digest = {"image-digest": t_build.get_parameter("image-digest")}
+                t_warm = prepull_image(name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True))
+                t_build >> t_warm
+                release_prepull(
+                    name="release-prepull",
+                    depends="train.Succeeded || train.Failed || train.Errored || train.Omitted || prepull-image.Failed",
+                )
         by_name = {task.name: task for task in tasks}
         for task, output in RESULTS.values():
             by_name[task].get_parameter(output)

@@ -53,9 +53,22 @@ def dag_order(doc: dict) -> list[str]:
 
 
 def test_dag_runs_the_steps_in_order(doc: dict) -> None:
-    assert dag_order(doc) == DAG_ORDER
+    assert [name for name in dag_order(doc) if "prepull" not in name] == DAG_ORDER
     tasks = _tasks(doc)
     assert all(tasks[name].get("depends") == before for before, name in pairwise(DAG_ORDER))
+
+
+def test_the_image_is_prepulled_beside_prepare_data_and_released_however_training_ends(doc: dict) -> None:
+    tasks = _tasks(doc)
+    assert tasks["prepull-image"]["depends"] == "build-image" and tasks["prepull-image"]["continueOn"] == {
+        "failed": True
+    }  # a failed pre-pull only costs the cold pull it was to save
+    release = tasks["release-prepull"]["depends"]
+    assert all(f"train.{outcome}" in release for outcome in ("Succeeded", "Failed", "Errored", "Omitted"))
+    (main,) = [t for t in doc["spec"]["templates"] if t["name"] == "main"]
+    assert main["dag"]["failFast"] is False  # else a failed train would stop release-prepull being scheduled
+    legacy = train_deploy.build(_cfg("training.backend=kubeflow-paddlejob")).to_dict()
+    assert "prepull-image" not in _tasks(legacy)
 
 
 def test_dag_order_reads_depends_expressions_and_rejects_cycles(doc: dict) -> None:

@@ -261,3 +261,11 @@ def test_the_namespace_quota_admits_what_kueue_admits() -> None:
                 borrow = others if q.borrowing_limit is None else min(others, own * q.borrowing_limit)
                 most += own + borrow
             assert most <= hard[resource], (team.name, resource, most, hard[resource])
+
+
+def test_multikueue_without_a_worker_cluster_is_a_config_error() -> None:
+    from paddle_mlops.config.loader import load_regions
+
+    regions = {name: r.model_copy(update={"worker_cluster": None}) for name, r in load_regions().items()}
+    with pytest.raises(ConfigError, match=r"configs/regions/cn-\w+.yaml has no worker_cluster"):
+        kueue.render(_cfg("cluster.multikueue=true"), regions=regions)

@@ -26,7 +26,7 @@ from typing import Any
 from rich.console import Console
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import HOME_ENV, TRACKING_URI_ENV, tracking_uri
+from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, HOME_ENV, TRACKING_URI_ENV, tracking_uri
 from paddle_mlops.local import summary as run_summary
 from paddle_mlops.local.dag import (
     CONTAINER_OUTPUTS,
@@ -305,6 +305,10 @@ class LocalExecutor:
                     results.append(TaskResult(task.name, "Not run"))
                     continue
                 result = self._reused(task)
+            elif CLUSTER_ONLY_ANNOTATION in ((task.template.get("metadata") or {}).get("annotations") or {}):
+                why = task.template["metadata"]["annotations"][CLUSTER_ONLY_ANNOTATION]
+                result = TaskResult(task.name, "Skipped", reason=f"cluster only: {why}")
+                self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
             elif task.when and not evaluate_when(self.scope.render(task.when)):
                 result = TaskResult(task.name, "Skipped", reason=f"when: {self.scope.render(task.when)}")
                 self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")

@@ -49,6 +49,7 @@ def build(
                 "exit_code": r.exit_code,
                 "outputs": r.outputs,
                 "log": r.log,
+                **({"reason": r.reason} if r.status == "Skipped" and r.reason else {}),
             }
             for r in results
         ],

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, RegionConfig, TeamConfig, load_regions, load_teams
+from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig, TeamConfig, load_regions, load_teams
 from paddle_mlops.config.placement import team_regions
 from pipelines.platform.meta import metadata
 
@@ -140,9 +140,10 @@ def multikueue(cfg: PipelineConfig, regions: list[RegionConfig]) -> list[dict[st
     name, in Kueue's namespace, key `kubeconfig`), the config listing them in preference order, the check."""
     missing = [r.name for r in regions if r.worker_cluster is None]
     if missing:
-        raise ValueError(
+        raise ConfigError(
             f"cluster.multikueue is true but configs/regions/{missing[0]}.yaml has no worker_cluster (the Secret "
-            "holding that region's worker-cluster kubeconfig); set it for every region a team uses"
+            "in Kueue's namespace holding that region's worker-cluster kubeconfig, key `kubeconfig`); set it for "
+            "every region a team uses, or set cluster.multikueue: false"
         )
     clusters = list(dict.fromkeys(r.worker_cluster for r in regions if r.worker_cluster))
     docs: list[dict[str, Any]] = [

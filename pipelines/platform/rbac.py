@@ -68,11 +68,20 @@ def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
         # (argo-workflows workflow/executor/resource.go). `delete-train-jobs` (the train task's exit
         # hook): `kubectl delete --selector … --wait=false` lists the workflow's jobs, deletes each.
         {"apiGroups": [group], "resources": [resource], "verbs": ["create", "get", "list", "delete"]},
+        *_prepull_rules(cfg),
         # setOwnerReference adds a controller reference with blockOwnerDeletion, which clusters running
         # the OwnerReferencesPermissionEnforcement admission plugin (OpenShift does) allow only to
         # whoever may update the owner's finalizers (kubernetes plugin/pkg/admission/gc/gc_admission.go).
         {"apiGroups": ["argoproj.io"], "resources": ["workflows/finalizers"], "verbs": ["update"]},
     ]
+
+
+def _prepull_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    # `prepull-image` creates the run's DaemonSet (kubectl create -f), `release-prepull` deletes it by
+    # label (list, delete); pipelines/prepull.py. Only the TrainJob backend warms images.
+    if cfg.training.backend != "trainjob":
+        return []
+    return [{"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["create", "list", "delete"]}]
 
 
 def rollout_rules() -> list[dict[str, Any]]:
