@@ -179,8 +179,9 @@ def test_paddle_mlops_run_library_warnings_reaches_the_steps(tmp_path: Path) -> 
 
 
 def test_cluster_pods_are_quiet_from_the_start() -> None:
-    """Every step container and the PaddleJob's workers get the filter in their environment: the launcher
-    (`python -m paddle.distributed.launch`) imports Paddle before any step module could filter."""
+    """Every step container and the training job's nodes (TrainJob trainer env, PaddleJob workers) get the
+    filter in their environment: the launcher (`python -m paddle.distributed.launch`) imports Paddle before
+    any step module could filter."""
     from paddle_mlops.contracts import QUIET_LIBRARIES_ENV
     from pipelines import image_rollout, rollout_template
 
@@ -190,7 +191,10 @@ def test_cluster_pods_are_quiet_from_the_start() -> None:
         t for m in (train_deploy, rollout_template, image_rollout) for t in m.build(cfg).to_dict()["spec"]["templates"]
     ]
     containers = [t["container"] for t in templates if "container" in t]
-    job = next(t["resource"]["manifest"] for t in doc["spec"]["templates"] if "manifest" in t.get("resource", {}))
+    job = next(t["resource"]["manifest"] for t in doc["spec"]["templates"] if t["name"] == "train")
+    containers.append(yaml.safe_load(job)["spec"]["trainer"])  # the TrainJob's node container env
+    legacy = train_deploy.build(load_config(CONFIG, "prod", ["training.backend=kubeflow-paddlejob"])).to_dict()
+    job = next(t["resource"]["manifest"] for t in legacy["spec"]["templates"] if t["name"] == "train")
     replicas = yaml.safe_load(job)["spec"]["paddleReplicaSpecs"].values()
     containers += [c for replica in replicas for c in replica["template"]["spec"]["containers"]]
     assert len(containers) > 10

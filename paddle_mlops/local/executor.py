@@ -300,15 +300,15 @@ class LocalExecutor:
     def _run_tasks(self, workflow: Workflow, results: list[TaskResult]) -> TaskResult | None:
         """Run `workflow`'s tasks in the current scope, appending to `results`; the failed one, if any."""
         for task in workflow.tasks:
-            if not self._should_run(task):
+            cluster_only = ((task.template.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ONLY_ANNOTATION)
+            if cluster_only:  # never run here, so never reused either (--only/--from)
+                result = TaskResult(task.name, "Skipped", reason=f"cluster only: {cluster_only}")
+                self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
+            elif not self._should_run(task):
                 if self.opts.only and self.order.index(task.name) > self.order.index(self.opts.only):
                     results.append(TaskResult(task.name, "Not run"))
                     continue
                 result = self._reused(task)
-            elif CLUSTER_ONLY_ANNOTATION in ((task.template.get("metadata") or {}).get("annotations") or {}):
-                why = task.template["metadata"]["annotations"][CLUSTER_ONLY_ANNOTATION]
-                result = TaskResult(task.name, "Skipped", reason=f"cluster only: {why}")
-                self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
             elif task.when and not evaluate_when(self.scope.render(task.when)):
                 result = TaskResult(task.name, "Skipped", reason=f"when: {self.scope.render(task.when)}")
                 self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")

@@ -34,10 +34,13 @@ ALL_CONTAINERS = "request.object.spec.[ephemeralContainers, initContainers, cont
 def release_images(cfg: PipelineConfig) -> list[str]:
     """Images from the project registry that pods run but no pipeline builds: signed at release.
 
-    The train image is signed by the build step, per build and by digest. BuildKit's image is
-    upstream's and runs in the build namespace, which this policy does not match.
+    The train image is signed by the build step, per build and by digest; `images.train` itself is
+    the training runtime's default (argo/training-runtime.yaml), which a TrainJob made by hand without
+    an image runs, so it is signed at release too. BuildKit's image is upstream's and runs in the
+    build namespace, which this policy does not match.
     """
-    return [cfg.images.tools, cfg.images.serve, f"{cfg.images.registry}/{mlflow_server.NAME}:{mlflow_server.IMAGE_TAG}"]
+    mlflow = f"{cfg.images.registry}/{mlflow_server.NAME}:{mlflow_server.IMAGE_TAG}"
+    return [cfg.images.tools, cfg.images.serve, cfg.images.train, mlflow]
 
 
 def workload_namespaces(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> list[str]:
