@@ -13,6 +13,7 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
 from paddle_mlops.config.models import RegionConfig, TeamConfig
+from paddle_mlops.config.placement import allowed_regions
 from paddle_mlops.contracts import (
     FINAL_EXIT_CODES,
     PRETRAINED_MOUNT,
@@ -91,6 +92,12 @@ def region_config(cfg: PipelineConfig) -> RegionConfig:
 def team_config(cfg: PipelineConfig) -> TeamConfig:
     """`configs/teams/<cluster.team>.yaml`: priority class and quota of the submitting team."""
     return _named("team", "cluster.team", cfg.cluster.team, load_teams())
+
+
+def training_regions(cfg: PipelineConfig) -> list[RegionConfig]:
+    """The regions this run's training may be admitted in, in the team's preference order
+    (paddle_mlops/config/placement.py: team quota, exclusions, data locality)."""
+    return allowed_regions(cfg, team_config(cfg), load_regions())
 
 
 def gpu_tolerations(region: RegionConfig) -> list[m.Toleration]:

@@ -35,7 +35,7 @@ KUBEFLOW_CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Su
 
 
 @dataclass(frozen=True)
-class PaddleJobSpec:
+class TrainingJobSpec:
     """The manifest plus the conditions Argo evaluates on it (Kubernetes label-selector syntax over
     gjson paths, so each key must be a valid label key: no array queries)."""
 
@@ -85,6 +85,11 @@ def train_script_args() -> list[str]:
     ]  # fmt: skip
 
 
+def node_env(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """A training node's env (every backend): the runtime env by Secret reference, then NCCL's."""
+    return k8s.as_k8s(k8s.runtime_env(cfg, GIT_SHA) + _nccl_env())
+
+
 def _nccl_env() -> list[m.EnvVar]:
     # WARN keeps logs readable but still reports transport fallbacks; eth0 is the pod network
     # interface, and IB stays off because pod networking carries no InfiniBand by default.
@@ -96,7 +101,7 @@ def _nccl_env() -> list[m.EnvVar]:
     ]
 
 
-def _resources(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
+def job_resources(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
     job = cfg.training.job
     amounts: dict[str, Any] = {"cpu": job.cpu, "memory": job.memory}
     if gpus > 0:
@@ -117,8 +122,8 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
         "imagePullPolicy": "IfNotPresent",
         "workingDir": k8s.PROJECT_DIR,
         "command": worker_command(cfg),
-        "env": k8s.as_k8s(k8s.runtime_env(cfg, GIT_SHA) + _nccl_env()),
-        "resources": _resources(cfg, gpus),
+        "env": node_env(cfg),
+        "resources": job_resources(cfg, gpus),
         "securityContext": k8s.as_k8s(k8s.container_security_context()),
         "volumeMounts": [
             {"name": tmp.name, "mountPath": tmp.mount_path},
@@ -153,7 +158,7 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
     return {"metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS}}, "spec": spec}
 
 
-def _metadata() -> dict[str, Any]:
+def job_metadata() -> dict[str, Any]:
     # generateName: an Argo retry of the train step creates a fresh job instead of colliding.
     return {
         "generateName": "{{workflow.name}}-train-",
@@ -161,7 +166,7 @@ def _metadata() -> dict[str, Any]:
     }
 
 
-def kubeflow_job(cfg: PipelineConfig) -> PaddleJobSpec:
+def kubeflow_job(cfg: PipelineConfig) -> TrainingJobSpec:
     """training-operator PaddleJob: Worker replicas; a Master replica selects PS mode there."""
     job = cfg.training.job
     team = k8s.team_config(cfg)
@@ -182,7 +187,7 @@ def kubeflow_job(cfg: PipelineConfig) -> PaddleJobSpec:
     manifest = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PaddleJob",
-        "metadata": _metadata(),
+        "metadata": job_metadata(),
         "spec": {
             "paddleReplicaSpecs": replicas,
             "runPolicy": {
@@ -200,7 +205,7 @@ def kubeflow_job(cfg: PipelineConfig) -> PaddleJobSpec:
             },
         },
     }
-    return PaddleJobSpec(manifest, *kubeflow_conditions())
+    return TrainingJobSpec(manifest, *kubeflow_conditions())
 
 
 def kubeflow_conditions() -> tuple[str, str]:
@@ -229,7 +234,7 @@ PADDLE_SUCCESS = "status.phase == Completed"
 PADDLE_FAILURE = "status.phase in (Failed, Terminating)"
 
 
-def paddle_operator_job(cfg: PipelineConfig) -> PaddleJobSpec:
+def paddle_operator_job(cfg: PipelineConfig) -> TrainingJobSpec:
     """Paddle operator PaddleJob: `worker` (and `ps` in parameter-server mode)."""
     job = cfg.training.job
     team = k8s.team_config(cfg)
@@ -247,8 +252,13 @@ def paddle_operator_job(cfg: PipelineConfig) -> PaddleJobSpec:
     }
     if job.ps_replicas > 0:
         spec["ps"] = {"replicas": job.ps_replicas, "template": _paddle_pod(cfg, 0)}
-    manifest = {"apiVersion": "batch.paddlepaddle.org/v1", "kind": "PaddleJob", "metadata": _metadata(), "spec": spec}
-    return PaddleJobSpec(manifest, PADDLE_SUCCESS, PADDLE_FAILURE)
+    manifest = {
+        "apiVersion": "batch.paddlepaddle.org/v1",
+        "kind": "PaddleJob",
+        "metadata": job_metadata(),
+        "spec": spec,
+    }
+    return TrainingJobSpec(manifest, PADDLE_SUCCESS, PADDLE_FAILURE)
 
 
 def _paddle_pod(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
@@ -260,7 +270,7 @@ def _paddle_pod(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
     return template
 
 
-def build_paddlejob(cfg: PipelineConfig) -> PaddleJobSpec:
+def build_paddlejob(cfg: PipelineConfig) -> TrainingJobSpec:
     """The PaddleJob of a legacy `training.backend`."""
     if cfg.training.backend == "kubeflow-paddlejob":
         return kubeflow_job(cfg)

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, load_regions
-from paddle_mlops.config.placement import allowed_regions
+from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, PART_OF
 from pipelines import k8s
 from pipelines.paddlejob import WORKFLOW_LABEL, train_image
@@ -27,12 +26,8 @@ RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "10
 IDLE = ["python", "-c", "import signal; signal.pause()"]
 
 
-def regions(cfg: PipelineConfig) -> list[Any]:
-    return allowed_regions(cfg, k8s.team_config(cfg), load_regions())
-
-
 def daemon_set(cfg: PipelineConfig) -> dict[str, Any]:
-    allowed = regions(cfg)
+    allowed = k8s.training_regions(cfg)
     tolerations: list[dict[str, Any]] = []
     for region in allowed:
         for t in k8s.as_k8s(k8s.gpu_tolerations(region)):

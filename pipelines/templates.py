@@ -25,7 +25,7 @@ from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF, image_repository
 from pipelines import k8s, prepull, trainjob
 from pipelines.observability import argo_template_metrics
-from pipelines.paddlejob import WORKFLOW_LABEL, PaddleJobSpec, build_paddlejob
+from pipelines.paddlejob import WORKFLOW_LABEL, TrainingJobSpec, build_paddlejob
 from pipelines.platform import buildkit
 
 OUTPUTS = OUTPUTS_DIR
@@ -204,26 +204,33 @@ def train(cfg: PipelineConfig) -> Resource:
     return template
 
 
-def training_job(cfg: PipelineConfig) -> PaddleJobSpec:
+def training_job(cfg: PipelineConfig) -> TrainingJobSpec:
     """The job `training.backend` names: a TrainJob (default) or a legacy PaddleJob."""
     return trainjob.trainjob(cfg) if cfg.training.backend == "trainjob" else build_paddlejob(cfg)
 
 
-def delete_train_jobs(cfg: PipelineConfig, job: PaddleJobSpec) -> Resource:
+def delete_train_jobs(cfg: PipelineConfig, job: TrainingJobSpec) -> Resource:
     """`kubectl delete --ignore-not-found <trainjobs|paddlejobs>.<group> --selector paddle-mlops/workflow=<workflow>`.
 
     Deleting the job deletes its pods (the TrainJob owns its JobSet; both PaddleJob operators own their pods).
     No manifest: Argo then runs kubectl with the flags alone (workflow/executor/resource.go
     getKubectlArguments); --wait=false returns without watching the Paddle operator's finalizer.
     """
+    return delete_workflow_objects(cfg, DELETE_TRAIN_JOBS, job.resource)
+
+
+def delete_workflow_objects(cfg: PipelineConfig, name: str, resource: str, **extra: Any) -> Resource:
+    """Template `name`: `kubectl delete --ignore-not-found <resource> --selector paddle-mlops/workflow=<workflow>
+    --wait=false`, the objects this workflow's resource templates created."""
     return Resource(
-        name=DELETE_TRAIN_JOBS,
+        name=name,
         action="delete",
-        flags=[job.resource, "--selector", f"{WORKFLOW_LABEL}={{{{workflow.name}}}}", "--wait=false"],
+        flags=[resource, "--selector", f"{WORKFLOW_LABEL}={{{{workflow.name}}}}", "--wait=false"],
         timeout="300s",
         active_deadline_seconds=300,
         retry_strategy=k8s.resource_retry_strategy(cfg),
-        metrics=m.Metrics.model_validate(argo_template_metrics(DELETE_TRAIN_JOBS)),
+        metrics=m.Metrics.model_validate(argo_template_metrics(name)),
+        **extra,
     )
 
 
@@ -248,17 +255,8 @@ def prepull_image(cfg: PipelineConfig) -> Resource:
 
 
 def release_prepull(cfg: PipelineConfig) -> Resource:
-    """`kubectl delete --ignore-not-found daemonsets.apps --selector paddle-mlops/workflow=<workflow>`."""
-    return Resource(
-        name=RELEASE_PREPULL,
-        action="delete",
-        flags=["daemonsets.apps", "--selector", f"{WORKFLOW_LABEL}={{{{workflow.name}}}}", "--wait=false"],
-        annotations=dict(prepull.CLUSTER_ONLY),
-        timeout="300s",
-        active_deadline_seconds=300,
-        retry_strategy=k8s.resource_retry_strategy(cfg),
-        metrics=m.Metrics.model_validate(argo_template_metrics(RELEASE_PREPULL)),
-    )
+    """Delete the run's pre-pull DaemonSet by the workflow label."""
+    return delete_workflow_objects(cfg, RELEASE_PREPULL, "daemonsets.apps", annotations=dict(prepull.CLUSTER_ONLY))
 
 
 def evaluate(cfg: PipelineConfig) -> Container:

@@ -24,17 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, load_regions
-from paddle_mlops.config.placement import allowed_regions
+from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import PART_OF
 from pipelines import k8s
 from pipelines.paddlejob import (
-    GIT_SHA,
     KUBEFLOW_PORT,
-    PaddleJobSpec,
-    _metadata,
-    _nccl_env,
-    _resources,
+    TrainingJobSpec,
+    job_metadata,
+    job_resources,
+    node_env,
     train_image,
     train_script_args,
 )
@@ -104,7 +102,7 @@ def _node_pod(cfg: PipelineConfig) -> dict[str, Any]:
             }
         ],
         "ports": ports,
-        "resources": _resources(cfg, job.gpus_per_worker),
+        "resources": job_resources(cfg, job.gpus_per_worker),
         "securityContext": k8s.as_k8s(k8s.container_security_context()),
         "volumeMounts": [
             {"name": tmp.name, "mountPath": tmp.mount_path},
@@ -159,8 +157,7 @@ def cluster_training_runtime(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
-    team = k8s.team_config(cfg)
-    regions = [r.name for r in allowed_regions(cfg, team, load_regions())]
+    regions = [r.name for r in k8s.training_regions(cfg)]
     pod_meta: dict[str, Any] = {}
     topology = cfg.training.placement.topology
     if topology != "none" and cfg.cluster.topology_levels:
@@ -189,10 +186,10 @@ def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def trainjob(cfg: PipelineConfig) -> PaddleJobSpec:
+def trainjob(cfg: PipelineConfig) -> TrainingJobSpec:
     """The TrainJob the `train` step creates, and the conditions Argo judges it by."""
     job = cfg.training.job
-    metadata = _metadata()
+    metadata = job_metadata()
     metadata["labels"].update({QUEUE_NAME_LABEL: LOCAL_QUEUE, PRIORITY_CLASS_LABEL: PRIORITY})
     manifest = {
         "apiVersion": API,
@@ -206,14 +203,14 @@ def trainjob(cfg: PipelineConfig) -> PaddleJobSpec:
             "trainer": {
                 "image": train_image(cfg),
                 "command": launch_command(cfg),
-                "env": k8s.as_k8s(k8s.runtime_env(cfg, GIT_SHA) + _nccl_env()),
+                "env": node_env(cfg),
                 "numNodes": job.workers,
-                "resourcesPerNode": _resources(cfg, job.gpus_per_worker),
+                "resourcesPerNode": job_resources(cfg, job.gpus_per_worker),
             },
             "runtimePatches": [_placement_patch(cfg)],
         },
     }
-    return PaddleJobSpec(manifest, *conditions())
+    return TrainingJobSpec(manifest, *conditions())
 
 
 def conditions() -> tuple[str, str]:

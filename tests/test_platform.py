@@ -161,7 +161,7 @@ def test_build_namespace_says_why_it_is_not_restricted(cfg, files):
 
 def test_quota_quantity_must_be_simple():
     with pytest.raises(ValueError, match="quota quantity"):
-        tenancy._scaled("1.5", 2)
+        tenancy.scaled("1.5", 2)
 
 
 # --- least privilege -----------------------------------------------------------------------------

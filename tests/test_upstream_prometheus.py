@@ -57,20 +57,22 @@ def training_containers(cfg: PipelineConfig) -> list[Container]:
         template = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
         (container,) = template["spec"]["containers"]
         labels = {**template["metadata"]["labels"], "jobset.sigs.k8s.io/jobset-name": "wf-train-x"}
-        return [
-            Container("wf-train-x-node-0-0", cfg.cluster.namespace, labels, container["name"], p["name"],
-                      p["containerPort"], "Job", "wf-train-x-node-0")
-            for p in container.get("ports", [])
-        ]  # fmt: skip
+        return _ports_of(cfg, "wf-train-x-node-0-0", labels, container, ("Job", "wf-train-x-node-0"))
     job = paddlejob.build_paddlejob(cfg).manifest
     template = job["spec"]["paddleReplicaSpecs"]["Worker"]["template"]
     (container,) = template["spec"]["containers"]
     labels = {**template["metadata"]["labels"], "training.kubeflow.org/replica-type": "worker"}
+    return _ports_of(cfg, "wf-train-x-worker-0", labels, container, ("PaddleJob", "wf-train-x"))
+
+
+def _ports_of(
+    cfg: PipelineConfig, pod: str, labels: dict[str, str], container: dict[str, Any], owner: tuple[str, str]
+) -> list[Container]:
+    """One scrape candidate per declared port of `container` in pod `pod`, owned by `owner` (kind, name)."""
     return [
-        Container("wf-train-x-worker-0", cfg.cluster.namespace, labels, container["name"], p["name"],
-                  p["containerPort"], "PaddleJob", "wf-train-x")
+        Container(pod, cfg.cluster.namespace, labels, container["name"], p["name"], p["containerPort"], *owner)
         for p in container.get("ports", [])
-    ]  # fmt: skip
+    ]
 
 
 def serving_containers(cfg: PipelineConfig) -> list[Container]:

@@ -36,6 +36,12 @@ def pod_template(job: dict[str, Any]) -> dict[str, Any]:
     return ((job.get("template") or {}).get("spec") or {}).get("template") or {}
 
 
+def _upsert(items: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`items` with each entry of `new` in place of the one of the same name (a strategic merge on `name`)."""
+    names = {item.get("name") for item in new}
+    return [i for i in items if i.get("name") not in names] + list(new)
+
+
 def _merge_containers(base: list[dict[str, Any]], patch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = [dict(c) for c in base]
     for p in patch:
@@ -45,8 +51,7 @@ def _merge_containers(base: list[dict[str, Any]], patch: list[dict[str, Any]]) -
             continue
         for key, value in p.items():
             if key in ("env", "volumeMounts") and isinstance(value, list):
-                names = {item.get("name") for item in value}
-                target[key] = [i for i in target.get(key, []) if i.get("name") not in names] + list(value)
+                target[key] = _upsert(target.get(key, []), value)
             elif key != "name":
                 target[key] = value
     return out
@@ -62,8 +67,7 @@ def _apply_patch(template: dict[str, Any], patch: dict[str, Any]) -> None:
         if key in ("containers", "initContainers"):
             spec[key] = _merge_containers(spec.get(key, []), value)
         elif key == "volumes":
-            names = {v.get("name") for v in value}
-            spec[key] = [v for v in spec.get(key, []) if v.get("name") not in names] + list(value)
+            spec[key] = _upsert(spec.get(key, []), value)
         else:
             spec[key] = value
 
@@ -89,10 +93,7 @@ def trainjob_pod_templates(doc: dict[str, Any], runtime: dict[str, Any]) -> list
                     if trainer.get(key) is not None:
                         container[key] = trainer[key]
                 if trainer.get("env"):
-                    names = {e.get("name") for e in trainer["env"]}
-                    container["env"] = [e for e in container.get("env", []) if e.get("name") not in names] + list(
-                        trainer["env"]
-                    )
+                    container["env"] = _upsert(container.get("env", []), trainer["env"])
                 if trainer.get("resourcesPerNode") is not None:
                     container["resources"] = trainer["resourcesPerNode"]
         if job.get("name") in patches:

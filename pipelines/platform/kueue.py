@@ -20,12 +20,12 @@ manage (workflow pods, serving); docs/training.md says which limit applies where
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig, TeamConfig, load_regions, load_teams
 from paddle_mlops.config.placement import team_regions
 from pipelines.platform.meta import metadata
+from pipelines.platform.tenancy import scaled
 
 API = "kueue.x-k8s.io/v1beta2"
 COHORT = "paddle-mlops"
@@ -55,23 +55,15 @@ def resource_flavor(cfg: PipelineConfig, region: RegionConfig) -> dict[str, Any]
     }
 
 
-def _fraction(quantity: str | int, fraction: float) -> str:
-    """`64` × 0.5 → `32`, `512Gi` × 0.25 → `128Gi` (rounded down to the unit)."""
-    match = re.fullmatch(r"(\d+)([A-Za-z]*)", str(quantity))
-    if not match:
-        raise ValueError(f"quota quantity {quantity!r} must be an integer with an optional unit (e.g. 64, 512Gi)")
-    return f"{int(int(match.group(1)) * fraction)}{match.group(2)}"
-
-
 def _flavor_quotas(team: TeamConfig, region: RegionConfig) -> dict[str, Any]:
     quota = next(q for q in team.regions if q.region == region.name)
     resources = []
     for name, amount in (("cpu", quota.cpu), ("memory", quota.memory), (GPU, quota.gpu)):
         entry: dict[str, Any] = {"name": name, "nominalQuota": amount}
         if quota.borrowing_limit is not None:
-            entry["borrowingLimit"] = _fraction(amount, quota.borrowing_limit)
+            entry["borrowingLimit"] = scaled(amount, quota.borrowing_limit)
         if quota.lending_limit is not None:
-            entry["lendingLimit"] = _fraction(amount, quota.lending_limit)
+            entry["lendingLimit"] = scaled(amount, quota.lending_limit)
         resources.append(entry)
     return {"name": region.flavor, "resources": resources}
 

@@ -22,12 +22,6 @@ from pipelines.platform.meta import metadata
 
 TRAIN_SERVICE_ACCOUNT = "paddle-mlops-train"
 ROLLOUT_SERVICE_ACCOUNT = "paddle-mlops-rollout"
-# training.backend → (API group, resource) of the job the `train` template creates.
-TRAINING_JOB_RESOURCES = {
-    "trainjob": ("trainer.kubeflow.org", "trainjobs"),
-    "kubeflow-paddlejob": ("kubeflow.org", "paddlejobs"),
-    "paddle-operator": ("batch.paddlepaddle.org", "paddlejobs"),
-}
 
 TASK_RESULTS = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
 
@@ -61,7 +55,10 @@ def role_binding(name: str, namespace: str, service_account_name: str) -> dict[s
 
 
 def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    group, resource = TRAINING_JOB_RESOURCES[cfg.training.backend]
+    # Imported here: the job builders name this module's training service account.
+    from pipelines.templates import training_job
+
+    resource, group = training_job(cfg).resource.split(".", 1)
     return [
         TASK_RESULTS,
         # `train`: `kubectl create -f`, then GET polls for the success/failure condition

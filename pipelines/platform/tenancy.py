@@ -43,12 +43,13 @@ def namespace(name: str, labels: dict[str, str], annotations: dict[str, str] | N
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata(name, labels=labels, annotations=annotations)}
 
 
-def _scaled(quantity: str, factor: int) -> str:
-    """`64` → `128`, `512Gi` → `1024Gi`: limits are a multiple of the requests a team may hold."""
-    match = re.fullmatch(r"(\d+)([A-Za-z]*)", quantity)
+def scaled(quantity: str | int, factor: float) -> str:
+    """`64` × 2 → `128`, `512Gi` × 0.25 → `128Gi` (rounded down to the unit): quota limits from quota
+    figures (ResourceQuota limits here, Kueue borrowing/lending limits in kueue.py)."""
+    match = re.fullmatch(r"(\d+)([A-Za-z]*)", str(quantity))
     if not match:
         raise ValueError(f"quota quantity {quantity!r} must be an integer with an optional unit (e.g. 64, 512Gi)")
-    return f"{int(match.group(1)) * factor}{match.group(2)}"
+    return f"{int(int(match.group(1)) * factor)}{match.group(2)}"
 
 
 def resource_quota(team: TeamConfig, namespace_name: str) -> dict[str, Any]:
@@ -64,8 +65,8 @@ def resource_quota(team: TeamConfig, namespace_name: str) -> dict[str, Any]:
                 "requests.cpu": quota.cpu,
                 "requests.memory": quota.memory,
                 "requests.nvidia.com/gpu": str(quota.gpu),
-                "limits.cpu": _scaled(quota.cpu, 2),
-                "limits.memory": _scaled(quota.memory, 2),
+                "limits.cpu": scaled(quota.cpu, 2),
+                "limits.memory": scaled(quota.memory, 2),
                 "pods": str(quota.pods),
             }
         },
