@@ -58,8 +58,18 @@ def test_dag_runs_the_steps_in_order(doc: dict) -> None:
     assert all(tasks[name].get("depends") == before for before, name in pairwise(DAG_ORDER))
 
 
+# argo-workflows workflow/common/ancestry.go TaskResult: the results a `depends` expression may name.
+ARGO_TASK_RESULTS = ("Succeeded", "Failed", "Errored", "Skipped", "Omitted", "Daemoned", "AnySucceeded", "AllFailed")
+
+
 def test_the_image_is_prepulled_beside_prepare_data_and_released_however_training_ends(doc: dict) -> None:
+    """Argo semantics: pkg/apis/workflow/v1alpha1/workflow_types.go DAGTemplate.FailFast (default true: no
+    new task is scheduled once one failed, which would strand the DaemonSet after a failed train);
+    workflow/controller/dag.go evaluates `depends` over the task results of ancestry.go."""
     tasks = _tasks(doc)
+    for term in tasks["release-prepull"]["depends"].split("||"):
+        name, _, result = term.strip().partition(".")
+        assert name in tasks and result in ARGO_TASK_RESULTS, term
     assert tasks["prepull-image"]["depends"] == "build-image" and tasks["prepull-image"]["continueOn"] == {
         "failed": True
     }  # a failed pre-pull only costs the cold pull it was to save
