@@ -4,7 +4,7 @@ On one ERNIE 3.0-medium-sized classifier (hidden 768, 6 layers, 12 heads, interm
 vocabulary 40 000, random weights) at sequence length 64 it measures, in one run:
 
   (a) batch-1 latency (p50/p99): one client, keep-alive, one text per request, against
-      `ExportedClassifier.predict([text])` called in-process      -> `latency ratio`
+      `ExportedModel.predict([text])` called in-process      -> `latency ratio`
   (b) throughput of 16 concurrent keep-alive clients, against the in-process predictor's best
       batched throughput over batch sizes 1..32 (the machine's limit) -> `throughput ratio`
   (c) both figures for the plain one-request-one-inference `kserve.Model` a user would write.
@@ -452,7 +452,7 @@ def _wait_http(url: str, timeout: float = 120) -> None:
 class Servers:
     """What the host process serves: one predictor, through ours and the baseline, on one event loop."""
 
-    clf: Any  # the ExportedClassifier both servers call
+    clf: Any  # the ExportedModel both servers call
     ours: Any  # our serving.ErnieModel around `clf`
     loop: asyncio.AbstractEventLoop
     urls: dict[str, str]
@@ -482,9 +482,9 @@ def _host_serving_config(args: argparse.Namespace) -> ServingConfig:
 def _start_servers(args: argparse.Namespace) -> Servers:
     """Load the predictor once and serve it as ours and as the baseline, once both are listening."""
     from steps.runtime import openmp, serving
-    from steps.runtime.ernie import ExportedClassifier
+    from steps.runtime.ernie import ExportedModel
 
-    clf = ExportedClassifier(args.host_model, cpu_threads=args.cpu_threads)
+    clf = ExportedModel(args.host_model, cpu_threads=args.cpu_threads)
     cfg = _host_serving_config(args)
     ours = serving.ErnieModel(MODEL_NAME, cfg, model_dir=args.host_model, classifier_factory=lambda _d, _c: clf)
     ours.load()

@@ -15,6 +15,8 @@ from rich.console import Console
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.config.loader import default_config_path
+from paddle_mlops.config.task_rules import missing_data
+from paddle_mlops.config.tasks import DEFAULT_TASK
 from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE, mlflow_ui_url
 from paddle_mlops.local.dag import DagError
 
@@ -57,10 +59,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
             "Run the train-deploy DAG as local processes: build-image (skipped locally), prepare-data, train "
             "(paddle.distributed.launch with training.nproc CPU processes), evaluate (gate), upload; then the "
             "published model's notification starts the rollout workflow: validate, register, rollout (a model "
-            "server on 127.0.0.1). Writes a summary to WORKDIR/last-run.json."
+            "server on 127.0.0.1). --task NAME picks the task (configs/tasks/NAME.yaml); several --task run the "
+            "finetune-batch DAG, one branch per task (--set NAME:a.b=c sets one task's key). Writes a summary to "
+            "WORKDIR/last-run.json."
         ),
     )
-    add_config_args(run, "local")
+    add_config_args(run, "local", several_tasks=True)
     _workdir_arg(run)
     group = run.add_mutually_exclusive_group()
     group.add_argument("--only", metavar="STEP", help="run only this step, reusing earlier outputs of the last run")
@@ -107,7 +111,10 @@ def _add_local_services(sub: argparse._SubParsersAction) -> None:
         help="manage the local model server (status, stop)",
         description="Show or stop the model server that the local rollout started.",
     )
-    serve.add_argument("action", choices=["status", "stop"], help="status: print URL and version; stop: stop it")
+    serve.add_argument(
+        "action", choices=["status", "stop"], help="status: print each server's URL and version; stop: stop them"
+    )
+    serve.add_argument("--task", default=None, metavar="NAME", help="only the server of this task (default: all)")
     _workdir_arg(serve)
 
 
@@ -135,13 +142,26 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from paddle_mlops import batch
     from paddle_mlops.local import notify
     from paddle_mlops.local.executor import FollowOn, LocalExecutor, RunOptions
-    from pipelines import rollout_template, train_deploy
+    from pipelines import finetune_batch, rollout_template, train_deploy
 
     config_path = args.config or default_config_path()
-    cfg = load_config(config_path, args.env, args.overrides)
-    doc = train_deploy.build(cfg).to_dict()
+    tasks = args.tasks or [None]
+    if len(tasks) > 1:  # several tasks: the finetune-batch DAG, one branch per task
+        items = batch.batch_items(tasks, args.overrides, config_path, args.env)
+        cfg = load_config(config_path, args.env, [o for o in args.overrides if ":" not in o.split("=", 1)[0]])
+        doc = finetune_batch.build(cfg).to_dict()
+        params, overrides, results = {"tasks": batch.as_parameter(items)}, [], {}
+    else:
+        overrides = batch.task_overrides([tasks[0] or DEFAULT_TASK], args.overrides)[tasks[0] or DEFAULT_TASK]
+        cfg = load_config(config_path, args.env, overrides, task=tasks[0])
+        problem = missing_data(cfg)
+        if problem:
+            raise ConfigError(problem)
+        doc = train_deploy.build(cfg).to_dict()
+        params, results = {}, {**rollout_template.RESULTS, **train_deploy.RESULTS}  # training run and upload first
     # The published model's notification starts the rollout workflow, as MinIO and Argo Events do on the cluster.
     follow = FollowOn(
         rollout_template.build(cfg).to_dict(), lambda outputs: notify.after_upload(cfg, outputs), {"redeploy": "true"}
@@ -149,14 +169,15 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     opts = RunOptions(
         config_path=config_path,
         env=args.env,
-        overrides=list(args.overrides),
+        overrides=overrides,
         workdir=args.workdir,
         only=args.only,
         start_from=args.start_from,
         git_sha=args.git_sha,
         library_warnings=args.library_warnings,
+        task=cfg.task,
+        parameters=params,
     )
-    results = {**rollout_template.RESULTS, **train_deploy.RESULTS}  # the training run and its upload first
     code, _ = LocalExecutor(cfg, doc, opts, console, results=results, follow=follow).run()
     return code
 
@@ -165,8 +186,8 @@ def _cmd_compile(args: argparse.Namespace, console: Console) -> int:
     from paddle_mlops import compile as compiler
 
     cfg = (
-        load_config(args.config, args.env, args.overrides)
-        if (args.config or args.env or args.overrides)
+        load_config(args.config, args.env, args.overrides, task=args.task)
+        if (args.config or args.env or args.overrides or args.task)
         else compiler.default_compile_config()
     )
     if args.check:
@@ -183,7 +204,7 @@ def _cmd_compile(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_config(args: argparse.Namespace, console: Console) -> int:
-    cfg = load_config(args.config, args.env, args.overrides)
+    cfg = load_config(args.config, args.env, args.overrides, task=args.task)
     console.out(json.dumps(cfg.model_dump(mode="json", by_alias=True), indent=2, ensure_ascii=False), highlight=False)
     return 0
 
@@ -216,18 +237,21 @@ def _cmd_ui(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
-    from steps.runtime.local_server import stop_local_server
+    from steps.runtime.local_server import read_current, served_models, stop_local_server
 
     home = args.workdir.resolve()
-    current = home / "serving" / "current.json"
+    models = [load_config(None, "local", task=args.task).serving.model_name] if args.task else served_models(home)
     if args.action == "status":
-        if not current.is_file():
+        records = {m: read_current(home, m) for m in models}
+        records = {m: r for m, r in records.items() if r}
+        if not records:
             console.print("No local model server is recorded.")
             return 1
-        console.out(current.read_text(encoding="utf-8"), highlight=False)
+        console.out(json.dumps(records, indent=2, ensure_ascii=False), highlight=False)
         return 0
-    stopped = stop_local_server(home)
-    console.print("Stopped the local model server." if stopped else "No local model server was running.")
+    stopped = any([stop_local_server(home, m) for m in models])
+    what = f"the local model server of task {args.task}" if args.task else "the local model servers"
+    console.print(f"Stopped {what}." if stopped else "No local model server was running.")
     return 0
 
 
@@ -251,7 +275,7 @@ DELEGATED = {
 def _cmd_preflight(args: argparse.Namespace, console: Console) -> int:
     from paddle_mlops import preflight
 
-    cfg = load_config(args.config, args.env, args.overrides)
+    cfg = load_config(args.config, args.env, args.overrides, task=args.task)
     return preflight.preflight(cfg, console, kubeconfig=args.kubeconfig, context=args.context, as_json=args.as_json)
 
 

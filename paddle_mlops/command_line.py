@@ -13,21 +13,40 @@ from pathlib import Path
 UserErrors = Sequence[tuple[type[BaseException], int, str]]
 
 
-def add_config_args(p: argparse.ArgumentParser, default_env: str | None = None) -> None:
-    """--config, --env and repeatable --set, as `paddle_mlops.config.load_config` takes them."""
+def add_config_args(p: argparse.ArgumentParser, default_env: str | None = None, several_tasks: bool = False) -> None:
+    """--config, --env, --task (repeatable with `several_tasks`: `args.tasks`) and repeatable --set, as
+    `paddle_mlops.config.load_config` takes them."""
     p.add_argument("--config", type=Path, default=None, help="pipeline YAML (default: configs/pipeline.yaml)")
     p.add_argument(
         "--env",
         default=default_env,
         help=f"environment overlay from configs/env/ (local, dev, prod; default: {default_env or 'none'})",
     )
+    if several_tasks:
+        p.add_argument(
+            "--task",
+            dest="tasks",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="the task: configs/tasks/NAME.yaml (sentiment, ner, text-matching, …; default: sentiment); "
+            "repeat it for a finetune-batch of several tasks",
+        )
+    else:
+        p.add_argument(
+            "--task",
+            default=None,
+            metavar="NAME",
+            help="the task: configs/tasks/NAME.yaml (sentiment, ner, text-matching, …; default: sentiment)",
+        )
     p.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="A.B=VALUE",
-        help="override one setting, e.g. --set training.epochs=1 (repeatable)",
+        help="override one setting, e.g. --set training.epochs=1 (repeatable); --set NAME:a.b=c sets it for "
+        "task NAME only",
     )
 
 

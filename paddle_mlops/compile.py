@@ -16,7 +16,7 @@ import yaml
 
 from paddle_mlops.config import PipelineConfig, load_config
 from paddle_mlops.config.loader import default_config_path
-from pipelines import image_rollout, retrain_cron, rollout_template, train_deploy, trainjob
+from pipelines import finetune_batch, image_rollout, retrain_cron, rollout_template, train_deploy, trainjob
 from pipelines.observability import render_observability
 from pipelines.platform import render_platform
 
@@ -27,6 +27,7 @@ PIPELINES: dict[str, Callable[[PipelineConfig], Any]] = {
     f"{rollout_template.NAME}.yaml": rollout_template.build,
     f"{image_rollout.NAME}.yaml": image_rollout.build,
     f"{retrain_cron.NAME}.yaml": retrain_cron.build,
+    f"{finetune_batch.NAME}.yaml": finetune_batch.build,
 }
 
 

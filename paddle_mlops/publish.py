@@ -132,7 +132,7 @@ def _roll_out_here(cfg: PipelineConfig, args: argparse.Namespace, model_uri: str
 def _publish(args: argparse.Namespace, console: Console) -> int:
     import os
 
-    cfg = load_config(args.config or default_config_path(), args.env, args.overrides)
+    cfg = load_config(args.config or default_config_path(), args.env, args.overrides, task=args.task)
     model_dir = check_model_dir(args.model_dir)
     os.environ[HOME_ENV] = str(args.workdir.resolve())  # the local store, as `run` sets it for its steps
     model_uri = publish(cfg, model_dir, args.version)

@@ -2,8 +2,8 @@
 
 Plots logged by the run (PNG artifacts under `plots/`) are downloaded as they are; any that are
 missing are drawn again from what the run recorded: the per-epoch metric history
-(`train_loss`, `dev_accuracy`, `dev_macro_f1`) and an evaluation `metrics.json` artifact
-(`per_class`, `confusion_matrix` + `labels`).
+(`train_loss` and every `dev_*` metric of the task: `dev_accuracy`, `dev_macro_f1`; `dev_micro_f1`, … for NER) and
+an evaluation `metrics.json` artifact (`per_class`, `confusion_matrix` + `labels`; NER reports have no matrix).
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from paddle_mlops import contracts
 from paddle_mlops.contracts import EXIT_USER_ERROR
 from steps.runtime import plots
 
-HISTORY_KEYS = ("train_loss", "dev_accuracy", "dev_macro_f1")
+# Per-epoch series: the train loss and every dev metric of the task (accuracy, macro_f1; micro_f1, precision, …).
+TRAIN_LOSS = "train_loss"
+DEV_PREFIX = "dev_"
 
 
 class ReportError(Exception):
@@ -44,7 +46,8 @@ def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> li
 
 def _history(client: MlflowClient, run_id: str) -> list[dict[str, float]]:
     by_epoch: dict[int, dict[str, float]] = {}
-    for key in HISTORY_KEYS:
+    logged = client.get_run(run_id).data.metrics
+    for key in [TRAIN_LOSS, *sorted(k for k in logged if k.startswith(DEV_PREFIX))]:
         for metric in client.get_metric_history(run_id, key):
             by_epoch.setdefault(metric.step, {"epoch": metric.step})[key] = metric.value
     return [by_epoch[e] for e in sorted(by_epoch)]

@@ -1,13 +1,16 @@
 """`paddle-mlops submit`: start a run from a WorkflowTemplate, as `argo submit --from` does.
 
 Before submitting, the namespace's ResourceQuota is read: when fewer GPUs are free than the run's
-PaddleJob requests (workers × gpus_per_worker), nothing is submitted and the message says how
-many are free and what to change. `--dry-run` prints the Workflow without touching the cluster.
+training jobs request (workers × gpus_per_worker, times the tasks of a finetune-batch, whose branches train at
+once), nothing is submitted and the message says how many are free and what to change. `--task NAME` sets the
+`task` parameter; `submit finetune-batch --task a --task b` builds its `tasks` list. `--dry-run` prints the
+Workflow without touching the cluster.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +20,7 @@ import yaml
 
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops.config.tasks import DEFAULT_TASK
 from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_USAGE
 
 GROUP, VERSION, PLURAL = "argoproj.io", "v1alpha1", "workflows"
@@ -167,7 +171,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("-n", "--namespace", default=None, help="namespace (default: cluster.namespace from the config)")
     p.add_argument("--dry-run", action="store_true", help="print the Workflow YAML; no API call")
-    add_config_args(p)  # the configuration sizes the GPU request
+    # The configuration sizes the GPU request; --task sets the `task` parameter, or for finetune-batch (repeated)
+    # its `tasks` list, with --set overrides (`--set NAME:a.b=c` for one task).
+    add_config_args(p, several_tasks=True)
     return p.parse_args(argv)
 
 
@@ -194,11 +200,36 @@ def main(argv: Sequence[str] | None = None, api: Any = None) -> int:
     return exit_status(lambda: _submit(args, api), errors)
 
 
+def task_parameters(args: argparse.Namespace, params: dict[str, str]) -> tuple[dict[str, str], int]:
+    """The parameters --task adds (`task`, or finetune-batch's `tasks` list), and how many training jobs the run
+    starts at once (one per branch of a batch)."""
+    from paddle_mlops import batch
+    from pipelines import finetune_batch
+
+    if args.template == finetune_batch.NAME:
+        if "tasks" in params:
+            try:
+                return params, len(json.loads(params["tasks"])) or 1
+            except (json.JSONDecodeError, TypeError):
+                raise ConfigError(
+                    f"-p tasks={params['tasks']!r} is not a JSON list; use --task NAME (repeatable) instead."
+                ) from None
+        items = batch.batch_items(args.tasks or [DEFAULT_TASK], args.overrides, args.config, args.env)
+        return {**params, "tasks": batch.as_parameter(items)}, len(items)
+    if len(args.tasks) > 1:
+        raise ConfigError(f"several --task run as one batch: submit {finetune_batch.NAME}, not {args.template}.")
+    if args.tasks:
+        params = {"task": args.tasks[0], **params}
+    return params, 1
+
+
 def _submit(args: argparse.Namespace, api: Any) -> int:
-    cfg = load_config(args.config, args.env, args.overrides)
-    params = parse_params(args.params)
+    plain = [o for o in args.overrides if ":" not in o.split("=", 1)[0]]
+    task = args.tasks[0] if len(args.tasks) == 1 else None
+    cfg = load_config(args.config, args.env, plain, task=task)
+    params, jobs = task_parameters(args, parse_params(args.params))
     namespace = args.namespace or cfg.cluster.namespace
-    result = submit(args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg))
+    result = submit(args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg) * jobs)
     if args.dry_run:
         print(yaml.safe_dump(result, sort_keys=False), end="")
     else:

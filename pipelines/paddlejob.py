@@ -20,16 +20,18 @@ from paddle_mlops.contracts import PART_OF, image_repository
 from pipelines import k8s
 from pipelines.platform.network import TRAIN_POD_LABELS
 from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
+from pipelines.run_scope import WORKFLOW, RunScope
 
 IMAGE_DIGEST = "{{inputs.parameters.image-digest}}"
 # The commit build-image built (the train template's `git-sha` input; see templates.COMMIT).
 GIT_SHA = "{{inputs.parameters.git-sha}}"
-WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
 # Kubeflow's Paddle controller finds the job's container and rendezvous port by these names.
 KUBEFLOW_CONTAINER = "paddle"
 KUBEFLOW_PORT = 37777
-# Every job carries its workflow's name: the train step's exit hook deletes the workflow's jobs by it.
+# Every job carries its workflow's name and its task: the train step's exit hook deletes the workflow's jobs by
+# them (a finetune-batch branch only its own task's).
 WORKFLOW_LABEL = "paddle-mlops/workflow"
+TASK_LABEL = "paddle-mlops/task"
 # training-operator v1.9.0 pkg/apis/kubeflow.org/v1/common_types.go, JobConditionType: all of them.
 KUBEFLOW_CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Suspended", "Failed")
 
@@ -54,7 +56,7 @@ def train_image(cfg: PipelineConfig) -> str:
     return f"{image_repository(cfg.images.train)}@{IMAGE_DIGEST}"
 
 
-def worker_command(cfg: PipelineConfig) -> list[str]:
+def worker_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]:
     """contracts.md "Training launch"; rendezvous comes from the operator's PADDLE_* env."""
     job = cfg.training.job
     command = [
@@ -70,18 +72,19 @@ def worker_command(cfg: PipelineConfig) -> list[str]:
         # Server/trainer endpoints and counts are injected by the operator
         # (PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM); only the mode is ours to say.
         command += ["--run_mode", "ps"]
-    return command + train_script_args()
+    return command + train_script_args(scope)
 
 
-def train_script_args() -> list[str]:
+def train_script_args(scope: RunScope = WORKFLOW) -> list[str]:
     """The training script and its arguments, after the launcher's (every backend)."""
     return [
         "steps/train.py",
         "--config", "{{workflow.parameters.config}}",
         "--env", "{{workflow.parameters.env}}",
-        "--overrides", "{{workflow.parameters.overrides}}",
+        "--task", scope.task,
+        "--overrides", scope.overrides,
         "--git-sha", GIT_SHA,
-        "--workspace", WORKSPACE,
+        "--workspace", scope.workspace,
     ]  # fmt: skip
 
 
@@ -109,7 +112,9 @@ def job_resources(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: list[dict[str, Any]]) -> dict[str, Any]:
+def pod_template(
+    cfg: PipelineConfig, container_name: str, gpus: int, ports: list[dict[str, Any]], scope: RunScope = WORKFLOW
+) -> dict[str, Any]:
     """One replica's pod: the same security and placement for workers and parameter servers."""
     job = cfg.training.job
     region = k8s.region_config(cfg)
@@ -121,7 +126,7 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
         "image": train_image(cfg),
         "imagePullPolicy": "IfNotPresent",
         "workingDir": k8s.PROJECT_DIR,
-        "command": worker_command(cfg),
+        "command": worker_command(cfg, scope),
         "env": node_env(cfg),
         "resources": job_resources(cfg, gpus),
         "securityContext": k8s.as_k8s(k8s.container_security_context()),
@@ -158,15 +163,15 @@ def pod_template(cfg: PipelineConfig, container_name: str, gpus: int, ports: lis
     return {"metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS}}, "spec": spec}
 
 
-def job_metadata() -> dict[str, Any]:
+def job_metadata(scope: RunScope = WORKFLOW) -> dict[str, Any]:
     # generateName: an Argo retry of the train step creates a fresh job instead of colliding.
     return {
         "generateName": "{{workflow.name}}-train-",
-        "labels": {**PART_OF, WORKFLOW_LABEL: "{{workflow.name}}"},
+        "labels": {**PART_OF, WORKFLOW_LABEL: "{{workflow.name}}", TASK_LABEL: scope.task},
     }
 
 
-def kubeflow_job(cfg: PipelineConfig) -> TrainingJobSpec:
+def kubeflow_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:
     """training-operator PaddleJob: Worker replicas; a Master replica selects PS mode there."""
     job = cfg.training.job
     team = k8s.team_config(cfg)
@@ -175,19 +180,19 @@ def kubeflow_job(cfg: PipelineConfig) -> TrainingJobSpec:
         "Worker": {
             "replicas": job.workers,
             "restartPolicy": "OnFailure",
-            "template": pod_template(cfg, KUBEFLOW_CONTAINER, job.gpus_per_worker, ports),
+            "template": pod_template(cfg, KUBEFLOW_CONTAINER, job.gpus_per_worker, ports, scope),
         }
     }
     if job.ps_replicas > 0:
         replicas["Master"] = {
             "replicas": job.ps_replicas,
             "restartPolicy": "OnFailure",
-            "template": pod_template(cfg, KUBEFLOW_CONTAINER, 0, ports),
+            "template": pod_template(cfg, KUBEFLOW_CONTAINER, 0, ports, scope),
         }
     manifest = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PaddleJob",
-        "metadata": job_metadata(),
+        "metadata": job_metadata(scope),
         "spec": {
             "paddleReplicaSpecs": replicas,
             "runPolicy": {
@@ -234,7 +239,7 @@ PADDLE_SUCCESS = "status.phase == Completed"
 PADDLE_FAILURE = "status.phase in (Failed, Terminating)"
 
 
-def paddle_operator_job(cfg: PipelineConfig) -> TrainingJobSpec:
+def paddle_operator_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:
     """Paddle operator PaddleJob: `worker` (and `ps` in parameter-server mode)."""
     job = cfg.training.job
     team = k8s.team_config(cfg)
@@ -248,30 +253,30 @@ def paddle_operator_job(cfg: PipelineConfig) -> TrainingJobSpec:
             "queue": job.queue,
             "minAvailable": job.workers + job.ps_replicas,
         },
-        "worker": {"replicas": job.workers, "template": _paddle_pod(cfg, job.gpus_per_worker)},
+        "worker": {"replicas": job.workers, "template": _paddle_pod(cfg, job.gpus_per_worker, scope)},
     }
     if job.ps_replicas > 0:
-        spec["ps"] = {"replicas": job.ps_replicas, "template": _paddle_pod(cfg, 0)}
+        spec["ps"] = {"replicas": job.ps_replicas, "template": _paddle_pod(cfg, 0, scope)}
     manifest = {
         "apiVersion": "batch.paddlepaddle.org/v1",
         "kind": "PaddleJob",
-        "metadata": job_metadata(),
+        "metadata": job_metadata(scope),
         "spec": spec,
     }
     return TrainingJobSpec(manifest, PADDLE_SUCCESS, PADDLE_FAILURE)
 
 
-def _paddle_pod(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
+def _paddle_pod(cfg: PipelineConfig, gpus: int, scope: RunScope) -> dict[str, Any]:
     # The Paddle operator has no job deadline, and its pods restart never (restartPolicy Never):
     # the kubelet fails a pod past activeDeadlineSeconds, which fails the job and, by the clean
     # policy, deletes its other pods. So a job whose step was abandoned still ends.
-    template = pod_template(cfg, "train", gpus, [])
+    template = pod_template(cfg, "train", gpus, [], scope)
     template["spec"]["activeDeadlineSeconds"] = cfg.training.job.active_deadline_seconds
     return template
 
 
-def build_paddlejob(cfg: PipelineConfig) -> TrainingJobSpec:
+def build_paddlejob(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:
     """The PaddleJob of a legacy `training.backend`."""
     if cfg.training.backend == "kubeflow-paddlejob":
-        return kubeflow_job(cfg)
-    return paddle_operator_job(cfg)
+        return kubeflow_job(cfg, scope)
+    return paddle_operator_job(cfg, scope)

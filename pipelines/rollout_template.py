@@ -34,9 +34,15 @@ RESULTS = {
 EVENT_PARAMETERS = tuple(name for name, _ in publish_events.WORKFLOW_PARAMETERS)
 
 
+# The controller substitutes the workflow's parameters into its spec before it takes the workflow-level lock
+# (argo-workflows v4.1.2 workflow/controller/operator.go setExecWorkflow -> substituteGlobalVariables, then
+# operate -> syncManager.TryAcquire), so each task's releases queue on their own mutex.
+ROLLOUT_MUTEX = "rollout-{{workflow.parameters.task}}"
+
+
 def mutex(cfg: PipelineConfig) -> m.Synchronization:
-    """The lock every workflow holds that changes this pipeline's InferenceServices."""
-    return m.Synchronization(mutexes=[m.Mutex(name=f"rollout-{cfg.serving.model_name}")])
+    """The lock every workflow holds that changes one task's InferenceServices."""
+    return m.Synchronization(mutexes=[m.Mutex(name=ROLLOUT_MUTEX)])
 
 
 def parameters(cfg: PipelineConfig) -> list[Parameter]:

@@ -22,14 +22,15 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.config.loader import known_tasks
 from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF, image_repository
 from pipelines import k8s, prepull, trainjob
 from pipelines.observability import argo_template_metrics
-from pipelines.paddlejob import WORKFLOW_LABEL, TrainingJobSpec, build_paddlejob
+from pipelines.paddlejob import TASK_LABEL, WORKFLOW_LABEL, TrainingJobSpec, build_paddlejob
 from pipelines.platform import buildkit
+from pipelines.run_scope import WORKFLOW, RunScope
 
 OUTPUTS = OUTPUTS_DIR
-WORKSPACE = "{{workflow.parameters.workspace}}/{{workflow.name}}"
 # The commit a run records. The submitted `git-sha` may be empty (the scheduled retrain has no push:
 # build-image resolves the branch head), so every template after build-image takes the commit that
 # build-image actually built as its `git-sha` input; only build-image and the exit handler read the
@@ -38,12 +39,13 @@ SUBMITTED_GIT_SHA = "{{workflow.parameters.git-sha}}"
 COMMIT = "{{inputs.parameters.git-sha}}"
 
 
-def common_args(git_sha: str) -> list[str]:
-    """The arguments every step takes (contracts.md): the configuration and the commit."""
+def common_args(git_sha: str, scope: RunScope = WORKFLOW) -> list[str]:
+    """The arguments every step takes (contracts.md): the configuration, the task and the commit."""
     return [
         "--config", "{{workflow.parameters.config}}",
         "--env", "{{workflow.parameters.env}}",
-        "--overrides", "{{workflow.parameters.overrides}}",
+        "--task", scope.task,
+        "--overrides", scope.overrides,
         "--git-sha", git_sha,
     ]  # fmt: skip
 
@@ -67,18 +69,20 @@ def step_container(
     outputs: Sequence[str] = (),
     resources: Resources = k8s.TOOLS_RESOURCES,
     commit_input: bool = True,
+    scope: RunScope = WORKFLOW,
     **extra: Any,
 ) -> Container:
     """A restricted container running one step module from the tools image; with `commit_input` it
-    takes the built commit as its `git-sha` input, else it reads the submitted parameter."""
+    takes the built commit as its `git-sha` input, else it reads the submitted parameter. `scope` says
+    where it reads the task, its overrides and the workspace (run_scope.py)."""
     git_sha = COMMIT if commit_input else SUBMITTED_GIT_SHA
-    inputs = ["git-sha", *inputs] if commit_input else list(inputs)
+    inputs = [*(["git-sha"] if commit_input else []), *scope.inputs, *inputs]
     return Container(
         name=name,
         image=extra.pop("image", cfg.images.tools),
         image_pull_policy="IfNotPresent",
         command=["python", "-m", f"steps.{module}"],
-        args=[*common_args(git_sha), *args, *([OUTPUTS_FLAG, OUTPUTS] if outputs else [])],
+        args=[*common_args(git_sha, scope), *args, *([OUTPUTS_FLAG, OUTPUTS] if outputs else [])],
         working_dir=k8s.PROJECT_DIR,
         env=k8s.runtime_env(cfg, git_sha) + extra.pop("env", []),
         inputs=[Parameter(name=i) for i in inputs] or None,
@@ -151,8 +155,10 @@ def build_image(cfg: PipelineConfig) -> Container:
     )
 
 
-def prepare_data(cfg: PipelineConfig) -> Container:
-    return step_container(cfg, "prepare-data", "prepare_data", args=["--output", f"{WORKSPACE}/data"])
+def prepare_data(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
+    return step_container(
+        cfg, "prepare-data", "prepare_data", args=["--output", f"{scope.workspace}/data"], scope=scope
+    )
 
 
 DELETE_TRAIN_JOBS = "delete-train-jobs"
@@ -171,21 +177,24 @@ class TrainResource(Resource):
         name = kwargs.get("name", self.name)
         # The exit hook runs once the task (with its retries) has ended, also after `argo stop` and
         # past the workflow deadline; `tasks.<name>.status` is set for it (workflow/controller/dag.go).
-        kwargs.setdefault(
-            "hooks",
-            {"exit": m.LifecycleHook(template=DELETE_TRAIN_JOBS, expression=f'tasks["{name}"].status != "Succeeded"')},
-        )
+        hook = m.LifecycleHook(template=DELETE_TRAIN_JOBS, expression=f'tasks["{name}"].status != "Succeeded"')
+        if any(p.name == "task" for p in self.inputs or []):
+            # A finetune-batch branch deletes only its own task's jobs. The hook's arguments resolve in the scope of
+            # the DAG the task is in, which holds that DAG's inputs (argo-workflows v4.1.2 workflow/controller/dag.go
+            # buildLocalScopeFromTask -> scope.go createScope; exit_handler.go resolveExitTmplArgument).
+            hook.arguments = m.Arguments(parameters=[m.Parameter(name="task", value="{{inputs.parameters.task}}")])
+        kwargs.setdefault("hooks", {"exit": hook})
         return super().__call__(*args, **kwargs)
 
 
-def train(cfg: PipelineConfig) -> Resource:
+def train(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Resource:
     """Create the training job (TrainJob or PaddleJob) and wait for its success or failure condition; also defines the
     `delete-train-jobs` template its tasks' exit hook runs.
 
     The template deadline covers the gang-scheduling wait plus the job's own deadline, so a job
     stuck Pending fails the step instead of holding the workflow until the workflow deadline.
     """
-    job = training_job(cfg)
+    job = training_job(cfg, scope)
     deadline = cfg.training.job.schedule_timeout_seconds + cfg.training.job.active_deadline_seconds
     template = TrainResource(
         name="train",
@@ -194,38 +203,50 @@ def train(cfg: PipelineConfig) -> Resource:
         manifest=yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True),
         success_condition=job.success_condition,
         failure_condition=job.failure_condition,
-        inputs=[Parameter(name="image-digest"), Parameter(name="git-sha")],
+        inputs=[Parameter(name=name) for name in ("image-digest", "git-sha", *scope.inputs)],
         timeout=f"{deadline}s",
         active_deadline_seconds=deadline,
         retry_strategy=k8s.resource_retry_strategy(cfg),
         metrics=m.Metrics.model_validate(argo_template_metrics("train")),
     )
-    delete_train_jobs(cfg, job)
+    delete_train_jobs(cfg, job, scope)
     return template
 
 
-def training_job(cfg: PipelineConfig) -> TrainingJobSpec:
+def training_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:
     """The job `training.backend` names: a TrainJob (default) or a legacy PaddleJob."""
-    return trainjob.trainjob(cfg) if cfg.training.backend == "trainjob" else build_paddlejob(cfg)
+    return trainjob.trainjob(cfg, scope) if cfg.training.backend == "trainjob" else build_paddlejob(cfg, scope)
 
 
-def delete_train_jobs(cfg: PipelineConfig, job: TrainingJobSpec) -> Resource:
-    """`kubectl delete --ignore-not-found <trainjobs|paddlejobs>.<group> --selector paddle-mlops/workflow=<workflow>`.
+def delete_train_jobs(cfg: PipelineConfig, job: TrainingJobSpec, scope: RunScope = WORKFLOW) -> Resource:
+    """`kubectl delete --ignore-not-found <trainjobs|paddlejobs>.<group> --selector paddle-mlops/workflow=<workflow>`,
+    and in a finetune-batch branch `,paddle-mlops/task=<task>` (its `task` input), so a branch deletes only its own.
 
     Deleting the job deletes its pods (the TrainJob owns its JobSet; both PaddleJob operators own their pods).
     No manifest: Argo then runs kubectl with the flags alone (workflow/executor/resource.go
     getKubectlArguments); --wait=false returns without watching the Paddle operator's finalizer.
     """
-    return delete_workflow_objects(cfg, DELETE_TRAIN_JOBS, job.resource)
+    if not scope.inputs:
+        return delete_workflow_objects(cfg, DELETE_TRAIN_JOBS, job.resource)
+    return delete_workflow_objects(
+        cfg,
+        DELETE_TRAIN_JOBS,
+        job.resource,
+        selector=f"{TASK_LABEL}={{{{inputs.parameters.task}}}}",
+        inputs=[Parameter(name="task")],
+    )
 
 
-def delete_workflow_objects(cfg: PipelineConfig, name: str, resource: str, **extra: Any) -> Resource:
+def delete_workflow_objects(
+    cfg: PipelineConfig, name: str, resource: str, selector: str | None = None, **extra: Any
+) -> Resource:
     """Template `name`: `kubectl delete --ignore-not-found <resource> --selector paddle-mlops/workflow=<workflow>
-    --wait=false`, the objects this workflow's resource templates created."""
+    --wait=false` (`selector` adds requirements), the objects this workflow's resource templates created."""
+    labels = ",".join([f"{WORKFLOW_LABEL}={{{{workflow.name}}}}", *([selector] if selector else [])])
     return Resource(
         name=name,
         action="delete",
-        flags=[resource, "--selector", f"{WORKFLOW_LABEL}={{{{workflow.name}}}}", "--wait=false"],
+        flags=[resource, "--selector", labels, "--wait=false"],
         timeout="300s",
         active_deadline_seconds=300,
         retry_strategy=k8s.resource_retry_strategy(cfg),
@@ -259,27 +280,26 @@ def release_prepull(cfg: PipelineConfig) -> Resource:
     return delete_workflow_objects(cfg, RELEASE_PREPULL, "daemonsets.apps", annotations=dict(prepull.CLUSTER_ONLY))
 
 
-def evaluate(cfg: PipelineConfig) -> Container:
+def evaluate(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
     return step_container(
         cfg,
         "evaluate",
         "evaluate",
-        args=[
-            "--workspace",
-            WORKSPACE,
-        ],  # fmt: skip
+        args=["--workspace", scope.workspace],
         outputs=["gate-passed", "mlflow-run-id", "metrics"],
+        scope=scope,
     )
 
 
-def upload(cfg: PipelineConfig) -> Container:
+def upload(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
     return step_container(
         cfg,
         "upload",
         "upload",
+        scope=scope,
         args=[
             "--workspace",
-            WORKSPACE,
+            scope.workspace,
             "--run-id",
             "{{inputs.parameters.mlflow-run-id}}",
             "--serve-image-digest",
@@ -287,6 +307,40 @@ def upload(cfg: PipelineConfig) -> Container:
         ],  # fmt: skip
         inputs=["mlflow-run-id", "serve-image-digest"],
         outputs=["model-uri", "manifest-digest"],
+    )
+
+
+def chain(steps: Sequence[Any], given: dict[str, Any], image_digest: Any, serve_image_digest: Any) -> list[Any]:
+    """prepare-data → train → evaluate → upload (only when the gate passed), inside the DAG being built: the chain
+    train-deploy runs once and finetune-batch once per task. `steps` are the four templates; `given` the arguments
+    every step takes (the built commit, and a branch's task and overrides)."""
+    prepare_data, train_job, evaluate_model, upload_model = steps
+    t_data = prepare_data(name="prepare-data", arguments=given)
+    t_train = train_job(name="train", arguments={**given, "image-digest": image_digest})
+    t_eval = evaluate_model(name="evaluate", arguments=given)
+    t_upload = upload_model(
+        name="upload",
+        when=f"{t_eval.get_parameter('gate-passed')} == true",
+        arguments={
+            **given,
+            "mlflow-run-id": t_eval.get_parameter("mlflow-run-id"),
+            # The serving image built from this commit, by digest: the manifest names it for the rollout.
+            "serve-image-digest": serve_image_digest,
+        },
+    )
+    t_data >> t_train >> t_eval >> t_upload
+    return [t_data, t_train, t_eval, t_upload]
+
+
+def batch_summary(cfg: PipelineConfig) -> Container:
+    """finetune-batch's last step: each task's outcome from the branches' workspaces (steps/batch_summary.py)."""
+    return step_container(
+        cfg,
+        "summary",
+        "batch_summary",
+        args=["--tasks", "{{workflow.parameters.tasks}}", "--workspace", WORKFLOW.workspace],
+        outputs=["summary"],
+        resources=k8s.EXIT_RESOURCES,
     )
 
 
@@ -302,7 +356,7 @@ def exit_handler(cfg: PipelineConfig) -> Container:
             "--workflow-status",
             "{{workflow.status}}",
             "--workspace",
-            WORKSPACE,
+            WORKFLOW.workspace,
         ],  # fmt: skip
         resources=k8s.EXIT_RESOURCES,
         # It runs whatever happened, build-image included: the submitted parameter is all it has.
@@ -325,10 +379,17 @@ def priority_parameters(cfg: PipelineConfig) -> list[Parameter]:
 
 
 def run_parameters(cfg: PipelineConfig) -> list[Parameter]:
-    """The parameters every WorkflowTemplate takes: which configuration the steps load, and the workspace."""
+    """The parameters every WorkflowTemplate takes: which configuration and task the steps load, and the workspace."""
     return [
         Parameter(name="config", value="configs/pipeline.yaml"),
         Parameter(name="env", value="prod", enum=["local", "dev", "prod"]),
+        Parameter(
+            name="task",
+            value=cfg.task,
+            enum=known_tasks(),
+            description="the task trained and served (configs/tasks/<task>.yaml): names its model, experiment, "
+            "InferenceService and store prefix",
+        ),
         Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
         Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
     ]

@@ -63,21 +63,11 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             t_build = build_image(name="build-image")
             # Every later task records the commit build-image built, never the submitted value.
             commit = {"git-sha": t_build.get_parameter("git-sha")}
-            t_data = prepare_data(name="prepare-data", arguments=commit)
-            t_train = train(name="train", arguments={**commit, "image-digest": t_build.get_parameter("image-digest")})
-            t_eval = evaluate(name="evaluate", arguments=commit)
-            t_upload = upload(
-                name="upload",
-                when=f"{t_eval.get_parameter('gate-passed')} == true",
-                arguments={
-                    **commit,
-                    "mlflow-run-id": t_eval.get_parameter("mlflow-run-id"),
-                    # The serving image built from this commit, by digest: the manifest names it for the rollout.
-                    "serve-image-digest": t_build.get_parameter("serve-image-digest"),
-                },
-            )
+            steps = (prepare_data, train, evaluate, upload)
+            built = (t_build.get_parameter("image-digest"), t_build.get_parameter("serve-image-digest"))
+            t_data, t_train, t_eval, t_upload = templates.chain(steps, commit, *built)
             tasks = [t_build, t_data, t_train, t_eval, t_upload]
-            t_build >> t_data >> t_train >> t_eval >> t_upload
+            t_build >> t_data
             if warm:
                 digest = {"image-digest": t_build.get_parameter("image-digest")}
                 t_warm = prepull_image(name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True))

@@ -39,6 +39,7 @@ from pipelines.paddlejob import (
 from pipelines.platform.kueue import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from pipelines.platform.network import TRAIN_POD_LABELS
 from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
+from pipelines.run_scope import WORKFLOW, RunScope
 
 API = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "paddle-distributed"
@@ -65,7 +66,7 @@ REGION_LABEL = "region"
 PRIORITY = "{{workflow.parameters.priority}}"
 
 
-def launch_command(cfg: PipelineConfig) -> list[str]:
+def launch_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]:
     """contracts.md "Training launch" on a TrainJob: `$(VAR)` is expanded by the kubelet from the
     container's env (TRAINJOB_NAME from the JobSet label, JOB_COMPLETION_INDEX set by the Job controller)."""
     job = cfg.training.job
@@ -76,7 +77,7 @@ def launch_command(cfg: PipelineConfig) -> list[str]:
         "--rank", "$(JOB_COMPLETION_INDEX)",
         "--nproc_per_node", str(job.gpus_per_worker or 1),
         "--log_dir", "/tmp/paddle-log",
-        *train_script_args(),
+        *train_script_args(scope),
     ]  # fmt: skip
 
 
@@ -186,10 +187,10 @@ def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def trainjob(cfg: PipelineConfig) -> TrainingJobSpec:
+def trainjob(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:
     """The TrainJob the `train` step creates, and the conditions Argo judges it by."""
     job = cfg.training.job
-    metadata = job_metadata()
+    metadata = job_metadata(scope)
     metadata["labels"].update({QUEUE_NAME_LABEL: LOCAL_QUEUE, PRIORITY_CLASS_LABEL: PRIORITY})
     manifest = {
         "apiVersion": API,
@@ -202,7 +203,7 @@ def trainjob(cfg: PipelineConfig) -> TrainingJobSpec:
             "activeDeadlineSeconds": job.active_deadline_seconds,
             "trainer": {
                 "image": train_image(cfg),
-                "command": launch_command(cfg),
+                "command": launch_command(cfg, scope),
                 "env": node_env(cfg),
                 "numNodes": job.workers,
                 "resourcesPerNode": job_resources(cfg, job.gpus_per_worker),

@@ -1,5 +1,7 @@
 """Workflow exit handler: close the MLflow runs a workflow left RUNNING with its true status.
 
+Every experiment is searched: a `finetune-batch` workflow has a run in each of its tasks' experiments.
+
 A step killed mid-run (OOM, preemption, SIGKILL) never ends its MLflow run; this runs whatever the
 outcome, so the tracking server never shows a dead workflow as still running.
 """
@@ -24,7 +26,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     status = "FINISHED" if args.workflow_status == "Succeeded" else "FAILED"
     try:
         client = registry.connect(cfg)
-        closed = registry.close_runs(cfg.mlflow.experiment, args.workflow_name, status, client=client)
+        closed = registry.close_runs(args.workflow_name, status, client=client)
     except Exception as exc:  # noqa: BLE001 - any failure to reach MLflow is reported the same way
         raise StepFailed(f"MLflow at {registry.tracking_uri(cfg)} is unreachable or failed: {exc}") from None
     where = f" (workspace {args.workspace})" if args.workspace else ""

@@ -39,8 +39,10 @@ def log_to_mlflow(
     """Test metrics and the gate decision go into the training run, so one run tells the whole story."""
     from mlflow.entities import Metric, RunTag
 
+    from paddle_mlops.config.tasks import spec
+
     now = int(time.time() * 1000)
-    values = {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"]}
+    values = {f"test_{name}": metrics[name] for name in spec(metrics["task_type"]).metrics}
     values |= {f"test_latency_{k}": v for k, v in metrics["latency"].items() if k.endswith("_ms")}
     for name, scores in metrics["per_class"].items():
         values |= {f"test_{name}_{k}": v for k, v in scores.items() if k != "support"}
@@ -59,10 +61,10 @@ def log_to_mlflow(
 
     folder = metrics_file.parent / plots.PLOTS_DIR
     labels = list(metrics["per_class"])
-    for image in (
-        plots.plot_confusion_matrix(metrics["confusion_matrix"], labels, folder / plots.CONFUSION_PNG),
-        plots.plot_per_class(metrics["per_class"], folder / plots.PER_CLASS_PNG),
-    ):
+    images = [plots.plot_per_class(metrics["per_class"], folder / plots.PER_CLASS_PNG)]
+    if "confusion_matrix" in metrics:  # label tasks; entity scores have no confusion matrix
+        images.append(plots.plot_confusion_matrix(metrics["confusion_matrix"], labels, folder / plots.CONFUSION_PNG))
+    for image in images:
         client.log_artifact(run_id, str(image), artifact_path=plots.PLOTS_DIR)
 
 
@@ -105,11 +107,13 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
 
 
 def _log_summary(metrics: dict[str, Any]) -> None:
+    from paddle_mlops.config.tasks import spec
+
     lat = metrics["latency"]
+    scores = " ".join(f"{name} {metrics[name]:.4f}" for name in spec(metrics["task_type"]).metrics)
     log.info(
-        "test: accuracy %.4f macro_f1 %.4f on %d examples; latency p50 %.1f ms / p99 %.1f ms per batch of %d",
-        metrics["accuracy"],
-        metrics["macro_f1"],
+        "test: %s on %d examples; latency p50 %.1f ms / p99 %.1f ms per batch of %d",
+        scores,
         metrics["examples"],
         lat["batch_p50_ms"],
         lat["batch_p99_ms"],

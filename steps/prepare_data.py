@@ -1,7 +1,7 @@
-"""prepare-data: read the corpus, clean it, split it deterministically, write the workspace `data/` area.
+"""prepare-data: read the task's corpus, clean it, split it deterministically, write the workspace `data/` area.
 
-Outputs (docs/contracts.md): train/dev/test.jsonl, label_map.json, vocab.txt (character vocabulary,
-only when training from scratch), stats.json.
+Outputs (docs/contracts.md): train/dev/test.jsonl (rows in the task type's shape), label_map.json, vocab.txt
+(character vocabulary, only when training from scratch), stats.json.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
     log.info(
-        "prepared %d examples from %s (%d lines; %d duplicates, %d conflicting texts dropped): %s -> %s",
+        "prepared %d %s examples from %s (%d duplicates, %d conflicting dropped): %s -> %s",
         stats["examples"],
+        stats["task_type"],
         stats["source"],
-        stats["raw_lines"],
-        stats["duplicates_dropped"],
-        stats["conflicts_dropped"],
+        stats.get("duplicates_dropped", 0),
+        stats.get("conflicts_dropped", 0),
         sizes,
         args.output,
     )

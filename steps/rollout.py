@@ -44,6 +44,8 @@ def _common_args(args: argparse.Namespace) -> list[str]:
         out += ["--config", str(Path(args.config).resolve())]
     if args.env:
         out += ["--env", args.env]
+    if args.task:
+        out += ["--task", args.task]
     return out
 
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from steps.runtime import objectstore, runner, workspace
 from steps.runtime.runner import StepError
 
 log = logging.getLogger("steps.upload")
+PUBLISHED = "published.json"
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +61,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     if not model_dir.is_dir():
         raise StepError(f"{workspace.join(args.workspace, 'model')} does not exist; run the train step first")
     metadata = {
+        "task": cfg.task,
+        "task_type": cfg.model.task,
         "git_sha": args.git_sha,
         "run_id": args.run_id,
         "metrics": _read_json(ws / "eval" / "metrics.json"),
@@ -80,7 +84,15 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         f"published {result.model_uri}: {result.bytes_sent} bytes sent, {result.skipped} objects already stored, "
         f"manifest sha256 {result.manifest_digest}"
     )
+    _record(args.workspace, endpoint, result.model_uri, result.manifest_digest)
     return {"model-uri": result.model_uri, "manifest-digest": result.manifest_digest}
+
+
+def _record(ws: str, endpoint: str | None, model_uri: str, digest: str) -> None:
+    """`<workspace>/upload/published.json`: what a finetune-batch summary reads back for this task."""
+    local = Path(tempfile.mkdtemp(prefix="upload-"))
+    (local / PUBLISHED).write_text(json.dumps({"model_uri": model_uri, "manifest_digest": digest}), encoding="utf-8")
+    workspace.stage_out(local, workspace.join(ws, "upload"), endpoint)
 
 
 STEP = runner.Step(

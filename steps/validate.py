@@ -99,12 +99,14 @@ def _check_manifest(raw: bytes, stored: str, uri: str, announced: str) -> dict[s
 
 
 def _load_and_smoke(cfg: PipelineConfig, model_dir: Path) -> None:
-    from steps.runtime.ernie import ExportedClassifier
+    from steps.runtime.ernie import ExportedModel
 
     try:
-        classifier = ExportedClassifier(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
-        texts = list(cfg.serving.smoke_texts)
-        check_predictions({"predictions": classifier.predict(texts)}, texts)
+        model = ExportedModel(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
+        if model.task_type != cfg.model.task:
+            raise StepError(f"the model is a {model.task_type} model; task '{cfg.task}' serves {cfg.model.task}")
+        instances = cfg.smoke_payload()
+        check_predictions({"predictions": model.predict(instances)}, instances)
     except (StepError, RolloutFailed):
         raise
     except Exception as exc:  # Paddle raises many types for a model it cannot run; the verdict needs the reason

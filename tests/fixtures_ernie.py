@@ -1,6 +1,6 @@
 """Tiny data and a tiny exported ERNIE model for tests (no network, seconds to build).
 
-`make_exported_model(dir)` gives a directory that `steps.runtime.ernie.ExportedClassifier` (and so
+`make_exported_model(dir)` gives a directory that `steps.runtime.ernie.ExportedModel` (and so
 the model server) loads; its weights are random, so only shapes and plumbing are meaningful.
 """
 
@@ -61,8 +61,9 @@ def make_exported_model(
     labels: tuple[str, ...] = ("negative", "positive"),
     texts: tuple[str, ...] | None = None,
     max_seq_len: int = 32,
+    task: str = "text-classification",
 ) -> Path:
-    """Export a random-weight hidden-32, one-layer ERNIE classifier with a character vocabulary."""
+    """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary."""
     from paddle_mlops.config.models import ModelConfig
     from steps.runtime import data, ernie
 
@@ -72,7 +73,12 @@ def make_exported_model(
     vocab_file = directory.parent / f".{directory.name}-vocab.txt"
     vocab_file.write_text("\n".join(data.build_vocab(corpus, 1, 8000)) + "\n", encoding="utf-8")
     cfg = ModelConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, max_seq_len=max_seq_len
+        task=task,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_seq_len=max_seq_len,
     )
     tokenizer = ernie.load_tokenizer(vocab_file)
     model = ernie.build_model(cfg, len(tokenizer.vocab), len(labels), tokenizer.pad_token_id)
@@ -89,3 +95,40 @@ def common(*overrides: str) -> list[str]:
 def train_args(ws: Path, dump: Path, *overrides: str) -> list[str]:
     """`steps.train` arguments: the tiny configuration plus `overrides`, workspace `ws`, parameters dumped to `dump`."""
     return [*common(*overrides), "--workspace", str(ws), "--dump-params", str(dump)]
+
+
+NER_LINES = (
+    "江/nr  泽民/nr  主席/n  在/p  北京/ns  会见/v  了/u  联合国/nt  秘书长/n  安南/nr  。/w",
+    "国务院/nt  总理/n  李/nr  鹏/nr  昨天/t  抵达/v  上海/ns  。/w",
+    "新华社/nt  记者/n  从/p  广州/ns  报道/v  ，/w  王/nr  小明/nr  获奖/v  。/w",
+    "中国/ns  人民/n  银行/n  宣布/v  ，/w  张/nr  伟/nr  出任/v  行长/n  。/w",
+)
+
+
+def ner_corpus(path: Path, copies: int = 40) -> Path:
+    """A People's Daily-format file (word/POS, two spaces): the four lines above with numbered variants."""
+    lines = [f"{line.replace('。/w', f'第{i}次/m  。/w')}" for i in range(copies) for line in NER_LINES]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def pair_rows() -> list[tuple[str, str, int]]:
+    """LCQMC-style (text_a, text_b, label): paraphrases match (1), other subjects or questions do not (0)."""
+    asks = (
+        ("怎么还款", "如何还钱"),
+        ("怎么开通", "如何开通"),
+        ("在哪里查看", "去哪看"),
+        ("为什么用不了", "为何不能用"),
+    )
+    rows = []
+    for i, subject in enumerate(SUBJECTS):
+        for j, (a, b) in enumerate(asks):
+            other = asks[(j + 1) % len(asks)][1]
+            rows += [(f"{subject}{a}", f"{subject}{b}", 1), (f"{subject}{a}", f"{subject}{other}", 0)]
+            rows += [(f"请问{subject}{a}", f"{SUBJECTS[(i + 3) % len(SUBJECTS)]}{b}", 0)]
+    return rows
+
+
+def pairs_tsv(path: Path) -> Path:
+    path.write_text("".join(f"{a}\t{b}\t{y}\n" for a, b, y in pair_rows()), encoding="utf-8")
+    return path

@@ -26,7 +26,13 @@ def test_checked_in_argo_is_current(cfg) -> None:
 def test_one_file_per_template(cfg) -> None:
     rendered = compiler.render_all(cfg)
     templates = {name for name in compiler.PIPELINES}
-    assert templates == {"rollout.yaml", "image-rollout.yaml", "scheduled-retrain.yaml", "train-deploy.yaml"}
+    assert templates == {
+        "rollout.yaml",
+        "image-rollout.yaml",
+        "scheduled-retrain.yaml",
+        "train-deploy.yaml",
+        "finetune-batch.yaml",
+    }
     for name in templates:
         assert [d["metadata"]["name"] for d in rendered[name]] == [name.removesuffix(".yaml")]
     assert {"events.yaml", "tenancy.yaml", "rbac.yaml", "monitoring.yaml", "dashboards.yaml"} <= set(rendered)

@@ -124,7 +124,7 @@ def _write(tmp_path: Path, text: str) -> Path:
     [
         ("training:\n  epochz: 3\n", ["unknown key 'training.epochz'", "Allowed keys here: epochs"]),
         ("training:\n  epochs: many\n", ["'training.epochs'", "valid integer", "'many'"]),
-        ("gate:\n  metric: recall\n", ["'gate.metric'", "'accuracy' or 'macro_f1'"]),
+        ("gate:\n  metric: recall\n", ["'gate.metric'", "accuracy, macro_f1"]),
         ("images:\n  train: repo/train:latest\n", ["'images.train'", ":latest"]),
         ("training: [1, 2\n", ["is not valid YAML", "line"]),
     ],

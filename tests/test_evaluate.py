@@ -142,17 +142,20 @@ def test_missing_model_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_exported_classifier_predicts_named_labels(workspace: Path) -> None:
-    from steps.runtime.ernie import ExportedClassifier
+    from steps.runtime.ernie import ExportedModel
 
-    classifier = ExportedClassifier(workspace / "model")
+    classifier = ExportedModel(workspace / "model")
     out = classifier.predict(["手机很好", "快递很差，失望极了", ""])
     assert len(out) == 3
     for item in out:
         assert item["label"] in ("negative", "positive")
         assert sum(item["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
-    ids, types = classifier.encode(["好", "手机很好"])
+    from steps.runtime.tasks.base import pad
+
+    rows = classifier.task.encode(classifier.tokenizer, ["好", "手机很好"], classifier.max_seq_len)
+    ids, types = pad(rows.input_ids, classifier.tokenizer.pad_token_id), pad(rows.token_type_ids, 0)
     assert ids.shape == (2, 6) and ids.dtype.name == "int64" and not types.any()  # padded to the longest, not 32
-    assert classifier.predict_batch_ids(ids, types).shape == (2, 2)
+    assert classifier.logits(ids, types).shape == (2, 2)
 
 
 def test_report_averages_f1_over_every_known_class() -> None:

@@ -227,3 +227,32 @@ def test_parameter_server_jobs_use_the_ps_interpreter(
         train = next(t for t in executor.workflow.tasks if t.name == "train")
         first[bool(sets)] = executor.command_for(train)[0]
     assert first == {False: sys.executable, True: "/opt/ps/bin/python"}
+
+
+@pytest.mark.parametrize(
+    ("expression", "statuses", "met"),
+    [
+        (None, {"a": "Succeeded", "b": "Skipped"}, True),
+        (None, {"a": "Failed"}, False),
+        ("a", {"a": "Succeeded"}, True),
+        ("a", {"a": "Skipped"}, True),  # a bare name: Succeeded, Skipped or Daemoned (Argo's dag.go)
+        ("a", {"a": "Failed"}, False),
+        ("a.Failed || a.Errored", {"a": "Failed"}, True),
+        ("a.Succeeded && (b.Failed || c)", {"a": "Succeeded", "b": "Failed"}, True),
+        ("a.Succeeded && (b.Failed || c)", {"a": "Succeeded", "b": "Succeeded"}, False),
+        ("a.Omitted", {}, True),  # never ran: omitted
+    ],
+)
+def test_depends_is_evaluated_as_argo_does_for_the_states_it_names(expression, statuses, met) -> None:
+    from paddle_mlops.local.dag import depends_met
+
+    assert depends_met(expression, statuses, ("a", "b")[: len(statuses)]) is met
+
+
+def test_depends_outside_the_mirrored_forms_is_refused() -> None:
+    from paddle_mlops.local.dag import DagError, depends_met
+
+    with pytest.raises(DagError):
+        depends_met("a.Succeeded and __import__('os')", {"a": "Succeeded"}, ())
+    with pytest.raises(DagError):
+        depends_met("a.AnySucceeded", {"a": "Succeeded"}, ())

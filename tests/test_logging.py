@@ -34,4 +34,4 @@ def test_step_logs_are_json_with_workflow_step_rank_and_sha(tmp_path: Path) -> N
     for record in records:
         assert record["workflow"] == "train-deploy-abc12" and record["step"] == "prepare-data"
         assert record["rank"] == "0" and record["git_sha"] == "deadbeef" and record["msg"]
-    assert any("prepared 40 examples" in r["msg"] for r in records)
+    assert any("prepared 40 text-classification examples" in r["msg"] for r in records)

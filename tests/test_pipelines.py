@@ -13,6 +13,7 @@ from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
 from paddle_mlops.local.dag import DagError, load_workflow
 from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
 from tests.argo_conditions import parse as parse_selector
+from tests.conftest import PROJECT_ROOT
 
 DAG_ORDER = ["build-image", "prepare-data", "train", "evaluate", "upload"]
 # What the published model's notification starts (pipelines/rollout_template.py).
@@ -103,13 +104,16 @@ def test_workflow_parameters_and_defaults(doc: dict) -> None:
         "pusher": "",
         "config": "configs/pipeline.yaml",
         "env": "prod",
+        "task": "sentiment",
         "overrides": "[]",
         "workspace": "s3://paddle-mlops/runs",
         "region": "cn-north",
         "priority": "normal",
     }
-    (priority,) = [p for p in doc["spec"]["arguments"]["parameters"] if p["name"] == "priority"]
-    assert priority["enum"] == ["urgent", "normal", "batch"]
+    by_name = {p["name"]: p for p in doc["spec"]["arguments"]["parameters"]}
+    assert by_name["priority"]["enum"] == ["urgent", "normal", "batch"]
+    # Every configured task, and only those: a typo is refused at submission, not inside a step.
+    assert by_name["task"]["enum"] == sorted(p.stem for p in (PROJECT_ROOT / "configs" / "tasks").glob("*.yaml"))
 
 
 def test_publishing_waits_for_the_gate_and_hands_over_to_the_notification(doc: dict) -> None:
@@ -283,7 +287,7 @@ def test_rollout_template_takes_an_event_or_a_model_uri_and_holds_the_rollout_lo
     from pipelines import image_rollout
 
     lock = doc["spec"]["synchronization"]
-    assert lock == {"mutexes": [{"name": "rollout-ernie-sentiment"}]}
+    assert lock == {"mutexes": [{"name": "rollout-{{workflow.parameters.task}}"}]}  # one lock per task
     assert image_rollout.build(_cfg()).to_dict()["spec"]["synchronization"] == lock
 
 

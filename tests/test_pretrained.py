@@ -73,14 +73,14 @@ def assert_started_from(pretrained: dict[str, np.ndarray], dump: Path) -> None:
 
 
 def test_pretrained_from_a_directory(offline: None, tracking: None, tmp_path: Path) -> None:
-    from steps.runtime.ernie import ExportedClassifier
+    from steps.runtime.ernie import ExportedModel
 
     ws = write_workspace(tmp_path / "ws", n_train=32, n_dev=8, n_test=8)
     weights = save_pretrained(ws, tmp_path / "pretrained")
     config = train_pretrained(ws, str(tmp_path / "pretrained"), tmp_path / "dump.npz")
     assert (config["hidden_size"], config["pretrained"]) == (32, str(tmp_path / "pretrained"))
     assert_started_from(weights, tmp_path / "dump.npz")
-    predictions = ExportedClassifier(ws / "model").predict(["手机很好"])
+    predictions = ExportedModel(ws / "model").predict(["手机很好"])
     assert predictions[0]["label"] in ("negative", "positive")
 
 

@@ -142,12 +142,24 @@ def test_a_published_manifest_submits_rollout_with_the_event(cfg, docs):
         "event-bucket": "paddle-mlops",
         "event-key": "models%2Fernie-sentiment%2F20261201-0927-3f2a9c1%2Fmanifest.json",
         "event-etag": ETAG,
+        "task": "sentiment",
     }
     declared = {p.name for p in rollout_template.parameters(cfg)}
     assert set(params) <= declared
     # What validate makes of it: the version's prefix in this pipeline's store.
     uri = notifications.model_uri_for(cfg.storage.uri, params["event-bucket"], params["event-key"])
     assert uri == "s3://paddle-mlops/models/ernie-sentiment/20261201-0927-3f2a9c1"
+
+
+@pytest.mark.parametrize(("task", "model"), [("ner", "ernie-ner"), ("text-matching", "ernie-text-matching")])
+def test_each_task_s_manifest_submits_rollout_for_that_task(docs, task: str, model: str):
+    """One dependency and trigger per configured task (configs/tasks/): a model's manifest starts `rollout` under
+    its own task's configuration, so it is judged on its own data and served under its own name."""
+    (workflow,) = deliver(docs, f"models/{model}/v3/manifest.json")
+    assert workflow_parameters(workflow)["task"] == task
+    assert workflow_parameters(workflow)["event-key"] == f"models%2F{model}%2Fv3%2Fmanifest.json"
+    names = {d["name"] for d in docs["Sensor"]["spec"]["dependencies"]}
+    assert {f"{publish_events.DEPENDENCY}-{t}" for t in ("sentiment", "ner", "text-matching")} <= names
 
 
 @pytest.mark.parametrize(

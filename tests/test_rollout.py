@@ -194,7 +194,7 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
     run = functools.partial(local_rollout, registry, shared_tiny_export(), out)
     try:
         assert run("1", []) == 0
-        current = json.loads((home / "serving" / "current.json").read_text())
+        current = json.loads((home / "serving" / "ernie-sentiment" / "current.json").read_text())
         url = (out / "serving-url").read_text()
         assert current["model_version"] == "1" and current["url"] == url and url.startswith("http://127.0.0.1:")
         assert registry.champion == "1"
@@ -209,9 +209,9 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
             registry.tags["2"]["rollout.outcome"] == "rolled-back"
             and "smoke test" in registry.tags["2"]["rollout.reason"]
         )
-        assert json.loads((home / "serving" / "current.json").read_text())["pid"] == current["pid"]
+        assert json.loads((home / "serving" / "ernie-sentiment" / "current.json").read_text())["pid"] == current["pid"]
         assert httpx.get(f"{url}/v2/health/ready").status_code == 200
-        log_text = (home / "serving" / "server-2.log").read_text()
+        log_text = (home / "serving" / "ernie-sentiment" / "server-2.log").read_text()
         assert "serving model" in log_text
     finally:
         stopped = local_server.stop_local_server(home)

@@ -3,6 +3,7 @@ against a stand-in Kubernetes API."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -125,3 +126,26 @@ def test_api_refusal_is_reported_without_traceback(capsys):
     api = FakeApi(create_error=ApiException(status=403, reason="Forbidden"))
     assert sub.main(["-p", "git-sha=abc"], api=api) == EXIT_API
     assert "403 Forbidden" in capsys.readouterr().err
+
+
+def test_finetune_batch_takes_its_tasks_from_the_command_line(capsys):
+    """`submit finetune-batch --task a --task b` builds the `tasks` list (shared and per-task overrides), and the
+    GPU check counts one training job per task: the branches train at once."""
+    argv = ["finetune-batch", "-p", "git-sha=abc", "--task", "sentiment", "--task", "ner"]
+    argv += ["--set", "training.epochs=1", "--set", "ner:model.max_seq_len=64"]
+    assert sub.main([*argv, "--dry-run"], api=NoApi()) == EXIT_OK
+    doc = yaml.safe_load(capsys.readouterr().out)
+    params = {p["name"]: p["value"] for p in doc["spec"]["arguments"]["parameters"]}
+    assert json.loads(params["tasks"]) == [
+        {"task": "sentiment", "overrides": ["training.epochs=1"]},
+        {"task": "ner", "overrides": ["training.epochs=1", "model.max_seq_len=64"]},
+    ]
+    api = FakeApi(hard="8", used="5")  # 3 free; two tasks x 2 workers x 1 GPU = 4
+    assert sub.main(argv, api=api) == EXIT_NO_CAPACITY
+    assert "needs 4" in capsys.readouterr().err
+    assert sub.main(["train-deploy", "--task", "ner", "--dry-run"], api=NoApi()) == EXIT_OK
+    assert {"name": "task", "value": "ner"} in yaml.safe_load(capsys.readouterr().out)["spec"]["arguments"][
+        "parameters"
+    ]
+    assert sub.main(["train-deploy", "--task", "ner", "--task", "sentiment", "--dry-run"], api=NoApi()) == EXIT_USAGE
+    assert "finetune-batch" in capsys.readouterr().err

@@ -6,7 +6,9 @@ strings, so `passed != duplicate` compares two words; anything else unquoted is 
 so a bare `rolled-back` is a subtraction of two variables and the comparison silently means something else.
 Every operand must therefore be a quoted string or a bare identifier, for every value the output can take.
 Also encoded: operator.go takes the workflow-level lock from the merged WorkflowTemplate spec
-(`woc.execWf.Spec.Synchronization`), so the template's mutex holds for Workflows created from it.
+(`woc.execWf.Spec.Synchronization`), so the template's mutex holds for Workflows created from it; before it does,
+setExecWorkflow -> substituteGlobalVariables renders `{{workflow.parameters.*}}` into the whole spec but its
+templates (json.Marshal of the spec, template.Replace), so the mutex is named per task.
 """
 
 from __future__ import annotations
@@ -92,7 +94,22 @@ def test_the_release_runs_register_and_rollout_on_the_verdicts_only() -> None:
     assert runs["duplicate"] == {"validate": True, "register": False, "rollout": False}
 
 
+def _global_substituted(spec: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:
+    """operator.go substituteGlobalVariables: `{{workflow.parameters.X}}` replaced in the spec without templates."""
+    import json
+
+    given = {p["name"]: p.get("value", "") for p in spec["arguments"]["parameters"]} | parameters
+    text = json.dumps({k: v for k, v in spec.items() if k != "templates"})
+    return json.loads(re.sub(r"\{\{workflow\.parameters\.([-\w]+)\}\}", lambda m: given[m.group(1)], text))
+
+
 @pytest.mark.parametrize("name", ["rollout", "image-rollout"])
 def test_the_lock_is_on_the_template_the_controller_merges(name: str) -> None:
     (doc,) = [d for d in yaml.safe_load_all((ARGO / f"{name}.yaml").read_text()) if d["kind"] == "WorkflowTemplate"]
-    assert doc["spec"]["synchronization"] == {"mutexes": [{"name": "rollout-ernie-sentiment"}]}
+    assert doc["spec"]["synchronization"] == {"mutexes": [{"name": "rollout-{{workflow.parameters.task}}"}]}
+    # The lock the controller takes: one per task, the same for both templates of a task.
+    held = {
+        task: _global_substituted(doc["spec"], {"task": task})["synchronization"]["mutexes"][0]["name"]
+        for task in ("sentiment", "ner")
+    }
+    assert held == {"sentiment": "rollout-sentiment", "ner": "rollout-ner"}

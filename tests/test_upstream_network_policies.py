@@ -26,7 +26,7 @@ import yaml
 
 from paddle_mlops.compile import default_compile_config
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import load_regions
+from paddle_mlops.config.loader import load_regions, load_task_configs
 from paddle_mlops.contracts import PART_OF, SERVING_PORT
 from pipelines import paddlejob, trainjob
 from pipelines.platform import network
@@ -118,7 +118,15 @@ def training_pods(cfg: PipelineConfig) -> list[Pod]:
 
 
 def predictor_pods(cfg: PipelineConfig) -> list[Pod]:
-    """The predictor pod of every InferenceService the rollout can create, in both deployment modes."""
+    """The predictor pod of every InferenceService the rollout can create, for every configured task
+    (configs/tasks/), in both deployment modes."""
+    pods = []
+    for task_cfg in load_task_configs().values():
+        pods += _task_predictor_pods(task_cfg)
+    return pods
+
+
+def _task_predictor_pods(cfg: PipelineConfig) -> list[Pod]:
     pods = []
     for region in load_regions().values():
         for name in (isvc.service_name(cfg, region), isvc.canary_name(cfg, region)):
@@ -169,7 +177,7 @@ def check_policies(policies: list[dict[str, Any]], cfg: PipelineConfig) -> list[
     problems: list[str] = []
     by_name = {p["metadata"]["name"]: p for p in policies}
     train = by_name["paddle-mlops-train"]
-    serve = next(p for n, p in by_name.items() if n.endswith("-predictor"))
+    serve = by_name[network.PREDICTORS_POLICY]
     for pod in training_pods(cfg):
         if not selects(train["spec"]["podSelector"], pod.labels):
             problems.append(f"{train['metadata']['name']} does not select the {pod.what} pod")
@@ -271,7 +279,7 @@ def test_every_policy_of_the_install_set_selects_a_pod_it_is_for(cfg: PipelineCo
     names = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in policies}
     assert names == {
         (cfg.cluster.namespace, "paddle-mlops-train"),
-        (cfg.cluster.namespace, f"{cfg.serving.model_name}-predictor"),
+        (cfg.cluster.namespace, network.PREDICTORS_POLICY),
         (cfg.cluster.build_namespace, buildkit.NAME),
     }, "a new NetworkPolicy needs its own selection check here"
     (policy,) = [p for p in policies if p["metadata"]["name"] == buildkit.NAME]

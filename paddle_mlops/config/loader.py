@@ -1,4 +1,7 @@
-"""Load configuration: base YAML -> environment overlay -> `--set a.b=c` overrides -> validated model.
+"""Load configuration: base YAML -> task overlay -> environment overlay -> `--set a.b=c` overrides -> validated.
+
+The task overlay (`configs/tasks/<task>.yaml` beside the base file) says what the task is (its type, data, model
+and gate); the environment overlay then says where it runs, so a stricter production gate holds for every task.
 
 Every failure becomes a `ConfigError` whose message is one readable paragraph naming the file, the
 field path and what is allowed; the CLI prints it and exits 2.
@@ -7,6 +10,7 @@ field path and what is allowed; the CLI prints it and exits 2.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from paddle_mlops.config.models import PipelineConfig, RegionConfig, TeamConfig
+from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -118,7 +123,10 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], source
     for err in exc.errors():
         loc = tuple(err["loc"])
         path = _field_path(loc)
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "value_error" and not loc:
+            # A rule across keys (model validators): its message names the keys itself.
+            lines.append(str(err["msg"]).removeprefix("Value error, ").rstrip(".") + ".")
+        elif err["type"] == "extra_forbidden":
             allowed = _allowed(model, loc)
             hint = f" Allowed keys here: {', '.join(allowed)}." if allowed else ""
             lines.append(f"unknown key '{path}'.{hint}")
@@ -138,15 +146,45 @@ def validate(model: type[M], data: dict[str, Any], sources: str) -> M:
         raise ConfigError(format_validation_error(exc, model, sources)) from None
 
 
+def known_tasks(config_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """The tasks configured beside the base file (`tasks/<name>.yaml`), sorted."""
+    base = Path(config_dir) if config_dir else default_config_path().parent
+    return sorted(p.stem for p in (base / "tasks").glob("*.yaml"))
+
+
+def _task_overlay(base_path: Path, task: str | None) -> tuple[str, dict[str, Any], list[str]]:
+    """(task name, its overlay, the overlay's file as a source); the default task may have no file."""
+    name = task or DEFAULT_TASK
+    if not re.fullmatch(TASK_NAME_PATTERN.strip("^$"), name):
+        raise ConfigError(f"task {name!r} is not a valid task name (lower case letters, digits and '-').")
+    path = base_path.parent / "tasks" / f"{name}.yaml"
+    if not path.is_file():
+        if task is None or name == DEFAULT_TASK:
+            return name, {}, []
+        known = known_tasks(base_path.parent)
+        raise ConfigError(
+            f"Task '{name}' has no overlay file {path}. Known tasks: {', '.join(known) or 'none'}. "
+            f"Add {path} (at least `model: {{task: <type>}}`) or pick a known task."
+        )
+    overlay = read_yaml(path)
+    if "task" in overlay:
+        raise ConfigError(f"{path} sets 'task'; a task's name is its file name. Remove the key.")
+    return name, overlay, [str(path)]
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     env: str | None = None,
     overrides: Iterable[str] = (),
+    task: str | None = None,
 ) -> PipelineConfig:
-    """Base file, then `env/<env>.yaml` beside it, then `--set` overrides; validated."""
+    """Base file, then `tasks/<task>.yaml` and `env/<env>.yaml` beside it, then `--set` overrides; validated."""
     base_path = Path(path) if path else default_config_path()
     data = read_yaml(base_path)
     sources = [str(base_path)]
+    name, overlay, task_source = _task_overlay(base_path, task)
+    data = deep_merge(data, overlay)
+    sources += task_source
     if env:
         env_path = base_path.parent / "env" / f"{env}.yaml"
         if not env_path.is_file():
@@ -157,10 +195,23 @@ def load_config(
         data = deep_merge(data, read_yaml(env_path))
         sources.append(str(env_path))
     overrides = list(overrides)
+    if any(parse_override(item)[0] == ["task"] for item in overrides):
+        raise ConfigError("--set task=… does not choose a task; use --task NAME (or the `task` workflow parameter).")
     if overrides:
         data = apply_overrides(data, overrides)
         sources.append("--set " + " ".join(overrides))
-    return validate(PipelineConfig, data, " + ".join(sources))
+    if "task" in data:
+        raise ConfigError(
+            f"'task' is set in {' + '.join(sources)}; a task is chosen with --task NAME (configs/tasks/NAME.yaml). "
+            "Remove the key."
+        )
+    return validate(PipelineConfig, {**data, "task": name}, " + ".join(sources))
+
+
+def load_task_configs(path: str | os.PathLike[str] | None = None, env: str | None = None) -> dict[str, PipelineConfig]:
+    """Every configured task's configuration (tasks/*.yaml beside the base file), by task name."""
+    base_path = Path(path) if path else default_config_path()
+    return {name: load_config(base_path, env, task=name) for name in known_tasks(base_path.parent)}
 
 
 def _load_dir(directory: Path, model: type[M]) -> dict[str, M]:

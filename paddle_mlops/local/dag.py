@@ -7,6 +7,7 @@ Only the expression forms the pipelines use are supported; anything else is an e
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -34,15 +35,16 @@ class Task:
     depends: tuple[str, ...]
     when: str | None
     arguments: dict[str, str]
+    depends_expr: str | None = None  # Argo's `depends` as written (None: `dependencies`, or none)
+    with_param: str | None = None  # a fan-out: one run of the template per item of this JSON list
 
     @property
     def kind(self) -> str:
-        if "container" in self.template:
-            return "container"
-        if "resource" in self.template:
-            return "resource"
+        for kind in ("container", "resource", "dag"):
+            if kind in self.template:
+                return kind
         raise DagError(
-            f"task {self.name!r}: template {self.template.get('name')!r} is neither a container nor a resource"
+            f"task {self.name!r}: template {self.template.get('name')!r} is neither a container, a resource nor a DAG"
         )
 
     @property
@@ -98,15 +100,10 @@ def _order(tasks: list[Task]) -> list[Task]:
     return done
 
 
-def load_workflow(doc: dict[str, Any]) -> Workflow:
-    """Turn a WorkflowTemplate/Workflow document into an ordered list of tasks."""
-    spec = doc["spec"]
-    templates = {t["name"]: t for t in spec["templates"]}
-    entry = templates.get(spec.get("entrypoint", ""))
-    if not entry or "dag" not in entry:
-        raise DagError(f"entrypoint {spec.get('entrypoint')!r} is not a DAG template")
+def dag_tasks(dag_template: dict[str, Any], templates: dict[str, dict[str, Any]]) -> list[Task]:
+    """The tasks of a DAG template, in dependency order."""
     tasks = []
-    for raw in entry["dag"]["tasks"]:
+    for raw in dag_template["dag"]["tasks"]:
         args = {p["name"]: str(p.get("value", "")) for p in (raw.get("arguments") or {}).get("parameters") or []}
         tasks.append(
             Task(
@@ -115,14 +112,62 @@ def load_workflow(doc: dict[str, Any]) -> Workflow:
                 depends=_depends_names(raw),
                 when=raw.get("when"),
                 arguments=args,
+                depends_expr=raw.get("depends"),
+                with_param=raw.get("withParam"),
             )
         )
+    return _order(tasks)
+
+
+def load_workflow(doc: dict[str, Any]) -> Workflow:
+    """Turn a WorkflowTemplate/Workflow document into an ordered list of tasks."""
+    spec = doc["spec"]
+    templates = {t["name"]: t for t in spec["templates"]}
+    entry = templates.get(spec.get("entrypoint", ""))
+    if not entry or "dag" not in entry:
+        raise DagError(f"entrypoint {spec.get('entrypoint')!r} is not a DAG template")
     exit_task = None
     if spec.get("onExit"):
         exit_task = Task(name=spec["onExit"], template=templates[spec["onExit"]], depends=(), when=None, arguments={})
     params = {p["name"]: str(p.get("value", "")) for p in (spec.get("arguments") or {}).get("parameters") or []}
     name = (doc.get("metadata") or {}).get("name", "workflow")
-    return Workflow(name=name, parameters=params, tasks=_order(tasks), exit_task=exit_task, templates=templates)
+    return Workflow(
+        name=name, parameters=params, tasks=dag_tasks(entry, templates), exit_task=exit_task, templates=templates
+    )
+
+
+_STATE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9]*)(?:\.([A-Za-z]+))?")
+# What a local task status counts as for a `depends` state (Reused: it succeeded in the run reused).
+_COUNTS_AS = {
+    "Succeeded": {"Succeeded", "Reused"},
+    "Failed": {"Failed"},
+    "Errored": {"Errored"},
+    "Skipped": {"Skipped"},
+    "Omitted": {"Omitted"},
+    "Daemoned": set(),
+}
+
+
+def depends_met(expression: str | None, statuses: dict[str, str], names: tuple[str, ...]) -> bool:
+    """Whether a task may run given its dependencies' statuses: Argo's `depends` (`a`, `a.Succeeded`, `a.Failed`, …
+    joined by `&&`, `||` and parentheses; a bare name is `Succeeded || Skipped || Daemoned`), or every one of
+    `names` succeeded or was skipped when there is no expression."""
+
+    def state(match: re.Match[str]) -> str:
+        task, wanted = match.group(1), match.group(2)
+        status = statuses.get(task, "Omitted")
+        if wanted is None:
+            return str(status in _COUNTS_AS["Succeeded"] | _COUNTS_AS["Skipped"])
+        if wanted not in _COUNTS_AS:
+            raise DagError(f"depends state {wanted!r} (in {expression!r}) is not supported by the local executor")
+        return str(status in _COUNTS_AS[wanted])
+
+    if not expression:
+        return all(statuses.get(n) in _COUNTS_AS["Succeeded"] | _COUNTS_AS["Skipped"] for n in names)
+    python = _STATE.sub(state, expression).replace("&&", " and ").replace("||", " or ")
+    if not re.fullmatch(r"[\sA-Za-z()]*", python) or re.search(r"\b(?!True\b|False\b|and\b|or\b)[A-Za-z]+", python):
+        raise DagError(f"depends {expression!r} is not supported by the local executor")
+    return bool(eval(python, {"__builtins__": {}}, {}))  # noqa: S307 - only True/False/and/or/() remain
 
 
 @dataclass
@@ -133,6 +178,9 @@ class Scope:
     parameters: dict[str, str]
     task_outputs: dict[str, dict[str, str]] = field(default_factory=dict)
     status: str = "Running"
+    # Inside a DAG template run by a task: that template's inputs, and the fan-out item of its run.
+    inputs: dict[str, str] | None = None
+    item: Any = None
 
     def lookup(self, expr: str, inputs: dict[str, str] | None = None) -> str:
         if expr == "workflow.name":
@@ -140,6 +188,9 @@ class Scope:
         if expr == "workflow.status":
             return self.status
         parts = expr.split(".")
+        if parts[0] == "item" and self.item is not None:
+            return _item_value(self.item, parts[1:], expr)
+        inputs = self.inputs if inputs is None else inputs
         if parts[:2] == ["workflow", "parameters"] and len(parts) == 3:
             return self._get(self.parameters, parts[2], expr)
         if parts[:2] == ["inputs", "parameters"] and len(parts) == 3 and inputs is not None:
@@ -156,6 +207,16 @@ class Scope:
 
     def render(self, text: str, inputs: dict[str, str] | None = None) -> str:
         return _EXPR.sub(lambda m: self.lookup(m.group(1), inputs), text)
+
+
+def _item_value(item: Any, keys: list[str], expr: str) -> str:
+    """`{{item}}` / `{{item.key}}` as Argo renders them: strings as they are, anything else as JSON."""
+    value = item
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            raise DagError(f"{{{{{expr}}}}} has no value: the item {item!r} has no {key!r}")
+        value = value[key]
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def evaluate_when(condition: str) -> bool:

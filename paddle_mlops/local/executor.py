@@ -27,6 +27,7 @@ from rich.console import Console
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, HOME_ENV, TRACKING_URI_ENV, tracking_uri
+from paddle_mlops.local import fanout
 from paddle_mlops.local import summary as run_summary
 from paddle_mlops.local.dag import (
     CONTAINER_OUTPUTS,
@@ -35,6 +36,7 @@ from paddle_mlops.local.dag import (
     Task,
     Workflow,
     container_command,
+    depends_met,
     evaluate_when,
     load_workflow,
     resource_command,
@@ -60,7 +62,8 @@ class TaskResult:
 @dataclass
 class FollowOn:
     """A workflow started by the first one's outcome: `parameters(task outputs)` gives its parameters, or None
-    when nothing starts it (e.g. the gate failed, so nothing was published)."""
+    when nothing starts it (e.g. the gate failed, so nothing was published). A finetune-batch run asks once per
+    branch, and every branch that published starts its own run."""
 
     doc: dict[str, Any]
     parameters: Callable[[dict[str, dict[str, str]]], dict[str, str] | None]
@@ -78,6 +81,7 @@ class RunOptions:
     start_from: str | None = None
     git_sha: str | None = None
     library_warnings: bool = False
+    task: str | None = None  # the `task` parameter (configs/tasks/<task>.yaml); None: the workflow's default
     # Workflow parameters set by whoever starts the run (e.g. the event parameters a Sensor sets).
     parameters: dict[str, str] = field(default_factory=dict)
     # The summary file in the workdir; `--only/--from` read the previous run from it.
@@ -140,6 +144,8 @@ class LocalExecutor:
         self.run_dir = self.workdir / "runs" / run_name
         self.scope = Scope(workflow_name=run_name, parameters={**self._parameters(self.workflow), **opts.parameters})
         self.scopes = [self.scope]
+        self.prefix = ""  # the current fan-out branch's or follow-on run's folder, when there are several
+        self.branches: list[fanout.Branch] = []
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -159,6 +165,7 @@ class LocalExecutor:
                 "git-sha": self.opts.git_sha or _git_sha(),
                 "config": str(self.opts.config_path.resolve()),
                 "env": self.opts.env or "",
+                **({"task": self.opts.task} if self.opts.task else {}),
                 "overrides": json.dumps(self.opts.overrides),
                 "workspace": str(self.workdir / "runs"),
             }
@@ -185,7 +192,11 @@ class LocalExecutor:
     # -- commands -------------------------------------------------------------------------------
 
     def _outputs_dir(self, task: Task) -> Path:
-        return self.run_dir / task.name / "outputs"
+        return self._task_dir(task) / "outputs"
+
+    def _task_dir(self, task: Task) -> Path:
+        """A task's folder in the run: its log, outputs and workers' logs (a branch's tasks under the branch)."""
+        return self.run_dir / f"{self.prefix}{task.name}"
 
     def _localise(self, arg: str, task: Task) -> str:
         if arg == CONTAINER_OUTPUTS or arg.startswith(CONTAINER_OUTPUTS + "/"):
@@ -211,7 +222,7 @@ class LocalExecutor:
             if part == "--nproc_per_node" and i + 1 < len(out):
                 out[i + 1] = str(tcfg.nproc)
             elif part == "--log_dir" and i + 1 < len(out):
-                out[i + 1] = str(self.run_dir / task.name / "paddle-log")
+                out[i + 1] = str(self._task_dir(task) / "paddle-log")
             elif part.endswith(".py") and not Path(part).is_absolute():
                 out[i] = str(PROJECT_ROOT / part)
         if tcfg.topology == "ps" or tcfg.job.ps_replicas > 0:
@@ -227,13 +238,14 @@ class LocalExecutor:
     # -- running --------------------------------------------------------------------------------
 
     def _run_process(self, task: Task, cmd: list[str]) -> TaskResult:
-        log_path = self.run_dir / task.name / "step.log"
+        log_path = self._task_dir(task) / "step.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._outputs_dir(task).mkdir(parents=True, exist_ok=True)
         deadline = task.template.get("activeDeadlineSeconds")
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         started = time.monotonic()
-        self.console.print(f"[bold cyan]▶ {task.name}[/]  [dim]{' '.join(cmd)}[/]", highlight=False)
+        name = f"{self.prefix}{task.name}"
+        self.console.print(f"[bold cyan]▶ {name}[/]  [dim]{' '.join(cmd)}[/]", highlight=False)
         with (
             open(log_path, "w", encoding="utf-8") as log,
             subprocess.Popen(
@@ -253,14 +265,14 @@ class LocalExecutor:
                 line = line.rstrip("\n")
                 log.write(line + "\n")
                 tail.append(line)
-                self.console.out(f"[{task.name}] {line}", highlight=False)
+                self.console.out(f"[{name}] {line}", highlight=False)
                 if deadline and time.monotonic() - started > float(deadline):
                     proc.kill()
                     tail.append(f"killed: step ran past its deadline of {deadline}s")
                     break
             code = proc.wait()
         seconds = time.monotonic() - started
-        result = TaskResult(task.name, "Succeeded" if code == 0 else "Failed", seconds, code, log=str(log_path))
+        result = TaskResult(name, "Succeeded" if code == 0 else "Failed", seconds, code, log=str(log_path))
         if code == 0:
             result.outputs = self._read_outputs(task)
         else:
@@ -270,7 +282,7 @@ class LocalExecutor:
     def _worker_log_tails(self, task: Task) -> list[str]:
         """paddle.distributed.launch keeps other ranks' output in workerlog.N files."""
         lines: list[str] = []
-        for worker_log in sorted((self.run_dir / task.name / "paddle-log").glob("workerlog.*")):
+        for worker_log in sorted((self._task_dir(task) / "paddle-log").glob("workerlog.*")):
             content = worker_log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
             lines += [f"--- {worker_log.name} ---", *content]
         return lines
@@ -290,6 +302,8 @@ class LocalExecutor:
         return TaskResult(task.name, "Reused", 0.0, outputs=dict(prev.get("outputs") or {}))
 
     def _should_run(self, task: Task) -> bool:
+        if not (self.opts.only or self.opts.start_from):
+            return True
         index = self.order.index(task.name)
         if self.opts.only:
             return task.name == self.opts.only
@@ -297,28 +311,41 @@ class LocalExecutor:
             return index >= self.order.index(self.opts.start_from)
         return True
 
-    def _run_tasks(self, workflow: Workflow, results: list[TaskResult]) -> TaskResult | None:
-        """Run `workflow`'s tasks in the current scope, appending to `results`; the failed one, if any."""
-        for task in workflow.tasks:
-            cluster_only = ((task.template.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ONLY_ANNOTATION)
-            if cluster_only:  # never run here, so never reused either (--only/--from)
-                result = TaskResult(task.name, "Skipped", reason=f"cluster only: {cluster_only}")
-                self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
-            elif not self._should_run(task):
-                if self.opts.only and self.order.index(task.name) > self.order.index(self.opts.only):
-                    results.append(TaskResult(task.name, "Not run"))
-                    continue
-                result = self._reused(task)
-            elif task.when and not evaluate_when(self.scope.render(task.when)):
-                result = TaskResult(task.name, "Skipped", reason=f"when: {self.scope.render(task.when)}")
-                self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
-            else:
-                result = self._run_process(task, self.command_for(task))
-            results.append(result)
-            self.scope.task_outputs[task.name] = result.outputs
-            if result.status == "Failed":
+    def _run_tasks(self, tasks: list[Task], results: list[TaskResult]) -> TaskResult | None:
+        """Run `tasks` in the current scope, appending to `results`; the first that failed, if any. After a failure
+        only tasks whose `depends` allows it still run (a summary after a fan-out), as on Argo."""
+        failed: TaskResult | None = None
+        statuses: dict[str, str] = {}
+        for task in tasks:
+            if failed is not None and not depends_met(task.depends_expr, statuses, task.depends):
+                continue  # what it depends on failed: Argo omits it
+            result = self._run_task(task, results)
+            statuses[task.name] = result.status
+            if result.status == "Failed" and failed is None:
+                failed = result
+        return failed
+
+    def _run_task(self, task: Task, results: list[TaskResult]) -> TaskResult:
+        cluster_only = ((task.template.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ONLY_ANNOTATION)
+        if cluster_only:  # never run here, so never reused either (--only/--from)
+            result = TaskResult(task.name, "Skipped", reason=f"cluster only: {cluster_only}")
+            self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
+        elif task.kind == "dag":
+            return fanout.run(self, task, results)
+        elif not self._should_run(task):
+            if self.opts.only and self.order.index(task.name) > self.order.index(self.opts.only):
+                result = TaskResult(task.name, "Not run")
+                results.append(result)
                 return result
-        return None
+            result = self._reused(task)
+        elif task.when and not evaluate_when(self.scope.render(task.when)):
+            result = TaskResult(f"{self.prefix}{task.name}", "Skipped", reason=f"when: {self.scope.render(task.when)}")
+            self.console.print(f"[yellow]⤼ {result.name} skipped[/] ({result.reason})")
+        else:
+            result = self._run_process(task, self.command_for(task))
+        results.append(result)
+        self.scope.task_outputs[task.name] = result.outputs
+        return result
 
     def _exit(self, workflow: Workflow, failed: TaskResult | None) -> TaskResult | None:
         """The workflow's exit handler, as `onExit` runs it on Argo: after success and failure alike."""
@@ -327,39 +354,48 @@ class LocalExecutor:
             return None
         return self._run_process(workflow.exit_task, self.command_for(workflow.exit_task))
 
-    def _follow_parameters(self, follow: FollowOn, workflow: Workflow) -> dict[str, str] | None:
-        """The follow-on's parameters: from the first workflow's outputs, or its rerun ones for --only/--from."""
-        params = follow.parameters({**self.scope.task_outputs})
-        reuse = self.opts.only or self.opts.start_from
-        if params is not None and reuse in [t.name for t in workflow.tasks]:
-            params = {**params, **follow.rerun}
-        return params
-
-    def _start_follow_on(self) -> Workflow | None:
-        """Switch to the follow-on workflow's scope and return it; None when there is none or nothing starts it."""
+    def _follow_parameters(self) -> list[dict[str, str]]:
+        """One parameter set per follow-on run: from the outputs of each chain that published (train-deploy's, or
+        each finetune-batch branch's), with the rerun ones for --only/--from."""
         if self.follow is None or self.follow_workflow is None:
-            return None
-        params = self._follow_parameters(self.follow, self.follow_workflow)
-        if params is None:
-            return None
-        outputs = dict(self.scope.task_outputs)
-        name = f"{self.follow_workflow.name}-{self.stamp}"
-        self.console.print(f"[bold cyan]⚡ {self.follow_workflow.name}[/] started by the publish notification")
-        self.scope = Scope(workflow_name=name, parameters={**self._parameters(self.follow_workflow), **params})
+            return []
+        # A batch branch's rollout judges its task with the branch's own overrides, as a single-task run's rollout
+        # takes the run's: locally a run is one configuration throughout. (On the cluster the Sensor's rollout loads
+        # the task's file: data a task is judged on belongs in configs/tasks/<task>.yaml.)
+        chains = [(b.outputs, {"overrides": b.inputs.get("overrides", "[]")}) for b in self.branches]
+        found = [
+            {**params, **extra}
+            for outputs, extra in chains or [(dict(self.scope.task_outputs), {})]
+            if (params := self.follow.parameters(outputs)) is not None
+        ]
+        if (self.opts.only or self.opts.start_from) in [t.name for t in self.follow_workflow.tasks]:
+            found = [{**params, **self.follow.rerun} for params in found]
+        return found
+
+    def _enter_follow_on(self, workflow: Workflow, params: dict[str, str], several: bool) -> None:
+        """Switch to a follow-on run's scope (named per task when there are several)."""
+        outputs = dict(self.scopes[0].task_outputs)
+        name = f"{workflow.name}-{self.stamp}" + (f"-{params.get('task', len(self.scopes))}" if several else "")
+        self.console.print(f"[bold cyan]⚡ {name}[/] started by the publish notification")
+        self.scope = Scope(workflow_name=name, parameters={**self._parameters(workflow), **params})
         self.scope.task_outputs.update(outputs)
         self.scopes.append(self.scope)
-        return self.follow_workflow
+        self.prefix = f"{name}/" if several else ""
 
     def run(self) -> tuple[int, dict[str, Any]]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         results: list[TaskResult] = []
         started = time.monotonic()
-        failed = self._run_tasks(self.workflow, results)
+        failed = self._run_tasks(self.workflow.tasks, results)
         exit_result = self._exit(self.workflow, failed)
-        follow_on = None if failed else self._start_follow_on()
-        if follow_on is not None:
-            failed = self._run_tasks(follow_on, results)
-            exit_result = self._exit(follow_on, failed) or exit_result
+        follow_ons = self._follow_parameters()
+        for params in follow_ons:
+            assert self.follow_workflow is not None
+            self._enter_follow_on(self.follow_workflow, params, several=len(follow_ons) > 1 or bool(self.branches))
+            bad = self._run_tasks(self.follow_workflow.tasks, results)
+            exit_result = self._exit(self.follow_workflow, bad) or exit_result
+            failed = failed or bad
+        self.prefix = ""
         summary = run_summary.build(self, results, exit_result, failed, time.monotonic() - started)
         path = self.workdir / self.opts.summary_name
         path.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from paddle_mlops.config.tasks import SPECS, spec
+
 if TYPE_CHECKING:
     from paddle_mlops.local.executor import LocalExecutor, TaskResult
 
@@ -32,6 +34,7 @@ def build(
         except json.JSONDecodeError:
             metrics = {}
     gate = found["gate"]
+    names = spec(metrics["task_type"]).metrics if metrics.get("task_type") in SPECS else ("accuracy", "macro_f1")
     return {
         "status": "failed" if failed else "succeeded",
         "run_name": executor.scopes[0].workflow_name,
@@ -57,7 +60,8 @@ def build(
         "failed_step": None
         if not failed
         else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
-        "metrics": {k: metrics.get(k) for k in ("accuracy", "macro_f1")} | {"all": metrics},
+        "task": executor.cfg.task if not executor.branches else None,
+        "metrics": {k: metrics.get(k) for k in names} | {"all": metrics},
         "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
         "model_uri": found["model_uri"],
         "model_version": found["model_version"],
@@ -66,6 +70,31 @@ def build(
         "serving_url": found["serving_url"],
         "rollout": found["rollout"],
         "validation": {"verdict": found["verdict"], "reason": found["validation"]},
+        "tasks": [_branch(branch, executor.scopes) for branch in executor.branches] or None,
+    }
+
+
+def _branch(branch: Any, scopes: list[Any]) -> dict[str, Any]:
+    """One finetune-batch task: its branch's outcome, and what its rollout (if it published) did."""
+    task = branch.item.get("task") if isinstance(branch.item, dict) else None
+    outputs = branch.outputs
+    try:
+        metrics = json.loads((outputs.get("evaluate") or {}).get("metrics") or "{}")
+    except json.JSONDecodeError:
+        metrics = {}
+    names = spec(metrics["task_type"]).metrics if metrics.get("task_type") in SPECS else ()
+    rollout = next((s.task_outputs for s in scopes[1:] if s.parameters.get("task") == task), {})
+    return {
+        "task": task,
+        "branch": branch.label,
+        "status": "failed" if branch.failed else "succeeded",
+        "failed_step": branch.failed,
+        "metrics": {k: metrics.get(k) for k in names},
+        "gate": (metrics.get("gate") or {}).get("reason"),
+        "model_uri": (outputs.get("upload") or {}).get("model-uri"),
+        "verdict": (rollout.get("validate") or {}).get("verdict"),
+        "model_version": (rollout.get("register") or {}).get("model-version"),
+        "serving_url": (rollout.get("rollout") or {}).get("serving-url"),
     }
 
 
@@ -94,10 +123,14 @@ def show(console: Console, summary: dict[str, Any], failed: TaskResult | None, p
             )
         else:
             console.print("Nothing was registered or served from this run.")
-    m = summary["metrics"]
+    if summary.get("tasks"):
+        _show_tasks(console, summary["tasks"], path)
+        return
+    m = {k: v for k, v in summary["metrics"].items() if k != "all"}
     gate = summary["gate"]["passed"]
     lines = [
-        ("metrics", f"accuracy={m.get('accuracy')} macro_f1={m.get('macro_f1')}"),
+        ("task", summary.get("task")),
+        ("metrics", " ".join(f"{k}={_rounded(v)}" for k, v in m.items())),
         ("gate", {True: "PASSED", False: "FAILED (nothing published)", None: "not evaluated"}[gate]),
         ("model URI", summary["model_uri"]),
         ("validation", _verdict_line(summary["validation"])),
@@ -115,3 +148,21 @@ def _verdict_line(validation: dict[str, Any]) -> str | None:
     if not validation.get("verdict"):
         return None
     return f"{validation['verdict'].upper()}: {validation.get('reason') or ''}"
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def _show_tasks(console: Console, tasks: list[dict[str, Any]], path: Path) -> None:
+    """A finetune-batch run's outcome per task."""
+    table = Table(title="tasks")
+    for column in ("task", "status", "metrics", "model", "verdict", "serving URL"):
+        table.add_column(column)
+    for row in tasks:
+        metrics = " ".join(f"{k}={_rounded(v)}" for k, v in row["metrics"].items() if v is not None)
+        status = row["status"] + (f" ({row['failed_step']})" if row["failed_step"] else "")
+        model = row["model_uri"] or ("not published: " + (row["gate"] or "-") if row["gate"] else "-")
+        table.add_row(row["task"], status, metrics, model, row["verdict"] or "-", row["serving_url"] or "-")
+    console.print(table)
+    console.print(f"  [bold]{'summary':>13}[/]: {path}", highlight=False)

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.config.loader import load_task_configs
 from paddle_mlops.contracts import PART_OF, SERVING_PORT
 from pipelines.platform.meta import metadata
 
@@ -98,12 +99,20 @@ def _prometheus(port: int | None) -> dict[str, Any]:
     return rule
 
 
+PREDICTORS_POLICY = "paddle-mlops-predictors"
+
+
 def predictor_selector(cfg: PipelineConfig) -> dict[str, Any]:
-    """Every predictor pod of this model in every region, stable and canary (one InferenceService
-    each, named `<model>-<region>[-canary]`): labels set on the InferenceService, plus KServe's own."""
+    """Every predictor pod of every configured task's model (configs/tasks/) in every region, stable and canary
+    (one InferenceService each, named `<model>-<region>[-canary]`): labels set on the InferenceService, plus
+    KServe's own."""
+    names = sorted({cfg.serving.model_name, *(t.serving.model_name for t in load_task_configs().values())})
     return {
-        "matchLabels": {**PART_OF, "app.kubernetes.io/name": cfg.serving.model_name},
-        "matchExpressions": [{"key": ISVC_POD_LABEL, "operator": "Exists"}],
+        "matchLabels": dict(PART_OF),
+        "matchExpressions": [
+            {"key": "app.kubernetes.io/name", "operator": "In", "values": names},
+            {"key": ISVC_POD_LABEL, "operator": "Exists"},
+        ],
     }
 
 
@@ -130,7 +139,7 @@ def serving_policy(cfg: PipelineConfig) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": metadata(f"{cfg.serving.model_name}-predictor", cfg.cluster.namespace),
+        "metadata": metadata(PREDICTORS_POLICY, cfg.cluster.namespace),
         "spec": {
             "podSelector": predictor_selector(cfg),
             "policyTypes": ["Ingress", "Egress"],

@@ -1,9 +1,9 @@
-"""ERNIE sequence classification: build or load the model, tokenise, export, and run the export.
+"""ERNIE for the task types: build or load the model with the task's head, export it, and run the export.
 
-Training (`steps/train.py`), evaluation (`steps/evaluate.py`) and the model server share this
-module, so a text is tokenised the same way everywhere. `ExportedClassifier` needs only the
-exported directory (`inference.json` + `inference.pdiparams`, tokenizer files, `label_map.json`,
-`model_config.json`).
+Training (`steps/train.py`), evaluation (`steps/evaluate.py`) and the model server share this module and the
+task types (steps/runtime/tasks/), so an instance is encoded and an answer decoded the same way everywhere.
+`ExportedModel` needs only the exported directory (`inference.json` + `inference.pdiparams`, tokenizer files,
+`label_map.json`, `model_config.json`, which names the task type).
 """
 
 from __future__ import annotations
@@ -28,19 +28,26 @@ import paddle  # noqa: E402
 from paddlenlp.transformers import (  # noqa: E402
     ErnieConfig,
     ErnieForSequenceClassification,
+    ErnieForTokenClassification,
     ErnieTokenizer,
 )
 
 from paddle_mlops.config.models import ModelConfig  # noqa: E402
+from paddle_mlops.config.tasks import TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION  # noqa: E402
 from paddle_mlops.contracts import EXPORTED_FILES  # noqa: E402
+from steps.runtime import tasks  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
+ErnieHead = ErnieForSequenceClassification | ErnieForTokenClassification
 
 
-def build_model(
-    model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_token_id: int = 0
-) -> ErnieForSequenceClassification:
-    """A small ERNIE classifier initialised from scratch (local runs and tests)."""
+def head_class(task_type: str) -> type[ErnieHead]:
+    """The PaddleNLP model a task type trains: one label per sequence (classification, matching) or per token."""
+    return ErnieForTokenClassification if task_type == TOKEN_CLASSIFICATION else ErnieForSequenceClassification
+
+
+def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_token_id: int = 0) -> ErnieHead:
+    """A small ERNIE of the task's head initialised from scratch (local runs and tests)."""
     config = ErnieConfig(
         vocab_size=vocab_size,
         hidden_size=model_cfg.hidden_size,
@@ -56,7 +63,7 @@ def build_model(
     )
     # Fixed parameter names (the optimizer state is keyed by them), however many models this process built.
     with paddle.utils.unique_name.guard():
-        return ErnieForSequenceClassification(config)
+        return head_class(model_cfg.task)(config)
 
 
 def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
@@ -85,12 +92,13 @@ def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
     return directory
 
 
-def load_pretrained(directory: Path, num_labels: int, dropout: float) -> ErnieForSequenceClassification:
-    """PaddleNLP's own loading path, from a local directory only (a hub name would be a download)."""
+def load_pretrained(
+    directory: Path, num_labels: int, dropout: float, task_type: str = TEXT_CLASSIFICATION
+) -> ErnieHead:
+    """PaddleNLP's own loading path, from a local directory only (a hub name would be a download); the task's
+    head is new, on the pretrained encoder."""
     with paddle.utils.unique_name.guard():
-        return ErnieForSequenceClassification.from_pretrained(
-            str(directory), num_labels=num_labels, classifier_dropout=dropout
-        )
+        return head_class(task_type).from_pretrained(str(directory), num_labels=num_labels, classifier_dropout=dropout)
 
 
 def load_tokenizer(path: Path) -> ErnieTokenizer:
@@ -116,7 +124,7 @@ def pad_batch(ids: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[np.ndarray
 
 
 def export(
-    model: ErnieForSequenceClassification,
+    model: ErnieHead,
     tokenizer: ErnieTokenizer,
     label_map: dict[int, str],
     model_cfg: ModelConfig,
@@ -136,7 +144,8 @@ def export(
     (out_dir / "model_config.json").write_text(
         json.dumps(
             {
-                "architecture": "ErnieForSequenceClassification",
+                "task": model_cfg.task,
+                "architecture": type(model).__name__,
                 "max_seq_len": model_cfg.max_seq_len,
                 "num_labels": len(label_map),
                 "vocab_size": config.vocab_size,
@@ -155,18 +164,12 @@ def export(
     return out_dir
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
-
-
-class ExportedClassifier:
-    """Paddle Inference predictor over an exported model directory.
+class ExportedModel:
+    """Paddle Inference predictor over an exported model directory, answering its task's instances.
 
     Thread-safe: one predictor per instance, calls serialised by a lock (a Paddle predictor is not
     re-entrant). For parallel inference create one instance per worker thread or process.
-    Batches are padded to their longest text, not to `max_seq_len`.
+    Batches are padded to their longest row, not to `max_seq_len`.
     """
 
     def __init__(
@@ -179,6 +182,9 @@ class ExportedClassifier:
             if not (self.model_dir / name).is_file():
                 raise StepError(f"{self.model_dir} has no {name}; it is not a model exported by the train step.")
         self.model_config = json.loads((self.model_dir / "model_config.json").read_text(encoding="utf-8"))
+        # Exports from before task types were sequence classifiers.
+        self.task_type = str(self.model_config.get("task") or TEXT_CLASSIFICATION)
+        self.task = tasks.for_type(self.task_type)
         self.labels = {
             int(k): v for k, v in json.loads((self.model_dir / "label_map.json").read_text(encoding="utf-8")).items()
         }
@@ -198,11 +204,8 @@ class ExportedClassifier:
         self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
         self._lock = threading.Lock()
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        return pad_batch(encode(self.tokenizer, texts, self.max_seq_len), self.tokenizer.pad_token_id)
-
-    def predict_batch_ids(self, input_ids: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
-        """Logits `[batch, num_labels]` for already-tokenised int64 inputs."""
+    def logits(self, input_ids: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
+        """Logits (`[batch, labels]`, or `[batch, width, labels]` per token) for padded int64 inputs."""
         if token_type_ids is None:
             token_type_ids = np.zeros_like(input_ids)
         feeds = {"input_ids": input_ids, "token_type_ids": token_type_ids}
@@ -214,15 +217,10 @@ class ExportedClassifier:
             self._predictor.run()
             return self._output.copy_to_cpu()
 
-    def predict(self, texts: Sequence[str]) -> list[dict]:
-        """`[{"label": name, "probabilities": {name: p}}]`, one per text."""
-        if not texts:
+    def predict(self, instances: Sequence[tasks.Instance]) -> list[dict]:
+        """One answer per instance in the task's shape (a label with probabilities; entities with offsets)."""
+        if not instances:
             return []
-        probs = softmax(self.predict_batch_ids(*self.encode(texts)).astype("float64"))
-        out = []
-        for row in probs:
-            best = int(row.argmax())
-            out.append(
-                {"label": self.labels[best], "probabilities": {self.labels[i]: float(p) for i, p in enumerate(row)}}
-            )
-        return out
+        rows = self.task.encode(self.tokenizer, instances, self.max_seq_len)
+        logits = tasks.run_rows(self.logits, rows, max(len(rows), 1), self.tokenizer.pad_token_id)
+        return self.task.results(instances, rows, logits, self.labels)

@@ -1,5 +1,6 @@
-"""Scoring an exported model on a prepared test split: predictions, latency percentiles and the classification
-report, as evaluate (train-deploy) and validate (rollout) both do it."""
+"""Scoring an exported model on a prepared test split: its answers, latency percentiles and the task's report, as
+evaluate (train-deploy) and validate (rollout) both do it. The model answers the test instances the way the
+server does (encoding, windows, decoding), so the score is the score of what clients get."""
 
 from __future__ import annotations
 
@@ -12,22 +13,20 @@ from typing import Any
 import numpy as np
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import data
+from steps.runtime import tasks
 from steps.runtime.runner import StepError
-from steps.runtime.scoring import classification_report
 
 
-def predict_timed(classifier: Any, texts: Sequence[str], batch_size: int) -> tuple[list[int], dict[str, float]]:
-    """Predictions and latency percentiles (tokenisation + inference, as the server does it)."""
-    predictions: list[int] = []
+def predict_timed(model: Any, instances: Sequence[Any], batch_size: int) -> tuple[list[dict], dict[str, float]]:
+    """Answers and latency percentiles (encoding + inference + decoding, as the server does it)."""
+    answers: list[dict] = []
     batch_ms: list[float] = []
     example_ms: list[float] = []
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start : start + batch_size]
+    for start in range(0, len(instances), batch_size):
+        chunk = instances[start : start + batch_size]
         t0 = time.perf_counter()
-        logits = classifier.predict_batch_ids(*classifier.encode(chunk))
+        answers.extend(model.predict(chunk))
         elapsed = (time.perf_counter() - t0) * 1000
-        predictions.extend(int(i) for i in logits.argmax(axis=-1))
         batch_ms.append(elapsed)
         example_ms.append(elapsed / len(chunk))
     latency = {
@@ -37,25 +36,36 @@ def predict_timed(classifier: Any, texts: Sequence[str], batch_size: int) -> tup
         "example_p50_ms": float(np.percentile(example_ms, 50)),
         "example_p99_ms": float(np.percentile(example_ms, 99)),
     }
-    return predictions, latency
+    return answers, latency
+
+
+def _check_task(cfg: PipelineConfig, model: Any, rows: list[dict[str, Any]]) -> None:
+    if model.task_type != cfg.model.task:
+        raise StepError(
+            f"the model in {model.model_dir} is a {model.task_type} model; task '{cfg.task}' is {cfg.model.task}. "
+            "Data and model are from different tasks."
+        )
+    if "label" in model.task.row_keys:
+        unknown = sorted({int(r["label"]) for r in rows} - set(model.labels))
+        if unknown:
+            raise StepError(
+                f"test.jsonl has labels {unknown} the model does not know; data and model are from different runs."
+            )
 
 
 def evaluate(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> tuple[dict[str, Any], str | None]:
-    from steps.runtime.ernie import ExportedClassifier
+    """The test report (the task's metrics, per-class or per-type scores, latency) and the model's MLflow run."""
+    from steps.runtime.ernie import ExportedModel
 
-    rows = data.read_split(data_dir / "test.jsonl")
+    task = tasks.for_config(cfg)
+    rows = task.read_rows(data_dir / "test.jsonl")
     if not rows:
         raise StepError(f"{data_dir / 'test.jsonl'} is empty; rerun prepare-data with more data.")
-    classifier = ExportedClassifier(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
-    texts, labels = [t for t, _ in rows], [y for _, y in rows]
-    unknown = sorted(set(labels) - set(classifier.labels))
-    if unknown:
-        raise StepError(
-            f"test.jsonl has labels {unknown} the model does not know; data and model are from different runs."
-        )
-    predictions, latency = predict_timed(classifier, texts, cfg.serving.max_batch_size)
-    metrics = classification_report(labels, predictions, classifier.labels)
-    metrics |= {"examples": len(rows), "latency": latency}
+    model = ExportedModel(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
+    _check_task(cfg, model, rows)
+    answers, latency = predict_timed(model, [task.instance(r) for r in rows], cfg.serving.max_batch_size)
+    metrics = task.scores(rows, answers, model.labels)
+    metrics |= {"task": cfg.task, "task_type": cfg.model.task, "examples": len(rows), "latency": latency}
     training_file = model_dir / "training.json"
     training = json.loads(training_file.read_text()) if training_file.is_file() else {}
     return metrics, training.get("mlflow_run_id")

@@ -19,12 +19,16 @@ from paddle_mlops.contracts import SERVING_REQUEST_LATENCY_SECONDS, SERVING_REQU
 from steps.runtime.rollout_outcome import RolloutFailed
 
 
-def check_predictions(body: Any, texts: Sequence[str]) -> None:
-    """Smoke check of a v1 response: one prediction per text, a known label, probabilities summing to 1."""
+def check_predictions(body: Any, instances: Sequence[Any]) -> None:
+    """Smoke check of a v1 response: one prediction per instance, each a known label with probabilities that
+    form a distribution, or (token classification) a list of entities whose offsets cut their text out of it."""
     preds = body.get("predictions") if isinstance(body, dict) else None
-    if not isinstance(preds, list) or len(preds) != len(texts):
-        raise RolloutFailed(f"smoke test: expected {len(texts)} predictions, got {str(body)[:200]}")
-    for i, pred in enumerate(preds):
+    if not isinstance(preds, list) or len(preds) != len(instances):
+        raise RolloutFailed(f"smoke test: expected {len(instances)} predictions, got {str(body)[:200]}")
+    for i, (pred, instance) in enumerate(zip(preds, instances, strict=True)):
+        if isinstance(pred, dict) and "entities" in pred:
+            _check_entities(i, pred["entities"], instance)
+            continue
         probs = pred.get("probabilities") if isinstance(pred, dict) else None
         if not isinstance(probs, dict) or pred.get("label") not in probs:
             raise RolloutFailed(f"smoke test: prediction {i} has no label with probabilities: {pred!r}")
@@ -33,6 +37,15 @@ def check_predictions(body: Any, texts: Sequence[str]) -> None:
             sum(values), 1.0, abs_tol=1e-3
         ):
             raise RolloutFailed(f"smoke test: prediction {i} probabilities do not form a distribution: {probs}")
+
+
+def _check_entities(i: int, entities: Any, text: Any) -> None:
+    if not isinstance(entities, list) or not isinstance(text, str):
+        raise RolloutFailed(f"smoke test: prediction {i} entities must be a list for a text: {entities!r}")
+    for entity in entities:
+        ok = isinstance(entity, dict) and {"type", "text", "start", "end", "score"} <= set(entity)
+        if not ok or text[entity["start"] : entity["end"]] != entity["text"] or not 0 <= entity["score"] <= 1:
+            raise RolloutFailed(f"smoke test: prediction {i} has an entity that does not fit its text: {entity!r}")
 
 
 class HttpProbe:
@@ -47,14 +60,14 @@ class HttpProbe:
         except httpx.HTTPError:
             return False
 
-    def smoke(self, url: str, model_name: str, texts: Sequence[str]) -> None:
+    def smoke(self, url: str, model_name: str, instances: Sequence[Any]) -> None:
         try:
-            resp = self._client.post(f"{url}/v1/models/{model_name}:predict", json={"instances": list(texts)})
+            resp = self._client.post(f"{url}/v1/models/{model_name}:predict", json={"instances": list(instances)})
         except httpx.HTTPError as exc:
             raise RolloutFailed(f"smoke test: request to {url} failed: {exc}") from None
         if resp.status_code != 200:
             raise RolloutFailed(f"smoke test: {url} answered {resp.status_code}: {resp.text[:300]}")
-        check_predictions(resp.json(), texts)
+        check_predictions(resp.json(), instances)
 
     def metrics(self, url: str) -> str:
         try:

@@ -158,7 +158,7 @@ class KServeRollout:
         url = canary_url(obj)
         if not url:
             raise RolloutFailed(f"InferenceService {self.ns}/{name} is Ready but reports no URL")
-        self.probe.smoke(url, self.cfg.serving.model_name, self.cfg.serving.smoke_texts)
+        self.probe.smoke(url, self.cfg.serving.model_name, self.cfg.smoke_payload())
         watch_canary(self.probe, url, self.cfg, self.clock, self.sleep)
         return url
 

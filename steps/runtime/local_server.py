@@ -1,8 +1,9 @@
 """The local serving target: a `python -m steps.serve` process on loopback, started, checked and swapped.
 
-`<home>/serving/current.json` records the server that serves (pid, URL, model version); each server
-logs to `<home>/serving/server-<version>.log`. A new server replaces the recorded one only after it
-is ready, answered the smoke requests and `champion` points at it; a failed check stops the new one.
+Each task's model has its own server: `<home>/serving/<model>/current.json` records the one that serves
+(pid, URL, model version); each server logs to `<home>/serving/<model>/server-<version>.log`. A new server
+replaces the recorded one only after it is ready, answered the smoke requests and `champion` points at it; a
+failed check stops the new one. Other tasks' servers are never touched.
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK, Outcome, Rollou
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def serving_dir(home: Path) -> Path:
-    return home / "serving"
+def serving_dir(home: Path, model: str) -> Path:
+    """Where the local server of the served model `model` (serving.model_name) keeps its record and logs."""
+    return home / "serving" / model
+
+
+def served_models(home: Path) -> list[str]:
+    """The served models that have a recorded local server."""
+    return sorted(p.parent.name for p in (home / "serving").glob("*/current.json"))
 
 
 def _alive(pid: int) -> bool:
@@ -71,8 +78,8 @@ def stop_pid(pid: int, grace_seconds: float = 10.0) -> bool:
     return True
 
 
-def read_current(home: Path) -> dict[str, Any] | None:
-    path = serving_dir(home) / "current.json"
+def read_current(home: Path, model: str) -> dict[str, Any] | None:
+    path = serving_dir(home, model) / "current.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
@@ -85,13 +92,16 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def stop_local_server(home: Path) -> bool:
-    """Stop the server recorded in `<home>/serving/current.json` (`paddle-mlops serve stop`)."""
-    current = read_current(home)
-    if not current:
-        return False
-    stopped = stop_pid(int(current["pid"]))
-    (serving_dir(home) / "current.json").unlink(missing_ok=True)
+def stop_local_server(home: Path, model: str | None = None) -> bool:
+    """Stop the recorded server of `model`, or of every served model (`paddle-mlops serve stop`). True if one
+    was running."""
+    stopped = False
+    for name in [model] if model else served_models(home):
+        current = read_current(home, name)
+        if not current:
+            continue
+        stopped = stop_pid(int(current["pid"])) or stopped
+        (serving_dir(home, name) / "current.json").unlink(missing_ok=True)
     return stopped
 
 
@@ -99,7 +109,7 @@ def start_local_server(
     cfg: PipelineConfig, model_uri: str, version: str, home: Path, common: list[str]
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """Start `python -m steps.serve` detached (own session) so it outlives this step."""
-    directory = serving_dir(home)
+    directory = serving_dir(home, cfg.serving.model_name)
     directory.mkdir(parents=True, exist_ok=True)
     ready_file = directory / f"server-{version}.ready.json"
     ready_file.unlink(missing_ok=True)
@@ -160,21 +170,23 @@ def rollout_local(
     probe: Any = None,
 ) -> Outcome:
     probe = probe or HttpProbe()
-    previous = read_current(home)
+    directory = serving_dir(home, cfg.serving.model_name)
+    previous = read_current(home, cfg.serving.model_name)
     proc, ready_file = start_local_server(cfg, model_uri, version, home, common)
-    log_path = serving_dir(home) / f"server-{version}.log"
+    log_path = directory / f"server-{version}.log"
     try:
         url = wait_local_ready(proc, ready_file, probe, cfg, log_path)
-        probe.smoke(url, cfg.serving.model_name, cfg.serving.smoke_texts)
+        probe.smoke(url, cfg.serving.model_name, cfg.smoke_payload())
     except RolloutFailed as exc:
         stop_group(proc)
         return Outcome(ROLLED_BACK, url=(previous or {}).get("url", ""), reason=str(exc))
     registry.promote(version)
     port = int(url.rsplit(":", 1)[1])
     _write_json(
-        serving_dir(home) / "current.json",
-        {"pid": proc.pid, "url": url, "port": port, "model_version": version, "model_uri": model_uri},
-    )
+        directory / "current.json",
+        {"pid": proc.pid, "url": url, "port": port, "model": cfg.serving.model_name, "task": cfg.task,
+         "model_version": version, "model_uri": model_uri},
+    )  # fmt: skip
     # The old server goes only after the new one serves and `champion` points at it.
     if previous and int(previous.get("pid", -1)) != proc.pid:
         stop_pid(int(previous["pid"]))

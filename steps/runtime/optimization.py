@@ -49,22 +49,40 @@ def split(indices: Sequence[int], parts: int) -> list[list[int]]:
     return [chunk.tolist() for chunk in np.array_split(np.asarray(indices), parts) if len(chunk)]
 
 
-def step_gradients(
-    model: Any, batches: list[tuple[list[int], Any]], labels: np.ndarray, total: int, amp: str | None, scaler: Any
-) -> Any:
-    """Forward and backward over one step's micro-batches; the step's mean loss, still on the device."""
-    import paddle
+def loss_of(logits: Any, targets: Any) -> Any:
+    """Mean cross-entropy: over the examples (one label each), or over the tokens that have a target (per-token
+    labels; IGNORE_INDEX marks [CLS], [SEP] and padding). Paddle's own `mean` with `ignore_index` divides by all
+    tokens, ignored ones included, so the token mean is taken here."""
     import paddle.nn.functional as F
+
+    from steps.runtime.tasks import IGNORE_INDEX
+
+    if logits.ndim == 2:
+        return F.cross_entropy(logits, targets).mean()
+    flat = targets.reshape([-1])
+    per_token = F.cross_entropy(
+        logits.reshape([-1, logits.shape[-1]]), flat, ignore_index=IGNORE_INDEX, reduction="none"
+    ).reshape([-1])
+    valid = (flat != IGNORE_INDEX).astype(per_token.dtype)
+    return (per_token * valid).sum() / valid.sum().clip(min=1.0)
+
+
+def step_gradients(
+    model: Any, batches: list[tuple[list[int], tuple[Any, Any, Any]]], total: int, amp: str | None, scaler: Any
+) -> Any:
+    """Forward and backward over one step's micro-batches (indices, (input_ids, token_type_ids, targets)); the
+    step's mean loss, still on the device."""
+    import paddle
 
     distributed = isinstance(model, paddle.DataParallel)
     step_loss = None
-    for i, (micro, (input_ids, token_type_ids)) in enumerate(batches):
+    for i, (micro, (input_ids, token_type_ids, targets)) in enumerate(batches):
         # DataParallel all-reduces on backward; once per step (the last micro-batch) is enough.
         sync = model.no_sync() if distributed and i < len(batches) - 1 else nullcontext()
         with sync:
             with paddle.amp.auto_cast(dtype=amp) if amp else nullcontext():
                 logits = model(input_ids, token_type_ids=token_type_ids)
-                loss = F.cross_entropy(logits, paddle.to_tensor(labels[micro])).mean()
+                loss = loss_of(logits.astype("float32"), targets)
             # weighted by its share of the step's examples, so the step's gradient is the mean over all of them
             scaled = loss * (len(micro) / total)
             (scaler.scale(scaled) if scaler else scaled).backward()

@@ -42,10 +42,11 @@ def _save(fig: Figure, path: str | Path) -> Path:
 
 
 def plot_curves(history: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    """Train loss (left) and dev accuracy / macro-F1 (right) per epoch.
+    """Train loss (left) and the dev metrics (right: every `dev_*` key, e.g. accuracy and macro-F1, or entity
+    F1, precision and recall) per epoch.
 
-    `history` holds one dict per epoch with any of `train_loss`, `dev_accuracy`, `dev_macro_f1`
-    and optionally `epoch` (1-based; the position is used when it is missing).
+    `history` holds one dict per epoch with any of `train_loss` and `dev_<metric>` keys, and optionally
+    `epoch` (1-based; the position is used when it is missing).
     """
     if not history:
         raise ValueError("no epochs to plot: the history is empty")
@@ -58,8 +59,9 @@ def plot_curves(history: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     loss_ax, score_ax = fig.subplots(1, 2)
     loss_ax.plot(epochs, series("train_loss"), marker="o", color="tab:red", label="train loss")
     loss_ax.set(title="Training loss", xlabel="epoch", ylabel="loss")
-    score_ax.plot(epochs, series("dev_accuracy"), marker="o", label="dev accuracy")
-    score_ax.plot(epochs, series("dev_macro_f1"), marker="s", label="dev macro-F1")
+    dev_keys = list(dict.fromkeys(k for r in history for k in r if k.startswith("dev_")))
+    for key, marker in zip(dev_keys, "osd^v<>", strict=False):
+        score_ax.plot(epochs, series(key), marker=marker, label=key.replace("_", " ", 1).replace("_", "-"))
     score_ax.set(title="Dev metrics", xlabel="epoch", ylabel="score", ylim=(0, 1.02))
     for ax in (loss_ax, score_ax):
         ax.set_xticks(epochs)

@@ -2,7 +2,8 @@
 
 Aliases carry the deployment state: `challenger` (registered, not yet serving), `champion` (serving
 100%), `previous-champion` (what a rollback returns to). Every version carries the tags git_sha,
-data_stats, storage_uri and manifest_digest, so a version can be traced to its code, data and bytes.
+data_stats, storage_uri, manifest_digest, task and task_type, and links to its training run when that run is
+on this tracking server, so a version can be traced to its code, data, bytes and task.
 """
 
 from __future__ import annotations
@@ -80,13 +81,20 @@ def register(
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
-        client.create_registered_model(name, description="ERNIE sentiment classifier published by paddle-mlops")
+        client.create_registered_model(
+            name,
+            description=f"ERNIE {cfg.model.task} model of task '{cfg.task}', published by paddle-mlops",
+            tags={"task": cfg.task, "task_type": cfg.model.task},
+        )
     existing = find_version_by_digest(name, digest, client)
     if existing is not None:
         return existing
     try:
         version = client.create_model_version(
-            name, source=model_uri, run_id=run_id or None, tags={"storage_uri": model_uri, **tags}
+            name,
+            source=model_uri,
+            run_id=run_id or None,
+            tags={"storage_uri": model_uri, "task": cfg.task, "task_type": cfg.model.task, **tags},
         )
     except MlflowException as exc:
         if exc.error_code == "INVALID_PARAMETER_VALUE" and "source" in exc.message:
@@ -146,16 +154,16 @@ def promote(name: str, version: str, client: MlflowClient | None = None) -> str 
     return current
 
 
-def close_runs(experiment: str, workflow: str, status: str = "FAILED", client: MlflowClient | None = None) -> list[str]:
-    """Terminate the runs tagged `workflow=<workflow>` that are still RUNNING; return their ids."""
+def close_runs(workflow: str, status: str = "FAILED", client: MlflowClient | None = None) -> list[str]:
+    """Terminate the runs tagged `workflow=<workflow>` that are still RUNNING, in any experiment; their ids."""
     client = _client(client)
     if status not in (RunStatus.to_string(RunStatus.FINISHED), "FAILED", "KILLED"):
         raise StepError(f"run status {status!r} is not one of FINISHED, FAILED, KILLED")
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
         return []
     runs = client.search_runs(
-        [exp.experiment_id],
+        experiments,
         filter_string=f"tags.workflow = '{workflow}' and attributes.status = 'RUNNING'",
     )
     closed = []

