@@ -1,0 +1,137 @@
+"""`open_engine`: one engine variant of an exported model, loaded and ready to run token ids into logits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from steps.runtime.engines.cpu import cpu_flags, missing_features
+from steps.runtime.engines.variants import OPENVINO_XML, PADDLE_MODEL, PADDLE_PARAMS, Variant, variant_spec
+
+
+class Engine(Protocol):
+    """A loaded variant. `run` returns the logits as float32 ([batch, labels] or [batch, seq, labels]); it is
+    not thread-safe: callers serialise calls, or open one engine per thread."""
+
+    name: str
+    threads: int
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray: ...
+
+
+class EngineUnavailable(RuntimeError):
+    """This node cannot run the variant: its package, its files or a CPU feature it needs is missing."""
+
+
+def open_engine(variant: str, model_dir: Path, threads: int, flags: Iterable[str] | None = None) -> Engine:
+    """Load `variant` from `model_dir` to run on `threads` CPU threads.
+
+    `flags`: the CPU's features (default: this node's). EngineUnavailable says what is missing; ValueError
+    for an unknown variant.
+    """
+    spec = variant_spec(variant)
+    model_dir = Path(model_dir)
+    lacking = missing_features(variant, cpu_flags() if flags is None else flags)
+    if lacking:
+        raise EngineUnavailable(f"{variant} needs CPU features this node lacks: {', '.join(lacking)}")
+    absent = [name for name in spec.files if not (model_dir / name).is_file()]
+    if absent:
+        raise EngineUnavailable(
+            f"{model_dir} has no {', '.join(absent)} for {variant}; steps.runtime.engines.build_variants writes it"
+        )
+    opener = {"paddle": PaddleEngine, "onnxruntime": OnnxRuntimeEngine, "openvino": OpenVinoEngine}[spec.engine]
+    try:
+        return opener(spec, model_dir, threads)
+    except ImportError as exc:
+        raise EngineUnavailable(
+            f"{variant} needs the {exc.name or spec.engine} package, which is not installed"
+        ) from exc
+
+
+def _feeds(names: Iterable[str], input_ids: np.ndarray, token_type_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The inputs the graph declares, as contiguous int64; one it does not declare is not fed (an export may
+    drop token_type_ids)."""
+    given = {"input_ids": input_ids, "token_type_ids": token_type_ids}
+    feeds = {}
+    for name in names:
+        if name not in given:
+            raise ValueError(f"the model asks for an input {name!r}; only input_ids and token_type_ids are known")
+        feeds[name] = np.ascontiguousarray(given[name], dtype=np.int64)
+    return feeds
+
+
+class PaddleEngine:
+    """Paddle Inference on the export itself; bf16 through oneDNN."""
+
+    def __init__(self, spec: Variant, model_dir: Path, threads: int) -> None:
+        import paddle.inference as paddle_infer
+
+        self.name, self.threads = spec.name, threads
+        config = paddle_infer.Config(str(model_dir / PADDLE_MODEL), str(model_dir / PADDLE_PARAMS))
+        config.disable_gpu()
+        config.set_cpu_math_library_num_threads(threads)
+        config.disable_glog_info()
+        if spec.precision == "bf16":
+            # oneDNN is on by default in Paddle 3.3 CPU builds, but bf16 kernels exist only there: say so.
+            config.enable_mkldnn()
+            config.enable_mkldnn_bfloat16()
+        self._predictor = paddle_infer.create_predictor(config)
+        self._inputs = {name: self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()}
+        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        for name, array in _feeds(self._inputs, input_ids, token_type_ids).items():
+            self._inputs[name].reshape(list(array.shape))
+            self._inputs[name].copy_from_cpu(array)
+        self._predictor.run()
+        return np.asarray(self._output.copy_to_cpu(), dtype=np.float32)
+
+
+class OnnxRuntimeEngine:
+    """ONNX Runtime, CPU execution provider, on `model.onnx` or `model.int8.onnx`."""
+
+    def __init__(self, spec: Variant, model_dir: Path, threads: int) -> None:
+        import onnxruntime as ort
+
+        self.name, self.threads = spec.name, threads
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1  # one sequential graph: a second pool would only compete for the cores
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(
+            str(model_dir / spec.files[0]), options, providers=["CPUExecutionProvider"]
+        )
+        self._input_names = [i.name for i in self._session.get_inputs()]
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        logits = self._session.run(None, _feeds(self._input_names, input_ids, token_type_ids))[0]
+        return np.asarray(logits, dtype=np.float32)
+
+
+class OpenVinoEngine:
+    """OpenVINO on the CPU plugin, latency hint, bf16 inference precision, on `openvino/model.xml`."""
+
+    def __init__(self, spec: Variant, model_dir: Path, threads: int) -> None:
+        import openvino as ov
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+
+        self.name, self.threads = spec.name, threads
+        precision = {"bf16": ov.Type.bf16, "fp32": ov.Type.f32}[spec.precision]
+        config: dict[Any, Any] = {
+            hints.performance_mode: hints.PerformanceMode.LATENCY,  # one stream: every thread on one request
+            props.inference_num_threads: threads,
+            hints.inference_precision: precision,
+        }
+        self._compiled = ov.Core().compile_model(str(model_dir / OPENVINO_XML), "CPU", config)
+        self._request = self._compiled.create_infer_request()
+        self._input_names = [port.any_name for port in self._compiled.inputs]
+
+    def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+        self._request.infer(_feeds(self._input_names, input_ids, token_type_ids))
+        # A copy: the output tensor's memory belongs to the request and the next call overwrites it.
+        return np.array(self._request.get_output_tensor(0).data, dtype=np.float32, copy=True)
