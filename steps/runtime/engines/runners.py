@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,9 +42,13 @@ def open_engine(variant: str, model_dir: Path, threads: int, flags: Iterable[str
         raise EngineUnavailable(
             f"{model_dir} has no {', '.join(absent)} for {variant}; steps.runtime.engines.build_variants writes it"
         )
-    opener = {"paddle": PaddleEngine, "onnxruntime": OnnxRuntimeEngine, "openvino": OpenVinoEngine}[spec.engine]
+    openers: dict[str, Callable[[Variant, Path, int], Engine]] = {
+        "paddle": PaddleEngine,
+        "onnxruntime": OnnxRuntimeEngine,
+        "openvino": OpenVinoEngine,
+    }
     try:
-        return opener(spec, model_dir, threads)
+        return openers[spec.engine](spec, model_dir, threads)
     except ImportError as exc:
         raise EngineUnavailable(
             f"{variant} needs the {exc.name or spec.engine} package, which is not installed"
@@ -75,7 +79,8 @@ class PaddleEngine:
         config.set_cpu_math_library_num_threads(threads)
         config.disable_glog_info()
         if spec.precision == "bf16":
-            # oneDNN is on by default in Paddle 3.3 CPU builds, but bf16 kernels exist only there: say so.
+            # oneDNN is on by default in Paddle 3.3.1, and with it off enable_mkldnn_bfloat16 is silently ignored
+            # (fp32 logits): turn it on explicitly.
             config.enable_mkldnn()
             config.enable_mkldnn_bfloat16()
         self._predictor = paddle_infer.create_predictor(config)

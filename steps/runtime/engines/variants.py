@@ -139,9 +139,8 @@ def build_variants(model_dir: Path, out_dir: Path | None = None) -> BuiltVariant
             _remove(out_dir, spec.files)
             continue
         tools = {dist: _version(dist) for dist in spec.tools}
-        entry = earlier.get(spec.name)
-        current = entry is not None and entry.get("tools") == tools and spec.built_from not in rebuilt
-        if not (current and _files_match(out_dir, entry["files"])):
+        entry: dict = earlier.get(spec.name) or {}
+        if spec.built_from in rebuilt or not _current(entry, tools, out_dir):
             reason = _convert(spec, model_dir, out_dir)
             if reason is not None:
                 built.skipped[spec.name] = reason
@@ -189,8 +188,14 @@ def _digest_files(directory: Path, names: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def _files_match(out_dir: Path, files: dict[str, str]) -> bool:
-    return all((out_dir / name).is_file() and _digest_files(out_dir, (name,)) == sha for name, sha in files.items())
+def _current(entry: dict, tools: dict[str, str | None], out_dir: Path) -> bool:
+    """Whether a recorded build was made by these tool versions and its files are still as it wrote them."""
+    files = entry.get("files") or {}
+    return (
+        bool(files)
+        and entry.get("tools") == tools
+        and all((out_dir / name).is_file() and _digest_files(out_dir, (name,)) == sha for name, sha in files.items())
+    )
 
 
 def _remove(out_dir: Path, names: tuple[str, ...]) -> None:
