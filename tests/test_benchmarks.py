@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import serving, upload
+from benchmarks import engines, serving, upload
+from steps.runtime.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +40,20 @@ def test_serving_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
     for contender in figures["contenders"].values():
         assert contender["p50_ms"] > 0 and contender["texts_per_s"] > 0
     assert figures["latency_ratio"] > 0 and figures["throughput_ratio"] > 0
+
+
+def test_engines_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "engines.json"
+    assert engines.main(["--quick", "--rounds", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "paddle-fp32" in printed and "max|dlogit|" in printed
+    # Every variant either ran or says why not (a package missing, a CPU feature this node lacks).
+    assert set(figures["variants"]) | set(figures["skipped"]) == set(VARIANTS)
+    assert figures["variants"]["paddle-fp32"]["max_abs_logit_diff"] == 0
+    for variant in figures["variants"].values():
+        assert variant["batch1_p50_ms"] > 0 and variant["batchN_texts_per_s"] > 0 and variant["files_mib"] > 0
+        assert variant["max_rel_logit_diff"] < 0.1
 
 
 def test_serving_benchmark_rejects_bad_flags() -> None:

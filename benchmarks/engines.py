@@ -1,0 +1,199 @@
+"""Engine benchmark: every CPU engine variant of one exported ERNIE classifier, in process.
+
+The model is the one benchmarks/serving.py serves (ERNIE 3.0-medium-sized, random weights, exported by
+`steps.runtime.ernie.export`) and the texts are its 62-character texts, tokenised by the export's tokenizer.
+`steps.runtime.engines.build_variants` converts the export, and each variant that this node can run is
+opened at the same thread count and measured in process: batch-1 p50 latency and texts/s, and texts/s
+at batch 16.
+
+The variants are measured in interleaved rounds: round r times every variant once (one batch-1 call,
+one batch-16 call), the order rotated by r, and each variant's figures are the medians of its rounds, so
+that a slow spell of a shared machine falls on all of them alike. A pause before each variant's turn
+lets the previous engine's worker threads stop spinning (Intel OpenMP spins 200 ms after each parallel
+region). Beside the speeds: the largest |logit difference| of each variant from Paddle fp32 on the same
+inputs (batch 1, batch 16 and a padded batch of mixed lengths), absolute and as a fraction of the largest
+|logit|.
+
+    python -m benchmarks.engines            # the medium model (~3-4 minutes on 2 cores)
+    python -m benchmarks.engines --quick    # a smoke run on a tiny model
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
+from benchmarks.serving import MEDIUM, TINY, Shape, export_model, make_texts
+from steps.runtime.engines.cpu import cpu_flags
+from steps.runtime.engines.measure import Batch, summarise, time_round, warm_up
+from steps.runtime.engines.runners import Engine, EngineUnavailable, open_engine
+from steps.runtime.engines.variants import BF16_FLAGS, PADDLE_FP32, VNNI_FLAGS, build_variants, variant_spec
+
+MIB = 1024 * 1024
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = benchmark_parser("engines", __doc__)
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 20; 3 with --quick)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of every engine (default 2)")
+    parser.add_argument("--batch", type=int, default=16, help="the batched measurement's batch size (default 16)")
+    parser.add_argument(
+        "--pause", type=float, default=None, help="seconds before each variant's turn (default 0.25; 0 with --quick)"
+    )
+    args = parse_benchmark_args(parser, argv, quick_help="smoke run: tiny model, 3 rounds")
+    if args.rounds is None:
+        args.rounds = 3 if args.quick else 20
+    if args.pause is None:
+        args.pause = 0.0 if args.quick else 0.25
+    if args.rounds < 1 or args.threads < 1 or args.batch < 1 or args.pause < 0:
+        parser.error("--rounds, --threads and --batch must be at least 1, --pause at least 0")
+    return args
+
+
+def tokenised_inputs(model_dir: Path, shape: Shape, batch: int) -> dict[str, Batch]:
+    """Batch 1, batch `batch` and a padded batch of mixed lengths, tokenised by the export's tokenizer."""
+    from steps.runtime import ernie
+
+    tokenizer = ernie.load_tokenizer(model_dir)
+    texts = make_texts(batch, shape.seq_len - 2)
+    ids = ernie.encode(tokenizer, texts, shape.seq_len)
+    mixed = [text[: max(1, len(text) * (i + 1) // 8)] for i, text in enumerate(texts[:8])]
+    pad = tokenizer.pad_token_id
+    return {
+        "one": ernie.pad_batch(ids[:1], pad),
+        "many": ernie.pad_batch(ids, pad),
+        "mixed": ernie.pad_batch(ernie.encode(tokenizer, mixed, shape.seq_len), pad),
+    }
+
+
+def open_engines(model_dir: Path, names: Sequence[str], threads: int) -> tuple[dict[str, Engine], dict[str, str]]:
+    """The variants this node can run, opened; the reason for each one it cannot."""
+    engines: dict[str, Engine] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        try:
+            engines[name] = open_engine(name, model_dir, threads)
+        except EngineUnavailable as exc:
+            skipped[name] = str(exc)
+    return engines, skipped
+
+
+def logit_differences(engines: dict[str, Engine], inputs: dict[str, Batch]) -> dict[str, tuple[float, float]]:
+    """Per variant: the largest |logit - Paddle fp32 logit| over `inputs`, and that over the largest |logit|."""
+    reference = {key: engines[PADDLE_FP32].run(*batch) for key, batch in inputs.items()}
+    scale = max(float(np.abs(logits).max()) for logits in reference.values())
+    out = {}
+    for name, engine in engines.items():
+        worst = max(float(np.abs(engine.run(*batch) - reference[key]).max()) for key, batch in inputs.items())
+        out[name] = (worst, worst / scale)
+    return out
+
+
+def interleaved_rounds(
+    engines: dict[str, Engine], one: Batch, many: Batch, rounds: int, pause: float
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Per variant, its batch-1 and batched seconds in each round; round r starts at variant r (rotated)."""
+    names = list(engines)
+    timings: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            time.sleep(pause)
+            batch1_s, batchN_s = time_round(engines[name], one, many)
+            timings[name][0].append(batch1_s)
+            timings[name][1].append(batchN_s)
+    return timings
+
+
+def _files_mib(model_dir: Path, name: str) -> float:
+    return sum((model_dir / f).stat().st_size for f in variant_spec(name).files) / MIB
+
+
+def benchmark(shape: Shape, work: Path, rounds: int, threads: int, batch: int, pause: float) -> dict[str, Any]:
+    """Export, convert and measure every variant; the results as a dict (what `--json` writes)."""
+    started = time.perf_counter()
+    model_dir = export_model(shape, work / "model")
+    exported = time.perf_counter()
+    built = build_variants(model_dir)
+    converted = time.perf_counter()
+    print(f"exported {shape.describe()} in {exported - started:.0f}s, variants built in {converted - exported:.0f}s")
+    engines, unavailable = open_engines(model_dir, list(built), threads)
+    if PADDLE_FP32 not in engines:
+        raise RuntimeError(f"Paddle fp32, the reference, did not open: {unavailable.get(PADDLE_FP32)}")
+    inputs = tokenised_inputs(model_dir, shape, batch)
+    differences = logit_differences(engines, inputs)
+    for engine in engines.values():
+        warm_up(engine, inputs["one"], inputs["many"])
+    timings = interleaved_rounds(engines, inputs["one"], inputs["many"], rounds, pause)
+    results: dict[str, dict[str, float]] = {}
+    for name, (batch1_s, batchN_s) in timings.items():
+        speed = summarise(batch1_s, batchN_s, batch)
+        results[name] = {
+            "batch1_p50_ms": speed.batch1_p50_ms,
+            "batch1_texts_per_s": speed.batch1_texts_per_s,
+            "batchN_texts_per_s": speed.batchN_texts_per_s,
+            "max_abs_logit_diff": differences[name][0],
+            "max_rel_logit_diff": differences[name][1],
+            "files_mib": _files_mib(model_dir, name),
+        }
+    flags = cpu_flags()
+    return {
+        "model": shape.__dict__,
+        "threads": threads,
+        "batch": batch,
+        "rounds": rounds,
+        "cpus": os.cpu_count(),
+        "cpu_features": sorted(flags.intersection((*BF16_FLAGS, *VNNI_FLAGS, "amx_int8"))),
+        "build_s": converted - exported,
+        "variants": results,
+        "skipped": {**built.skipped, **unavailable},
+    }
+
+
+def report(results: dict[str, Any]) -> None:
+    """The results as a table, with each variant's speed relative to Paddle fp32."""
+    base = results["variants"][PADDLE_FP32]
+    batch = results["batch"]
+    print(
+        f"{results['threads']} threads, {results['rounds']} interleaved rounds, {results['cpus']} CPUs "
+        f"({', '.join(results['cpu_features']) or 'no bf16/VNNI'})"
+    )
+    print(
+        f"  {'variant':<14} {'b1 p50 ms':>9} {'b1 texts/s':>10} {f'b{batch} texts/s':>12} {'x fp32':>6}"
+        f" {'max|dlogit|':>11} {'rel':>6} {'MiB':>7}"
+    )
+    for name, r in results["variants"].items():
+        print(
+            f"  {name:<14} {r['batch1_p50_ms']:9.2f} {r['batch1_texts_per_s']:10.1f} {r['batchN_texts_per_s']:12.1f}"
+            f" {r['batchN_texts_per_s'] / base['batchN_texts_per_s']:6.2f} {r['max_abs_logit_diff']:11.2e}"
+            f" {r['max_rel_logit_diff']:6.3f} {r['files_mib']:7.1f}"
+        )
+    for name, reason in results["skipped"].items():
+        print(f"  {name:<14} skipped: {reason}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    shape = TINY if args.quick else MEDIUM
+    with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
+        try:
+            results = benchmark(shape, Path(tmp), args.rounds, args.threads, args.batch, args.pause)
+        except RuntimeError as exc:
+            print(f"[benchmarks.engines] error: {exc}", file=sys.stderr)
+            return 1
+    report(results)
+    write_results(args.json_out, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
