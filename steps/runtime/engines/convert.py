@@ -26,8 +26,8 @@ def paddle_to_onnx(model_json: Path, params: Path, dest: Path) -> None:
     import onnxruntime as ort
     import paddle2onnx
 
-    # save_file=None returns the bytes: with a file, paddle2onnx 2.1 first runs its default "polygraphy"
-    # optimiser, which pip-installs onnx_graphsurgeon (and a NumPy 2) into the running environment.
+    # save_file=None returns the bytes and skips paddle2onnx's own optimiser step; from 2.1 on that step
+    # defaults to polygraphy, which pip-installs onnx_graphsurgeon (and a NumPy 2) into the running environment.
     try:
         raw = paddle2onnx.export(str(model_json), str(params), save_file=None, opset_version=ONNX_OPSET)
     except NameError:
