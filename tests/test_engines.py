@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_ernie import make_exported_model, sentiment_rows
+from tests.fixtures_ernie import make_exported_model, sentiment_rows
 
 from steps.runtime.engines import cpu, measure, runners, variants
 from steps.runtime.engines.variants import (
@@ -299,3 +299,17 @@ def test_importing_the_package_loads_no_inference_runtime() -> None:
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", variants.GPU_VARIANTS)
+def test_gpu_variants_say_what_a_cpu_node_lacks(models: dict[str, Path], name: str) -> None:
+    """The GPU variants (serving.use_gpu) run the export itself on CUDA; a node without a CUDA device (this one,
+    CI) gets EngineUnavailable naming it, never a crash inside Paddle."""
+    import paddle
+
+    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        pytest.skip("a CUDA device is present: benchmarks/gpu.sh exercises the GPU variants")
+    assert variants.SPECS[name].device == "gpu" and cpu.missing_features(name, set()) == []
+    with pytest.raises(runners.EngineUnavailable, match="CUDA"):
+        runners.open_engine(name, next(iter(models.values())), 1)
+    assert name not in variants.build_variants(next(iter(models.values())))

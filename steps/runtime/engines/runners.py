@@ -42,8 +42,11 @@ def open_engine(variant: str, model_dir: Path, threads: int, flags: Iterable[str
         raise EngineUnavailable(
             f"{model_dir} has no {', '.join(absent)} for {variant}; steps.runtime.engines.build_variants writes it"
         )
+    if spec.device == "gpu":
+        _require_gpu(spec)
     openers: dict[str, Callable[[Variant, Path, int], Engine]] = {
         "paddle": PaddleEngine,
+        "paddle-trt": PaddleEngine,
         "onnxruntime": OnnxRuntimeEngine,
         "openvino": OpenVinoEngine,
     }
@@ -53,6 +56,16 @@ def open_engine(variant: str, model_dir: Path, threads: int, flags: Iterable[str
         raise EngineUnavailable(
             f"{variant} needs the {exc.name or spec.engine} package, which is not installed"
         ) from exc
+
+
+def _require_gpu(spec: Variant) -> None:
+    """EngineUnavailable unless this Paddle sees a CUDA device (and, for TensorRT, is built with it)."""
+    import paddle
+
+    if not paddle.device.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
+        raise EngineUnavailable(f"{spec.name} needs a CUDA GPU; this Paddle build or node has none")
+    if spec.engine == "paddle-trt" and not paddle.base.core.is_compiled_with_tensorrt():
+        raise EngineUnavailable(f"{spec.name} needs a Paddle built with TensorRT; this image's is not")
 
 
 def _feeds(names: Iterable[str], input_ids: np.ndarray, token_type_ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -67,17 +80,24 @@ def _feeds(names: Iterable[str], input_ids: np.ndarray, token_type_ids: np.ndarr
     return feeds
 
 
+# TensorRT builds its engine for a range of input shapes: [batch, sequence] from 1x1 up to these.
+TRT_MAX_BATCH, TRT_MAX_SEQUENCE, TRT_OPT = 64, 512, (16, 128)
+
+
 class PaddleEngine:
-    """Paddle Inference on the export itself; bf16 through oneDNN."""
+    """Paddle Inference on the export itself; bf16 through oneDNN; on a GPU, fp32 or fp16, TensorRT at fp16."""
 
     def __init__(self, spec: Variant, model_dir: Path, threads: int) -> None:
         import paddle.inference as paddle_infer
 
         self.name, self.threads = spec.name, threads
         config = paddle_infer.Config(str(model_dir / PADDLE_MODEL), str(model_dir / PADDLE_PARAMS))
-        config.disable_gpu()
-        config.set_cpu_math_library_num_threads(threads)
         config.disable_glog_info()
+        if spec.device == "gpu":
+            self._gpu(config, spec)
+        else:
+            config.disable_gpu()
+            config.set_cpu_math_library_num_threads(threads)
         if spec.precision == "bf16":
             # oneDNN is on by default in Paddle 3.3.1, and with it off enable_mkldnn_bfloat16 is silently ignored
             # (fp32 logits): turn it on explicitly.
@@ -86,6 +106,29 @@ class PaddleEngine:
         self._predictor = paddle_infer.create_predictor(config)
         self._inputs = {name: self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()}
         self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+
+    @staticmethod
+    def _gpu(config: Any, spec: Variant) -> None:
+        """CUDA device 0 (a pod sees only the GPUs it was given), fp16 by Paddle's mixed-precision pass or by
+        TensorRT; TensorRT with dynamic shapes, so any batch and sequence up to the maxima run on one engine."""
+        import paddle.inference as paddle_infer
+
+        half = paddle_infer.PrecisionType.Half
+        if spec.engine == "paddle-trt":
+            config.enable_use_gpu(256, 0)
+            config.enable_tensorrt_engine(
+                workspace_size=1 << 30, max_batch_size=TRT_MAX_BATCH, min_subgraph_size=3, precision_mode=half,
+                use_static=False, use_calib_mode=False,
+            )  # fmt: skip
+            names = ("input_ids", "token_type_ids")
+            config.set_trt_dynamic_shape_info(
+                {n: [1, 1] for n in names}, {n: [TRT_MAX_BATCH, TRT_MAX_SEQUENCE] for n in names},
+                {n: list(TRT_OPT) for n in names},
+            )  # fmt: skip
+        elif spec.precision == "fp16":
+            config.enable_use_gpu(256, 0, half)
+        else:
+            config.enable_use_gpu(256, 0)
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
         for name, array in _feeds(self._inputs, input_ids, token_type_ids).items():

@@ -25,6 +25,12 @@ ONNX_FP32 = "onnx-fp32"
 ONNX_INT8 = "onnx-int8"
 OPENVINO_BF16 = "openvino-bf16"
 VARIANTS = (PADDLE_FP32, PADDLE_BF16, ONNX_FP32, ONNX_INT8, OPENVINO_BF16)
+# On a GPU node (serving.use_gpu): Paddle Inference fp32 and fp16 on CUDA, and its TensorRT subgraph engine at fp16
+# where the image's Paddle is built with TensorRT. All run the export itself.
+PADDLE_GPU_FP32 = "paddle-gpu-fp32"
+PADDLE_GPU_FP16 = "paddle-gpu-fp16"
+PADDLE_TRT_FP16 = "paddle-trt-fp16"
+GPU_VARIANTS = (PADDLE_GPU_FP32, PADDLE_GPU_FP16, PADDLE_TRT_FP16)
 
 PADDLE_MODEL = "inference.json"
 PADDLE_PARAMS = "inference.pdiparams"
@@ -52,6 +58,7 @@ class Variant:
     cpu_needs: tuple[tuple[str, ...], ...] = ()  # one flag of each group
     built_from: str | None = None  # the variant whose files this one is converted from
     tools: tuple[str, ...] = ()  # the distributions its conversion uses; a new version rebuilds it
+    device: str = "cpu"  # "gpu": CUDA (the GPU variants)
 
 
 _PADDLE = (PADDLE_MODEL, PADDLE_PARAMS)
@@ -79,9 +86,12 @@ SPECS: dict[str, Variant] = {
             built_from=ONNX_FP32,
             tools=("openvino",),
         ),
+        Variant(PADDLE_GPU_FP32, "paddle", "fp32", _PADDLE, device="gpu"),
+        Variant(PADDLE_GPU_FP16, "paddle", "fp16", _PADDLE, device="gpu"),
+        Variant(PADDLE_TRT_FP16, "paddle-trt", "fp16", _PADDLE, device="gpu"),
     )
 }
-assert tuple(SPECS) == VARIANTS
+assert tuple(SPECS) == VARIANTS + GPU_VARIANTS
 
 # How each converted variant is made: (export dir, output dir, work dir) -> its files written into the work dir.
 CONVERTERS: dict[str, Callable[[Path, Path, Path], None]] = {
@@ -130,7 +140,7 @@ def build_variants(model_dir: Path, out_dir: Path | None = None) -> BuiltVariant
     record: dict[str, dict] = {}
     built = BuiltVariants()
     rebuilt: set[str] = set()
-    for spec in SPECS.values():
+    for spec in (SPECS[name] for name in VARIANTS):
         if spec.name not in CONVERTERS:
             built[spec.name] = []  # runs the export itself
             continue
