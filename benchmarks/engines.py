@@ -36,7 +36,14 @@ from benchmarks.serving import MEDIUM, TINY, Shape, export_model, make_texts
 from steps.runtime.engines.cpu import cpu_flags
 from steps.runtime.engines.measure import Batch, summarise, time_round, warm_up
 from steps.runtime.engines.runners import Engine, EngineUnavailable, open_engine
-from steps.runtime.engines.variants import BF16_FLAGS, PADDLE_FP32, VNNI_FLAGS, build_variants, variant_spec
+from steps.runtime.engines.variants import (
+    BF16_FLAGS,
+    GPU_VARIANTS,
+    PADDLE_FP32,
+    VNNI_FLAGS,
+    build_variants,
+    variant_spec,
+)
 
 MIB = 1024 * 1024
 
@@ -46,6 +53,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 20; 3 with --quick)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every engine (default 2)")
     parser.add_argument("--batch", type=int, default=16, help="the batched measurement's batch size (default 16)")
+    parser.add_argument(
+        "--gpu", action="store_true", help="the GPU variants (CUDA fp32/fp16, TensorRT fp16) instead of the CPU ones"
+    )
     parser.add_argument(
         "--pause", type=float, default=None, help="seconds before each variant's turn (default 0.25; 0 with --quick)"
     )
@@ -118,17 +128,22 @@ def _files_mib(model_dir: Path, name: str) -> float:
     return sum((model_dir / f).stat().st_size for f in variant_spec(name).files) / MIB
 
 
-def benchmark(shape: Shape, work: Path, rounds: int, threads: int, batch: int, pause: float) -> dict[str, Any]:
-    """Export, convert and measure every variant; the results as a dict (what `--json` writes)."""
+def benchmark(
+    shape: Shape, work: Path, rounds: int, threads: int, batch: int, pause: float, gpu: bool = False
+) -> dict[str, Any]:
+    """Export, convert and measure every variant (the GPU ones with `gpu`); the results as a dict (`--json`)."""
     started = time.perf_counter()
     model_dir = export_model(shape, work / "model")
     exported = time.perf_counter()
-    built = build_variants(model_dir)
+    built = {name: [] for name in GPU_VARIANTS} if gpu else build_variants(model_dir)
+    skipped = {} if gpu else built.skipped
     converted = time.perf_counter()
     print(f"exported {shape.describe()} in {exported - started:.0f}s, variants built in {converted - exported:.0f}s")
-    engines, unavailable = open_engines(model_dir, list(built), threads)
+    engines, unavailable = open_engines(model_dir, [PADDLE_FP32, *built] if gpu else list(built), threads)
     if PADDLE_FP32 not in engines:
         raise RuntimeError(f"Paddle fp32, the reference, did not open: {unavailable.get(PADDLE_FP32)}")
+    if gpu and not set(engines) - {PADDLE_FP32}:
+        raise RuntimeError(f"no GPU variant opened: {unavailable}")
     inputs = tokenised_inputs(model_dir, shape, batch)
     differences = logit_differences(engines, inputs)
     for engine in engines.values():
@@ -155,7 +170,7 @@ def benchmark(shape: Shape, work: Path, rounds: int, threads: int, batch: int, p
         "cpu_features": sorted(flags.intersection((*BF16_FLAGS, *VNNI_FLAGS, "amx_int8"))),
         "build_s": converted - exported,
         "variants": results,
-        "skipped": {**built.skipped, **unavailable},
+        "skipped": {**skipped, **unavailable},
     }
 
 
@@ -186,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = TINY if args.quick else MEDIUM
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
         try:
-            results = benchmark(shape, Path(tmp), args.rounds, args.threads, args.batch, args.pause)
+            results = benchmark(shape, Path(tmp), args.rounds, args.threads, args.batch, args.pause, args.gpu)
         except RuntimeError as exc:
             print(f"[benchmarks.engines] error: {exc}", file=sys.stderr)
             return 1

@@ -125,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each side counts")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="A.B=VALUE",
+        help="a configuration override for both sides (model size, training.amp=fp16, …); repeatable",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # equal footing on a shared machine; both sides alike
@@ -136,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_data(base / "ws" / "data", n_train, 32)
         overrides = [
             "training.nproc=1", "training.epochs=1", f"training.batch_size={args.batch_size}",
-            f"training.max_steps={args.steps}", f"training.metrics_port={_free_port()}",
+            f"training.max_steps={args.steps}", f"training.metrics_port={_free_port()}", *args.overrides,
         ]  # fmt: skip
         step_rates, bare_rates = [], []
         for _ in range(args.rounds):

@@ -71,3 +71,18 @@ def test_serving_throughput_ratio_pairs_the_rounds_of_one_rotation() -> None:
     assert ours.throughput / inproc.throughput == pytest.approx(29.9 / 45.0)
     with pytest.raises(ValueError):
         serving.Result("short", per_round=[1.0]).paired_ratio(inproc)
+
+
+def test_gpu_script_says_when_there_is_no_gpu(tmp_path) -> None:
+    """benchmarks/gpu.sh runs where a GPU is (the device machine); elsewhere it stops at once, exit 2, saying so."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine: run benchmarks/gpu.sh itself")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        ["bash", str(root / "benchmarks" / "gpu.sh")], env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out")},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "no GPU" in proc.stderr
