@@ -74,6 +74,9 @@ OUTPUTS_FLAG = "--outputs-dir"
 MANIFEST_NAME = "manifest.json"
 # What the train step exports and the predictor, validate and `paddle-mlops publish` require (plus tokenizer files).
 EXPORTED_FILES = ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json")
+# Which engine variant serves the export, and why (steps/runtime/engine_selection.py writes it beside the export at
+# evaluate; the predictor reads it). A model without one is served by Paddle fp32.
+ENGINE_FILE = "engine.json"
 LOCAL_BUCKET = "local"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # model and version names: never need escaping in a key
 # Argo Events' minio EventSource dispatches a notification's records under this key (the Sensor reads
@@ -110,6 +113,8 @@ SERVING_REQUESTS_TOTAL = "paddle_mlops_serving_requests_total"
 SERVING_REQUEST_LATENCY_SECONDS = "paddle_mlops_serving_request_latency_seconds"
 SERVING_BATCH_SIZE = "paddle_mlops_serving_batch_size"
 SERVING_ERRORS_TOTAL = "paddle_mlops_serving_errors_total"
+# 1 for the engine variant the model server runs (labels model, engine, precision, fallback): which one serves.
+SERVING_ENGINE_INFO = "paddle_mlops_serving_engine_info"
 # Argo custom metrics of every step (pipelines/observability/argo_metrics.py); the controller exports them with
 # its own `argo_workflows_` prefix.
 STEP_DURATION = "paddle_mlops_step_duration_seconds"

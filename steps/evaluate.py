@@ -1,8 +1,12 @@
-"""evaluate: score the exported model on the held-out test split and decide the promotion gate.
+"""evaluate: choose the engine that will serve the exported model, score it on the held-out test split and decide
+the promotion gate.
 
-The gate passes only when the configured metric reaches `gate.threshold` AND is no worse than the
-current champion (MLflow registered-model alias `champion`) by more than `gate.tolerance`.
-A failed gate is a result, not an error: the step exits 0 and writes `false`.
+First every engine variant (Paddle fp32/bf16, ONNX Runtime fp32/int8, OpenVINO bf16) is built beside the export
+and measured on this host: the fastest whose gate metric is within `serving.max_metric_drop` of Paddle fp32 is the
+one that serves (`engine.json`, published with the model; steps/runtime/engine_selection.py). Then the model is
+scored as that variant answers, so the gate judges what clients will get: the configured metric must reach
+`gate.threshold` AND be no worse than the current champion (MLflow registered-model alias `champion`) by more than
+`gate.tolerance`. A failed gate is a result, not an error: the step exits 0 and writes `false`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ if not __package__:  # run as a script path: make `steps` importable
 
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
-from steps.runtime import evaluation, runner, s3, workspace  # noqa: E402
+from paddle_mlops.contracts import ENGINE_FILE  # noqa: E402
+from steps.runtime import engine_selection, evaluation, runner, s3, workspace  # noqa: E402
 from steps.runtime import gate as gate_rules  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
 
@@ -51,6 +56,13 @@ def log_to_mlflow(
         "gate.reason": gate.reason,
         "gate.champion_version": gate.champion_version or "",
     }
+    engine = metrics.get("engine") or {}
+    for variant, row in (engine.get("variants") or {}).items():
+        for key in ("metric", "batch1_p50_ms", "batch_texts_per_s"):
+            if row.get(key) is not None:
+                values[f"engine_{variant}_{key}"] = row[key]
+    tags |= {"engine.selected": engine.get("selected", ""), "engine.served": engine.get("served", ""),
+             "engine.reason": engine.get("reason", "")}  # fmt: skip
     client.log_batch(
         run_id,
         metrics=[Metric(_mlflow_key(k), float(v), now, 0) for k, v in values.items()],
@@ -80,7 +92,16 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         data_dir = workspace.stage_in(workspace.join(ws, "data"), endpoint_url=cfg.storage.endpoint_url)
     except FileNotFoundError as exc:
         raise StepError(f"{exc}; run prepare-data and train into workspace {ws} first.") from None
+    before = {p.relative_to(model_dir) for p in model_dir.rglob("*") if p.is_file()}
+    selection = engine_selection.select(cfg, model_dir, data_dir)
+    for line in engine_selection.table_lines(selection):
+        log.info("%s", line)
+    # The variants' files and engine.json go where upload publishes the model from (in place when it is local).
+    added = sorted(str(p.relative_to(model_dir)) for p in model_dir.rglob("*") if p.is_file()) if s3.is_s3(ws) else []
+    written = [name for name in added if Path(name) not in before or name in (ENGINE_FILE, "variants.json")]
+    workspace.stage_out(model_dir, workspace.join(ws, "model"), cfg.storage.endpoint_url, only=written)
     metrics, run_id = evaluation.evaluate(cfg, model_dir, data_dir)
+    metrics["engine"] |= {k: selection[k] for k in ("selected", "reason", "ranking", "max_metric_drop", "variants")}
 
     from mlflow import MlflowClient
 

@@ -66,7 +66,12 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     bound_port = sock.getsockname()[1]
     app = serving.create_app([model], cfg.serving.max_request_bytes)
     threads = getattr(model.classifier, "cpu_threads", None)
-    runner.log.info("serving model %s on http://%s:%d (%s math threads)", name, host, bound_port, threads or "?")
+    engine = getattr(model.classifier, "engine_name", "?")
+    fallback = getattr(model.classifier, "fallback", "")
+    runner.log.info(
+        "serving model %s on http://%s:%d: engine %s, %s threads%s", name, host, bound_port, engine, threads or "?",
+        f" (fell back: {fallback})" if fallback else "",
+    )  # fmt: skip
 
     def started() -> None:
         if args.ready_file:

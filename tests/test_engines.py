@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.fixtures_ernie import make_exported_model, sentiment_rows
 
 from steps.runtime.engines import cpu, measure, runners, variants
 from steps.runtime.engines.variants import (
@@ -24,6 +23,7 @@ from steps.runtime.engines.variants import (
     VARIANTS,
     build_variants,
 )
+from tests.fixtures_ernie import make_exported_model, sentiment_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2

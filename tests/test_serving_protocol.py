@@ -188,7 +188,7 @@ def test_v2_metadata_declares_the_tensors_and_version_a_generic_client_needs(tin
     assert meta.json() == {
         "name": NAME,
         "versions": ["v-meta-1"],
-        "platform": "paddle_inference",
+        "platform": "paddle_inference:paddle-fp32",  # framework, then the engine variant serving (no engine.json)
         "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
         "outputs": [
             {"name": "label", "datatype": "BYTES", "shape": [-1]},

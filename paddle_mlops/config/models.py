@@ -247,6 +247,18 @@ class ServingConfig(Strict):
         2, ge=1, description="InferenceService CPU request and limit (whole cores); the predictor's threads follow it"
     )
     use_gpu: bool = False
+    engine: Literal[
+        "auto", "paddle-fp32", "paddle-bf16", "onnx-fp32", "onnx-int8", "openvino-bf16",
+        "paddle-gpu-fp32", "paddle-gpu-fp16", "paddle-trt-fp16",
+    ] = Field(
+        "auto",
+        description="auto: the fastest variant within max_metric_drop of Paddle fp32, measured at evaluate; or a "
+        "variant to serve (still measured and gated)",
+    )  # fmt: skip
+    quantization: bool = Field(True, description="false: int8 variants are never built or served")
+    max_metric_drop: float = Field(
+        0.005, ge=0, le=1, description="how far below Paddle fp32's gate metric a faster variant may be (absolute)"
+    )
     max_batch_size: int = Field(16, ge=1)
     max_wait_ms: float = Field(
         5.0,
@@ -283,6 +295,17 @@ class ServingConfig(Strict):
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_p99_latency_ms: float = Field(500.0, gt=0)
     regions: tuple[str, ...] = Field((), description="regions rolled out in order; empty: the run's region only")
+
+    @model_validator(mode="after")
+    def _engine_fits_the_device(self) -> ServingConfig:
+        gpu_engine = self.engine.startswith(("paddle-gpu-", "paddle-trt-"))
+        if self.engine != "auto" and gpu_engine != self.use_gpu:
+            where = "a GPU" if gpu_engine else "the CPU"
+            raise ValueError(
+                f"serving.engine {self.engine} runs on {where} but serving.use_gpu is {str(self.use_gpu).lower()}; "
+                "pick an engine for the device, or leave it auto"
+            )
+        return self
 
     @model_validator(mode="after")
     def _threads_fit_the_pod(self) -> ServingConfig:

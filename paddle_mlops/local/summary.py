@@ -62,6 +62,7 @@ def build(
         else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
         "task": executor.cfg.task if not executor.branches else None,
         "metrics": {k: metrics.get(k) for k in names} | {"all": metrics},
+        "engine": _engine(metrics.get("engine")),
         "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
         "model_uri": found["model_uri"],
         "model_version": found["model_version"],
@@ -72,6 +73,13 @@ def build(
         "validation": {"verdict": found["verdict"], "reason": found["validation"]},
         "tasks": [_branch(branch, executor.scopes) for branch in executor.branches] or None,
     }
+
+
+def _engine(engine: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Which variant serves and why, and every variant's gate metric and speed (evaluate's engine selection)."""
+    if not engine or "selected" not in engine:
+        return None
+    return {key: engine.get(key) for key in ("selected", "served", "reason", "max_metric_drop", "variants")}
 
 
 def _branch(branch: Any, scopes: list[Any]) -> dict[str, Any]:
@@ -132,6 +140,7 @@ def show(console: Console, summary: dict[str, Any], failed: TaskResult | None, p
         ("task", summary.get("task")),
         ("metrics", " ".join(f"{k}={_rounded(v)}" for k, v in m.items())),
         ("gate", {True: "PASSED", False: "FAILED (nothing published)", None: "not evaluated"}[gate]),
+        ("engine", _engine_line(summary.get("engine"))),
         ("model URI", summary["model_uri"]),
         ("validation", _verdict_line(summary["validation"])),
         ("model version", summary["model_version"]),
@@ -166,3 +175,9 @@ def _show_tasks(console: Console, tasks: list[dict[str, Any]], path: Path) -> No
         table.add_row(row["task"], status, metrics, model, row["verdict"] or "-", row["serving_url"] or "-")
     console.print(table)
     console.print(f"  [bold]{'summary':>13}[/]: {path}", highlight=False)
+
+
+def _engine_line(engine: dict[str, Any] | None) -> str | None:
+    if not engine:
+        return None
+    return f"{engine['selected']}: {engine['reason']}"

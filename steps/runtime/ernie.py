@@ -9,10 +9,12 @@ task types (steps/runtime/tasks/), so an instance is encoded and an answer decod
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,10 +36,11 @@ from paddlenlp.transformers import (  # noqa: E402
 
 from paddle_mlops.config.models import ModelConfig  # noqa: E402
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION  # noqa: E402
-from paddle_mlops.contracts import EXPORTED_FILES  # noqa: E402
+from paddle_mlops.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E402
 from steps.runtime import tasks  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
+log = logging.getLogger("steps.engines")
 ErnieHead = ErnieForSequenceClassification | ErnieForTokenClassification
 
 
@@ -164,18 +167,36 @@ def export(
     return out_dir
 
 
-class ExportedModel:
-    """Paddle Inference predictor over an exported model directory, answering its task's instances.
+def engine_record(model_dir: Path) -> dict[str, Any]:
+    """The export's `engine.json` (which variant serves, the ranking to fall back along), {} when it has none."""
+    try:
+        record = json.loads((Path(model_dir) / ENGINE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
-    Thread-safe: one predictor per instance, calls serialised by a lock (a Paddle predictor is not
-    re-entrant). For parallel inference create one instance per worker thread or process.
-    Batches are padded to their longest row, not to `max_seq_len`.
+
+class ExportedModel:
+    """An exported model, run by one of its engine variants, answering its task's instances.
+
+    The engine is `engine` when given, else the first of the export's `engine.json` ranking (evaluate's
+    measured choice, steps/runtime/engine_selection.py) that this node can run: a variant whose CPU feature,
+    package or files are missing is passed over, with the reason logged and kept in `fallback`, down to Paddle
+    fp32, which always runs. Without an `engine.json` it is Paddle fp32 (on a GPU with `use_gpu`).
+    Thread-safe: calls are serialised by a lock (an engine is not re-entrant). Batches are padded to their
+    longest row, not to `max_seq_len`.
     """
 
     def __init__(
-        self, model_dir: str | os.PathLike[str], cpu_threads: int | None = None, use_gpu: bool = False
+        self,
+        model_dir: str | os.PathLike[str],
+        cpu_threads: int | None = None,
+        use_gpu: bool = False,
+        engine: str | None = None,
+        fall_back: bool = True,
     ) -> None:
-        """`cpu_threads`: Paddle math threads; None sizes them to this container's CPU quota."""
+        """`cpu_threads`: math threads; None sizes them to this container's CPU quota. `fall_back=False`: the
+        requested engine or EngineUnavailable (the selection measuring each variant)."""
         self.model_dir = Path(model_dir)
         self.cpu_threads = cpu_threads or cpu_quota.default_threads()
         for name in EXPORTED_FILES:
@@ -190,32 +211,53 @@ class ExportedModel:
         }
         self.max_seq_len = int(self.model_config["max_seq_len"])
         self.tokenizer = ErnieTokenizer.from_pretrained(str(self.model_dir))
-        config = paddle.inference.Config(
-            str(self.model_dir / "inference.json"), str(self.model_dir / "inference.pdiparams")
-        )
-        if use_gpu:
-            config.enable_use_gpu(256, 0)
-        else:
-            config.disable_gpu()
-            config.set_cpu_math_library_num_threads(self.cpu_threads)
-        config.disable_glog_info()
-        self._predictor = paddle.inference.create_predictor(config)
-        self._inputs = {name: self._predictor.get_input_handle(name) for name in self._predictor.get_input_names()}
-        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+        self.engine, self.engine_name, self.fallback = self._open_engine(engine, use_gpu, fall_back)
         self._lock = threading.Lock()
+
+    def _open_engine(self, requested: str | None, use_gpu: bool, fall_back: bool) -> tuple[Any, str, str]:
+        """(engine, its variant, why the ones before it in the ranking were passed over)."""
+        from steps.runtime.engines.runners import EngineUnavailable, open_engine
+        from steps.runtime.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS
+
+        default = PADDLE_GPU_FP32 if use_gpu else PADDLE_FP32
+        if requested:
+            order = [requested]
+        else:
+            ranking = [v for v in engine_record(self.model_dir).get("ranking", []) if v in SPECS]
+            order = [v for v in ranking if (SPECS[v].device == "gpu") == use_gpu] or [default]
+        if fall_back and default not in order:
+            order.append(default)
+        passed: list[str] = []
+        for name in order:
+            try:
+                engine = open_engine(name, self.model_dir, self.cpu_threads)
+            except EngineUnavailable as exc:
+                if not fall_back:
+                    raise
+                passed.append(f"{name}: {exc}")
+                continue
+            if passed:
+                log.warning("serving %s instead of %s: %s", name, order[0], "; ".join(passed))
+            return engine, name, "; ".join(passed)
+        raise StepError(f"no engine of {self.model_dir} runs here: {'; '.join(passed)}")
+
+    @property
+    def platform(self) -> str:
+        """Open Inference Protocol `platform` of the engine in use: framework and format, then the variant
+        (`onnxruntime_onnx:onnx-int8`), since the metadata response has no other field for it."""
+        from steps.runtime.engines.variants import SPECS
+
+        framework = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino_ir"}.get(
+            SPECS[self.engine_name].engine, "paddle_inference"
+        )
+        return f"{framework}:{self.engine_name}"
 
     def logits(self, input_ids: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
         """Logits (`[batch, labels]`, or `[batch, width, labels]` per token) for padded int64 inputs."""
         if token_type_ids is None:
             token_type_ids = np.zeros_like(input_ids)
-        feeds = {"input_ids": input_ids, "token_type_ids": token_type_ids}
         with self._lock:
-            for name, handle in self._inputs.items():
-                array = np.ascontiguousarray(feeds[name], dtype="int64")
-                handle.reshape(list(array.shape))
-                handle.copy_from_cpu(array)
-            self._predictor.run()
-            return self._output.copy_to_cpu()
+            return self.engine.run(input_ids, token_type_ids)
 
     def predict(self, instances: Sequence[tasks.Instance]) -> list[dict]:
         """One answer per instance in the task's shape (a label with probabilities; entities with offsets)."""

@@ -66,6 +66,7 @@ def evaluate(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> tuple[dict
     answers, latency = predict_timed(model, [task.instance(r) for r in rows], cfg.serving.max_batch_size)
     metrics = task.scores(rows, answers, model.labels)
     metrics |= {"task": cfg.task, "task_type": cfg.model.task, "examples": len(rows), "latency": latency}
+    metrics["engine"] = {"served": model.engine_name, "fallback": model.fallback}
     training_file = model_dir / "training.json"
     training = json.loads(training_file.read_text()) if training_file.is_file() else {}
     return metrics, training.get("mlflow_run_id")

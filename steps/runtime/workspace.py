@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,9 @@ def stage_in(uri: str, local_dir: Path | None = None, endpoint_url: str | None =
     return target
 
 
-def stage_out(local_dir: Path, uri: str, endpoint_url: str | None = None) -> None:
-    """Copy a local directory to `uri` (no-op when `uri` is that same local directory)."""
+def stage_out(local_dir: Path, uri: str, endpoint_url: str | None = None, only: Iterable[str] | None = None) -> None:
+    """Copy a local directory to `uri` (no-op when `uri` is that same local directory); `only`: just these files
+    (paths relative to it)."""
     if not s3.is_s3(uri):
         dest = Path(uri)
         if dest.resolve() == Path(local_dir).resolve():
@@ -61,8 +63,9 @@ def stage_out(local_dir: Path, uri: str, endpoint_url: str | None = None) -> Non
         return
     bucket, prefix = s3.split_s3(uri)
     cli = s3.client(endpoint_url)
+    chosen = None if only is None else {Path(local_dir) / name for name in only}
     for file in sorted(Path(local_dir).rglob("*")):
-        if file.is_file():
+        if file.is_file() and (chosen is None or file in chosen):
             key = "/".join([prefix.rstrip("/"), file.relative_to(local_dir).as_posix()]).lstrip("/")
             cli.upload_file(str(file), bucket, key, Config=_TRANSFER)
 

@@ -47,9 +47,17 @@ def paddle_to_onnx(model_json: Path, params: Path, dest: Path) -> None:
 def quantize_int8(model_onnx: Path, dest: Path) -> None:
     """ONNX Runtime's dynamic quantisation: int8 weights (MatMul, Gemm, embedding Gather), activations
     quantised per call from their observed range (no calibration data needed)."""
+    import logging
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(model_onnx, dest, weight_type=QuantType.QInt8)
+    # The quantiser logs a line per tensor it leaves alone (INFO, on the root logger Paddle configures).
+    previous = logging.root.manager.disable
+    logging.disable(logging.INFO)
+    try:
+        quantize_dynamic(model_onnx, dest, weight_type=QuantType.QInt8)
+    finally:
+        logging.disable(previous)
 
 
 def onnx_to_openvino(model_onnx: Path, dest_xml: Path) -> None:

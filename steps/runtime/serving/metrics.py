@@ -6,10 +6,11 @@ and a collector may be registered there only once per process.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from paddle_mlops.contracts import (
     SERVING_BATCH_SIZE,
+    SERVING_ENGINE_INFO,
     SERVING_ERRORS_TOTAL,
     SERVING_REQUEST_LATENCY_SECONDS,
     SERVING_REQUESTS_TOTAL,
@@ -28,3 +29,8 @@ BATCH_SIZE = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
 ERRORS = Counter(SERVING_ERRORS_TOTAL, "Requests that failed, by reason", ["reason"])
+ENGINE = Gauge(
+    SERVING_ENGINE_INFO,
+    "1 for the engine variant serving a model; fallback=true when the node could not run the chosen one",
+    ["model", "engine", "precision", "fallback"],
+)

@@ -23,6 +23,7 @@ from paddle_mlops.config.tasks import TEXT_CLASSIFICATION
 from steps.runtime import openmp
 from steps.runtime.serving.batcher import DynamicBatcher
 from steps.runtime.serving.inputs import Limits
+from steps.runtime.serving.metrics import ENGINE
 from steps.runtime.serving.shapes import SHAPES, Shape
 
 log = logging.getLogger("steps.serving")
@@ -102,6 +103,12 @@ class ErnieModel(kserve.Model):
         directory = resolve_model_dir(self.model_uri, self.model_dir, self.endpoint_url)
         self.classifier = self._factory(directory, self.cfg)
         self.shape = SHAPES[getattr(self.classifier, "task_type", TEXT_CLASSIFICATION)]
+        engine = getattr(self.classifier, "engine_name", None)
+        if engine:
+            self.platform = self.classifier.platform  # type: ignore[attr-defined]
+            precision = engine.rsplit("-", 1)[-1]
+            fallback = "true" if getattr(self.classifier, "fallback", "") else "false"
+            ENGINE.labels(model=self.name, engine=engine, precision=precision, fallback=fallback).set(1)
         self.ready = True
         return self.ready
 

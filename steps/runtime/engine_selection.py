@@ -1,0 +1,209 @@
+"""Which engine variant serves a model: every variant measured on the evaluation host, and the fastest whose gate
+metric is within `serving.max_metric_drop` of Paddle fp32 chosen — by measurement, not by faith.
+
+evaluate calls `select` on the exported model: the variants' files are written beside the export
+(steps/runtime/engines), each variant this host can run answers the held-out test split (the task's gate metric)
+and is timed at batch 1 and at `serving.max_batch_size` in interleaved rounds, so a slow spell of a shared machine
+falls on all of them alike. The choice, the ranking the predictor falls back along on a node that lacks a CPU
+feature, and the whole table go to `engine.json` in the export: upload publishes it with the model, the predictor
+(ernie.ExportedModel) reads it, evaluate logs it to MLflow. `serving.engine` pins a variant (still measured and
+gated); `serving.quantization: false` keeps int8 out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import ENGINE_FILE
+from steps.runtime import cpu_quota, tasks
+from steps.runtime.engines import measure as timing
+from steps.runtime.engines.cpu import cpu_flags
+from steps.runtime.engines.runners import EngineUnavailable
+from steps.runtime.engines.variants import (
+    GPU_VARIANTS,
+    PADDLE_FP32,
+    PADDLE_GPU_FP32,
+    SPECS,
+    VARIANTS,
+    build_variants,
+)
+from steps.runtime.runner import StepError
+from steps.runtime.tasks.base import pad
+
+log = logging.getLogger("steps.engines")
+ROUNDS = 3
+# Before each variant's turn: the previous engine's worker threads spin after a call (Intel OpenMP 200 ms,
+# ONNX Runtime's and OpenVINO's pools too) and would steal the CPUs from the next one.
+SETTLE_S = 0.2
+# The CPU features the variants care about, recorded with the measurements (where they were taken matters).
+FEATURES = ("avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+@dataclass
+class Measured:
+    """One variant on the evaluation host: its gate metric and speed, or why it was not measured or not chosen."""
+
+    variant: str
+    status: str  # measured | allowed | refused | unavailable
+    metric: float | None = None
+    batch1_p50_ms: float | None = None
+    batch1_texts_per_s: float | None = None
+    batch_texts_per_s: float | None = None
+    reason: str = ""
+
+
+def reference(cfg: PipelineConfig) -> str:
+    """The variant the others are held against: Paddle fp32, on the GPU with `serving.use_gpu`."""
+    return PADDLE_GPU_FP32 if cfg.serving.use_gpu else PADDLE_FP32
+
+
+def candidates(cfg: PipelineConfig) -> list[str]:
+    """The variants to measure: the device's (int8 only with `serving.quantization`), or the pinned one and the
+    reference."""
+    pinned = cfg.serving.engine
+    if pinned != "auto":
+        return list(dict.fromkeys([reference(cfg), pinned]))
+    names = GPU_VARIANTS if cfg.serving.use_gpu else VARIANTS
+    return [v for v in names if cfg.serving.quantization or SPECS[v].precision != "int8"]
+
+
+def _open(cfg: PipelineConfig, model_dir: Path, names: list[str], threads: int) -> tuple[dict[str, Any], dict]:
+    """The ExportedModel of every variant this host can run; the reason for each it cannot."""
+    from steps.runtime.ernie import ExportedModel
+
+    opened, missing = {}, {}
+    for name in names:
+        try:
+            opened[name] = ExportedModel(model_dir, cpu_threads=threads, engine=name, fall_back=False)
+        except EngineUnavailable as exc:
+            missing[name] = str(exc)
+    return opened, missing
+
+
+METRIC_BATCH_ROWS = 64  # the metric pass runs rows in batches of similar length: no serving path to mirror here
+
+
+def _metrics(cfg: PipelineConfig, models: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each variant's gate metric on `rows`: the rows encoded once, then every variant's answers scored."""
+    first = next(iter(models.values()))
+    task = first.task
+    instances = [task.instance(r) for r in rows]
+    encoded = task.encode(first.tokenizer, instances, first.max_seq_len)
+    out = {}
+    for name, model in models.items():
+        logits = tasks.run_rows(model.logits, encoded, METRIC_BATCH_ROWS, first.tokenizer.pad_token_id)
+        report = task.scores(rows, task.results(instances, encoded, logits, model.labels), model.labels)
+        out[name] = float(report[cfg.gate.metric])
+    return out
+
+
+def _batches(model: Any, rows: list[dict[str, Any]], size: int) -> tuple[timing.Batch, timing.Batch]:
+    """A batch of one and a batch of `size` model rows from the test split, as the server would run them."""
+    instances = [model.task.instance(r) for r in rows[: max(size, 1)]]
+    encoded = model.task.encode(model.tokenizer, instances, model.max_seq_len)
+    pad_id = model.tokenizer.pad_token_id
+
+    def batch(n: int) -> timing.Batch:
+        chosen = [i % len(encoded) for i in range(n)]
+        ids = pad([encoded.input_ids[i] for i in chosen], pad_id)
+        return ids, pad([encoded.token_type_ids[i] for i in chosen], 0, ids.shape[1])
+
+    return batch(1), batch(size)
+
+
+def _speeds(models: dict[str, Any], one: timing.Batch, many: timing.Batch, size: int) -> dict[str, timing.Speed]:
+    """Batch-1 and batch-`size` speed of every variant, in interleaved rounds (order rotated every round)."""
+    names = list(models)
+    for name in names:
+        timing.warm_up(models[name].engine, one, many)
+    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for r in range(ROUNDS):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            time.sleep(SETTLE_S)
+            rounds[name].append(timing.time_round(models[name].engine, one, many))
+    return {n: timing.summarise([t[0] for t in rounds[n]], [t[1] for t in rounds[n]], size) for n in names}
+
+
+def choose(cfg: PipelineConfig, table: dict[str, Measured]) -> tuple[str, list[str], str]:
+    """(the variant to serve, the ranking to fall back along, why): the fastest at batch size whose metric is at
+    most `max_metric_drop` below Paddle fp32's; a pinned variant when it could be measured."""
+    base = reference(cfg)
+    reference_metric = table[base].metric
+    assert reference_metric is not None, f"{base} always runs"
+    floor = reference_metric - cfg.serving.max_metric_drop
+    for row in table.values():
+        if row.metric is None:
+            continue
+        if row.metric >= floor:
+            row.status = "allowed"
+        else:
+            row.status, row.reason = "refused", f"{cfg.gate.metric} {row.metric:.4f} < {floor:.4f}"
+    allowed = sorted((r for r in table.values() if r.status == "allowed"), key=lambda r: -(r.batch_texts_per_s or 0.0))
+    ranking = [r.variant for r in allowed] + ([base] if table[base].status != "allowed" else [])
+    pinned = cfg.serving.engine
+    if pinned != "auto" and table.get(pinned) and table[pinned].metric is not None:
+        why = f"pinned by serving.engine ({cfg.gate.metric} {table[pinned].metric:.4f})"
+        return pinned, [pinned, *[r for r in ranking if r != pinned]], why
+    best = table[ranking[0]]
+    why = (
+        f"fastest at batch {cfg.serving.max_batch_size} ({best.batch_texts_per_s:.1f} texts/s) with {cfg.gate.metric} "
+        f"{best.metric:.4f} within {cfg.serving.max_metric_drop} of {base}'s {reference_metric:.4f}"
+    )
+    return best.variant, ranking, why
+
+
+def select(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> dict[str, Any]:
+    """Build the variants beside the export in `model_dir`, measure them on `data_dir`'s test split, write and
+    return the `engine.json` record."""
+    task = tasks.for_config(cfg)
+    rows = task.read_rows(data_dir / "test.jsonl")
+    built = build_variants(model_dir)
+    names = [n for n in candidates(cfg) if n in built]
+    table = {n: Measured(n, "unavailable", reason=f"not built: {built.skipped[n]}") for n in built.skipped}
+    threads = cfg.serving.cpu_threads or cpu_quota.default_threads()
+    models, missing = _open(cfg, model_dir, names, threads)
+    table |= {n: Measured(n, "unavailable", reason=why) for n, why in missing.items()}
+    size = cfg.serving.max_batch_size
+    if reference(cfg) not in models:
+        raise StepError(f"{reference(cfg)}, the reference engine, does not run here: {missing.get(reference(cfg))}")
+    one, many = _batches(models[reference(cfg)], rows, size)
+    metrics = _metrics(cfg, models, rows)
+    for name, speed in _speeds(models, one, many, size).items():
+        table[name] = Measured(name, "measured", metrics[name], speed.batch1_p50_ms, speed.batch1_texts_per_s,
+                               speed.batchN_texts_per_s)  # fmt: skip
+    selected, ranking, why = choose(cfg, table)
+    flags = cpu_flags()
+    record = {
+        "selected": selected,
+        "reason": why,
+        "ranking": ranking,
+        "metric": cfg.gate.metric,
+        "max_metric_drop": cfg.serving.max_metric_drop,
+        "batch_size": size,
+        "threads": threads,
+        "host_cpu_features": sorted(f for f in FEATURES if f in flags),
+        "variants": {n: asdict(table[n]) for n in (*VARIANTS, *GPU_VARIANTS) if n in table},
+    }
+    (model_dir / ENGINE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    log.info("engine %s: %s", selected, why)
+    return record
+
+
+def table_lines(record: dict[str, Any]) -> list[str]:
+    """The variants table as text lines (the evaluate log, last-run.json's readers)."""
+    lines = [f"{'variant':<14} {'status':<12} {record['metric']:>9} {'b1 p50 ms':>10} {'b1 /s':>8} {'batch /s':>9}"]
+    for name, row in record["variants"].items():
+        cells = [row["metric"], row["batch1_p50_ms"], row["batch1_texts_per_s"], row["batch_texts_per_s"]]
+        shown = ["-" if c is None else f"{c:.4f}" if i == 0 else f"{c:.1f}" for i, c in enumerate(cells)]
+        mark = "*" if name == record["selected"] else " "
+        lines.append(f"{mark}{name:<13} {row['status']:<12} {shown[0]:>9} {shown[1]:>10} {shown[2]:>8} {shown[3]:>9}")
+    return lines
+
+
+__all__ = ["ENGINE_FILE", "Measured", "candidates", "choose", "select", "table_lines"]
