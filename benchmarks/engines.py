@@ -1,4 +1,5 @@
-"""Engine benchmark: every CPU engine variant of one exported ERNIE classifier, in process.
+"""Engine benchmark: every CPU engine variant of one exported ERNIE classifier, in process; the variant the
+selection picks; and that variant served over HTTP against today's configuration (Paddle fp32), in one run.
 
 The model is the one benchmarks/serving.py serves (ERNIE 3.0-medium-sized, random weights, exported by
 `steps.runtime.ernie.export`) and the texts are its 62-character texts, tokenised by the export's tokenizer.
@@ -14,8 +15,22 @@ region). Beside the speeds: the largest |logit difference| of each variant from 
 inputs (batch 1, batch 16 and a padded batch of mixed lengths), absolute and as a fraction of the largest
 |logit|.
 
-    python -m benchmarks.engines            # the medium model (~3-4 minutes on 2 cores)
+The selection is the pipeline's (steps/runtime/engine_selection.py `choose`): the fastest variant at batch 16
+whose metric is within `serving.max_metric_drop` (0.005) of Paddle fp32's. The benchmark's model has random
+weights, so its metric is agreement with Paddle fp32's labels on the benchmark texts (fp32: 1.0), the stand-in
+for held-out accuracy. Then benchmarks/serving.py's measurements run twice on this export, once with the
+selected variant and once with Paddle fp32 as the server is configured today (same threads): 16 keep-alive
+clients against the variant's in-process batched limit, and batch-1 latency against the same variant in
+process. The last lines:
+
+    selected variant: NAME
+    served / best in-process throughput: R     (target >= 0.95)
+    served / today's served throughput: R      (target >= 2.5)
+    batch-1 p50 served / in-process: R         (target <= 1.05)
+
+    python -m benchmarks.engines            # the medium model (~15 minutes on 2 cores)
     python -m benchmarks.engines --quick    # a smoke run on a tiny model
+    python -m benchmarks.engines --in-process-only
 """
 
 from __future__ import annotations
@@ -56,6 +71,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--gpu", action="store_true", help="the GPU variants (CUDA fp32/fp16, TensorRT fp16) instead of the CPU ones"
     )
+    parser.add_argument("--in-process-only", action="store_true", help="skip selection and the served measurements")
+    parser.add_argument(
+        "--served-rounds", type=int, default=None, help="throughput rounds of each served run (default 40)"
+    )
     parser.add_argument(
         "--pause", type=float, default=None, help="seconds before each variant's turn (default 0.25; 0 with --quick)"
     )
@@ -64,6 +83,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.rounds = 3 if args.quick else 20
     if args.pause is None:
         args.pause = 0.0 if args.quick else 0.25
+    if args.served_rounds is None:
+        args.served_rounds = 3 if args.quick else 40
     if args.rounds < 1 or args.threads < 1 or args.batch < 1 or args.pause < 0:
         parser.error("--rounds, --threads and --batch must be at least 1, --pause at least 0")
     return args
@@ -124,6 +145,42 @@ def interleaved_rounds(
     return timings
 
 
+def agreement(engines: dict[str, Engine], model_dir: Path, shape: Shape, n: int = 512) -> dict[str, float]:
+    """Share of `n` benchmark texts each variant labels as Paddle fp32 does (the model's weights are random:
+    agreement with the reference stands in for the held-out metric)."""
+    from steps.runtime import ernie
+
+    tokenizer = ernie.load_tokenizer(model_dir)
+    ids = ernie.encode(tokenizer, make_texts(n, shape.seq_len - 2, seed=1), shape.seq_len)
+    batches = [ernie.pad_batch(ids[i : i + 16], tokenizer.pad_token_id) for i in range(0, n, 16)]
+    labels = {name: np.concatenate([e.run(*b).argmax(axis=-1) for b in batches]) for name, e in engines.items()}
+    return {name: float((found == labels[PADDLE_FP32]).mean()) for name, found in labels.items()}
+
+
+def select(results: dict[str, Any]) -> tuple[str, str]:
+    """(variant, why) by the pipeline's rule, on the in-process results (`agreement` as the metric)."""
+    from paddle_mlops.config import load_config
+    from steps.runtime.engine_selection import Measured, choose
+
+    table = {
+        name: Measured(name, "measured", metric=r["agreement"], batch_texts_per_s=r["batchN_texts_per_s"])
+        for name, r in results["variants"].items()
+    }
+    selected, _, why = choose(load_config(), table)
+    return selected, why.replace("accuracy", "agreement with fp32")
+
+
+def served(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path, engine: str) -> dict[str, Any]:
+    """benchmarks/serving.py's measurements on this export, every contender running `engine`."""
+    from benchmarks import serving
+
+    argv = ["--engine", engine, "--rounds", str(args.served_rounds), "--cpu-threads", str(args.threads)]
+    sargs = serving._parse_args([*argv, *(["--quick"] if args.quick else [])])
+    (work / engine).mkdir(parents=True, exist_ok=True)
+    print(f"== served, {engine}", flush=True)
+    return serving.measure(sargs, shape, work / engine, model_dir)
+
+
 def _files_mib(model_dir: Path, name: str) -> float:
     return sum((model_dir / f).stat().st_size for f in variant_spec(name).files) / MIB
 
@@ -146,6 +203,7 @@ def benchmark(
         raise RuntimeError(f"no GPU variant opened: {unavailable}")
     inputs = tokenised_inputs(model_dir, shape, batch)
     differences = logit_differences(engines, inputs)
+    agreed = agreement(engines, model_dir, shape)
     for engine in engines.values():
         warm_up(engine, inputs["one"], inputs["many"])
     timings = interleaved_rounds(engines, inputs["one"], inputs["many"], rounds, pause)
@@ -158,6 +216,7 @@ def benchmark(
             "batchN_texts_per_s": speed.batchN_texts_per_s,
             "max_abs_logit_diff": differences[name][0],
             "max_rel_logit_diff": differences[name][1],
+            "agreement": agreed[name],
             "files_mib": _files_mib(model_dir, name),
         }
     flags = cpu_flags()
@@ -171,6 +230,7 @@ def benchmark(
         "build_s": converted - exported,
         "variants": results,
         "skipped": {**skipped, **unavailable},
+        "model_dir": str(model_dir),
     }
 
 
@@ -184,13 +244,13 @@ def report(results: dict[str, Any]) -> None:
     )
     print(
         f"  {'variant':<14} {'b1 p50 ms':>9} {'b1 texts/s':>10} {f'b{batch} texts/s':>12} {'x fp32':>6}"
-        f" {'max|dlogit|':>11} {'rel':>6} {'MiB':>7}"
+        f" {'max|dlogit|':>11} {'rel':>6} {'agree':>6} {'MiB':>7}"
     )
     for name, r in results["variants"].items():
         print(
             f"  {name:<14} {r['batch1_p50_ms']:9.2f} {r['batch1_texts_per_s']:10.1f} {r['batchN_texts_per_s']:12.1f}"
             f" {r['batchN_texts_per_s'] / base['batchN_texts_per_s']:6.2f} {r['max_abs_logit_diff']:11.2e}"
-            f" {r['max_rel_logit_diff']:6.3f} {r['files_mib']:7.1f}"
+            f" {r['max_rel_logit_diff']:6.3f} {r['agreement']:6.3f} {r['files_mib']:7.1f}"
         )
     for name, reason in results["skipped"].items():
         print(f"  {name:<14} skipped: {reason}")
@@ -202,12 +262,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
         try:
             results = benchmark(shape, Path(tmp), args.rounds, args.threads, args.batch, args.pause, args.gpu)
+            report(results)
+            if not (args.in_process_only or args.gpu):
+                results |= serve_selected(args, shape, Path(tmp), results)
         except RuntimeError as exc:
             print(f"[benchmarks.engines] error: {exc}", file=sys.stderr)
             return 1
-    report(results)
     write_results(args.json_out, results)
     return 0
+
+
+def serve_selected(args: argparse.Namespace, shape: Shape, work: Path, results: dict[str, Any]) -> dict[str, Any]:
+    """The selected variant served, and today's configuration (Paddle fp32) served, with the final ratios."""
+    selected, why = select(results)
+    print(f"selection: {selected}: {why}", flush=True)
+    model_dir = Path(results["model_dir"])
+    runs = {
+        name: served(args, shape, work / "served", model_dir, name) for name in dict.fromkeys([selected, PADDLE_FP32])
+    }
+    chosen, today = runs[selected], runs[PADDLE_FP32]
+    ratios = {
+        "served_over_best_in_process": chosen["throughput_ratio"],
+        "served_over_today": chosen["contenders"]["ours"]["texts_per_s"] / today["contenders"]["ours"]["texts_per_s"],
+        "latency_ratio": chosen["latency_ratio"],
+    }
+    print(f"today's configuration ({PADDLE_FP32}) served: {today['contenders']['ours']['texts_per_s']:.1f} texts/s")
+    print(f"{selected} served: {chosen['contenders']['ours']['texts_per_s']:.1f} texts/s")
+    print(f"selected variant: {selected}")
+    print(f"served / best in-process throughput: {ratios['served_over_best_in_process']:.3f}")
+    print(f"served / today's served throughput: {ratios['served_over_today']:.3f}")
+    print(f"batch-1 p50 served / in-process: {ratios['latency_ratio']:.3f}")
+    return {"selected": selected, "selection_reason": why, "served": runs, **ratios}
 
 
 if __name__ == "__main__":

@@ -107,6 +107,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--max-batch-size", type=int, default=None, help="our server's serving.max_batch_size")
     parser.add_argument("--max-wait-ms", type=float, default=None, help="our server's serving.max_wait_ms")
+    parser.add_argument(
+        "--engine", default=None, help="the engine variant every contender runs (default paddle-fp32; its files must "
+        "be beside the export: benchmarks.engines builds them)",
+    )  # fmt: skip
     # Internal: the host process that loads the model and serves it.
     parser.add_argument("--host-model", metavar="MODEL_DIR", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--reply-fd", type=int, default=None, help=argparse.SUPPRESS)
@@ -362,6 +366,8 @@ class Host:
             cmd += ["--max-batch-size", str(args.max_batch_size)]
         if args.max_wait_ms is not None:
             cmd += ["--max-wait-ms", str(args.max_wait_ms)]
+        if args.engine:
+            cmd += ["--engine", args.engine]
         self.log_path = work / "host.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -484,7 +490,7 @@ def _start_servers(args: argparse.Namespace) -> Servers:
     from steps.runtime import openmp, serving
     from steps.runtime.ernie import ExportedModel
 
-    clf = ExportedModel(args.host_model, cpu_threads=args.cpu_threads)
+    clf = ExportedModel(args.host_model, cpu_threads=args.cpu_threads, engine=args.engine, fall_back=False)
     cfg = _host_serving_config(args)
     ours = serving.ErnieModel(MODEL_NAME, cfg, model_dir=args.host_model, classifier_factory=lambda _d, _c: clf)
     ours.load()
@@ -718,10 +724,12 @@ def measure_throughput(
     )
 
 
-def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
-    started = time.perf_counter()
-    model_dir = export_model(shape, work / "model")
-    print(f"exported {shape.describe()} in {time.perf_counter() - started:.0f}s", flush=True)
+def measure(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path | None = None) -> dict:
+    """Every measurement on `shape`'s model (exported here unless `model_dir` holds it already)."""
+    if model_dir is None:
+        started = time.perf_counter()
+        model_dir = export_model(shape, work / "model")
+        print(f"exported {shape.describe()} in {time.perf_counter() - started:.0f}s", flush=True)
     texts = make_texts(max(args.requests, 64), shape.seq_len - 2)
     with ExitStack() as stack:
         host = Host(stack, model_dir, work, args)
@@ -743,8 +751,8 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path) -> dict:
 def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], rates: dict[int, float]) -> dict:
     inproc, ours, base = results["in-process"], results["ours"], results["baseline"]
     print(
-        f"model: {shape.describe()}; cpu_threads {args.cpu_threads}; {os.cpu_count()} CPUs; "
-        f"{args.requests} requests x {args.rounds} rounds; {args.clients} clients"
+        f"model: {shape.describe()}; engine {args.engine or 'paddle-fp32'}; cpu_threads {args.cpu_threads}; "
+        f"{os.cpu_count()} CPUs; {args.requests} requests x {args.rounds} rounds; {args.clients} clients"
     )
     for r in (inproc, ours, base):
         extra = f" ({r.note})" if r.note else f" ({args.clients} clients)"
@@ -782,6 +790,7 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
     print(f"baseline throughput ratio: {figures['baseline_throughput_ratio']:.3f}")
     return {
         "model": shape.__dict__,
+        "engine": args.engine or "paddle-fp32",
         "cpu_threads": args.cpu_threads,
         "cpus": os.cpu_count(),
         "requests": args.requests,
