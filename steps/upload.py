@@ -29,7 +29,7 @@ PUBLISHED = "published.json"
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (directory or s3:// prefix)")
     parser.add_argument("--run-id", required=True, help="MLflow run of training/evaluation (names the version)")
-    parser.add_argument("--version", default=None, help="version name (default: <git-sha[:12]>-<run-id[:8]>)")
+    parser.add_argument("--version", default=None, help="version name (default: <git-sha[:12]>-<run-id[:8]>-<files' sha256[:8]>)")
     parser.add_argument(
         "--serve-image-digest",
         default="",
@@ -38,7 +38,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def default_version(git_sha: str, run_id: str) -> str:
-    """Deterministic, so a retried upload of the same run lands on the same version (idempotent)."""
+    """The default version's prefix; publish appends the files' digest. Deterministic, so a retried upload of the
+    same run lands on the same version (idempotent), while `--from evaluate` re-measures the engine variants and
+    may choose another one: that export is different content and gets a version of its own."""
     return f"{git_sha[:12]}-{run_id[:8]}"
 
 
@@ -79,6 +81,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         metadata,
         endpoint_url=endpoint,
         progress=sys.stderr.isatty(),
+        content_suffix=args.version is None,
     )
     print(
         f"published {result.model_uri}: {result.bytes_sent} bytes sent, {result.skipped} objects already stored, "

@@ -12,6 +12,7 @@ from paddle_mlops.config import load_config
 from paddle_mlops.contracts import CHALLENGER
 from steps import register, upload
 from steps.runtime import objectstore, registry, s3, workspace
+from steps.runtime.objectstore.manifest import content_digest, sha256_bytes
 from tests.s3server import moto_s3_server
 
 GIT_SHA = "0123456789abcdef0123"
@@ -88,7 +89,8 @@ def test_upload_then_register_locally(tmp_path, home, capsys):
     assert run_upload(str(ws), out) == 0
     model_uri = (out / "model-uri").read_text()
     digest = (out / "manifest-digest").read_text()
-    assert model_uri == f"{home}/store/ernie-sentiment/{GIT_SHA[:12]}-{RUN_ID[:8]}"
+    files = objectstore.manifest.file_entries(ws / "model")
+    assert model_uri == f"{home}/store/ernie-sentiment/{GIT_SHA[:12]}-{RUN_ID[:8]}-{content_digest(files)[:8]}"
     manifest = objectstore.read_manifest(model_uri)
     assert manifest["metrics"]["accuracy"] == 0.9 and manifest["data_stats"]["train"] == 80
     assert manifest["git_sha"] == GIT_SHA
@@ -108,6 +110,36 @@ def test_upload_then_register_locally(tmp_path, home, capsys):
     assert json.loads(tags["data_stats"])["test"] == 10 and tags["storage_uri"] == model_uri
     assert run_register(model_uri, digest, out) == 0
     assert (out / "model-version").read_text() == version
+
+
+def test_a_reevaluated_export_of_the_same_run_is_a_new_version(tmp_path, home):
+    """`--from evaluate` re-measures the engine variants; a different engine.json is different content, published
+    beside the first version rather than refused as a conflicting publish of it."""
+    ws = make_workspace(tmp_path / "ws")
+    out = tmp_path / "outputs"
+    (ws / "model" / "engine.json").write_text(json.dumps({"selected": "paddle-fp32"}))
+    assert run_upload(str(ws), out) == 0
+    first = (out / "model-uri").read_text()
+    (ws / "model" / "engine.json").write_text(json.dumps({"selected": "onnx-int8"}))
+    assert run_upload(str(ws), out) == 0
+    second = (out / "model-uri").read_text()
+    prefix = f"{home}/store/ernie-sentiment/{GIT_SHA[:12]}-{RUN_ID[:8]}-"
+    assert first.startswith(prefix) and second.startswith(prefix) and first != second
+    # The engine choice is content: each version lists its own engine.json, the other files are shared objects.
+    engines = [
+        {f["path"]: f["sha256"] for f in objectstore.read_manifest(uri)["files"]}["engine.json"]
+        for uri in (first, second)
+    ]
+    assert engines[0] == sha256_bytes(json.dumps({"selected": "paddle-fp32"}).encode()) != engines[1]
+
+
+def test_an_explicit_version_with_different_content_is_refused(tmp_path, home, capsys):
+    ws = make_workspace(tmp_path / "ws")
+    out = tmp_path / "outputs"
+    assert run_upload(str(ws), out, "--version", "v1") == 0
+    (ws / "model" / "label_map.json").write_text('{"0": "neg", "1": "pos"}')
+    assert run_upload(str(ws), out, "--version", "v1") == 2
+    assert "already published by another publisher" in capsys.readouterr().err
 
 
 def test_register_refuses_unpublished_or_altered_models(tmp_path, home, capsys):

@@ -72,6 +72,12 @@ def file_entries(local_dir: Path) -> list[dict[str, Any]]:
     ]
 
 
+def content_digest(files: list[dict[str, Any]]) -> str:
+    """sha256 over the `files` entries (path, size, sha256): equal exactly when two manifests' files are."""
+    lines = "".join(f"{f['path']}\t{f['size']}\t{f['sha256']}\n" for f in files)
+    return sha256_bytes(lines.encode("utf-8"))
+
+
 def build(model: str, version: str, files: list[dict[str, Any]], metadata: dict[str, Any] | None) -> dict[str, Any]:
     """A new manifest: `metadata` plus the fields this format owns (which `metadata` cannot override)."""
     return {

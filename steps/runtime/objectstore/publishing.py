@@ -88,14 +88,21 @@ def publish(
     endpoint_url: str | None = None,
     progress: bool = True,
     transfer_config: TransferConfig | None = None,
+    content_suffix: bool = False,
 ) -> PublishResult:
-    """Upload the files of `local_dir` as `model_name`/`version`; idempotent for the same content."""
+    """Upload the files of `local_dir` as `model_name`/`version`; idempotent for the same content.
+
+    With `content_suffix` the version is `<version>-<first 8 hex of the files' digest>`: the same files land on
+    the same version (a retry is a no-op), different files (a re-evaluated export whose engine choice differs)
+    on a new one, never on a conflict."""
     local = _checked_dir(local_dir, model_name, version)
+    files = manifest.file_entries(local)
+    if content_suffix:
+        version = f"{version}-{manifest.content_digest(files)[:8]}"
     root = resolve_root(store_uri)
     backend = open_backend(root, endpoint_url, transfer_config)
     model_uri = f"{root.rstrip('/')}/{model_name}/{version}"
     key = manifest.manifest_key(model_name, version)
-    files = manifest.file_entries(local)
     ours = manifest.build(model_name, version, files, metadata)
 
     existing = backend.read(key)
