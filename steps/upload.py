@@ -29,7 +29,9 @@ PUBLISHED = "published.json"
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (directory or s3:// prefix)")
     parser.add_argument("--run-id", required=True, help="MLflow run of training/evaluation (names the version)")
-    parser.add_argument("--version", default=None, help="version name (default: <git-sha[:12]>-<run-id[:8]>-<files' sha256[:8]>)")
+    parser.add_argument(
+        "--version", default=None, help="version name (default: <git-sha[:12]>-<run-id[:8]>-<files' sha256[:8]>)"
+    )
     parser.add_argument(
         "--serve-image-digest",
         default="",
