@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
 POSITIVE = ("很好", "满意", "喜欢", "不错", "推荐", "优秀", "舒服", "漂亮")
@@ -85,6 +86,22 @@ def make_exported_model(
     ernie.export(model, tokenizer, dict(enumerate(labels)), cfg, directory)
     vocab_file.unlink()
     return directory
+
+
+def tiny_ernie_config(tokenizer: Any, max_positions: int, **extra: Any) -> Any:
+    """PaddleNLP's ErnieConfig of the tiny shape (hidden 32, one layer, two heads) for `tokenizer`'s vocabulary."""
+    from paddlenlp.transformers import ErnieConfig
+
+    return ErnieConfig(
+        vocab_size=len(tokenizer.vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_positions,
+        type_vocab_size=2,
+        **extra,
+    )
 
 
 def common(*overrides: str) -> list[str]:

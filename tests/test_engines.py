@@ -23,7 +23,7 @@ from steps.runtime.engines.variants import (
     VARIANTS,
     build_variants,
 )
-from tests.fixtures_ernie import make_exported_model, sentiment_rows
+from tests.fixtures_ernie import make_exported_model, sentiment_rows, tiny_ernie_config
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
@@ -43,22 +43,12 @@ FP32_ATOL = 1e-4
 def _export_token_classifier(directory: Path, vocab_dir: Path, num_labels: int = 3, seed: int = 0) -> Path:
     """A random-weight ERNIE token classifier of the tiny shape, exported as steps.runtime.ernie.export does."""
     import paddle
-    from paddlenlp.transformers import ErnieConfig, ErnieForTokenClassification
+    from paddlenlp.transformers import ErnieForTokenClassification
 
     from steps.runtime import ernie
 
     tokenizer = ernie.load_tokenizer(vocab_dir)
-    config = ErnieConfig(
-        vocab_size=len(tokenizer.vocab),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        type_vocab_size=2,
-        pad_token_id=tokenizer.pad_token_id,
-        num_labels=num_labels,
-    )
+    config = tiny_ernie_config(tokenizer, 32, pad_token_id=tokenizer.pad_token_id, num_labels=num_labels)
     paddle.seed(seed)
     with paddle.utils.unique_name.guard():
         model = ErnieForTokenClassification(config)

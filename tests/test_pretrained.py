@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_ernie import common, train_args
+from fixtures_ernie import common, tiny_ernie_config, train_args
 from s3server import moto_s3_server
 from test_train import write_workspace
 
@@ -38,20 +38,12 @@ def tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def save_pretrained(ws: Path, directory: Path) -> dict[str, np.ndarray]:
     """A tiny ERNIE (hidden 32, one layer) and its tokenizer saved the way PaddleNLP publishes models."""
-    from paddlenlp.transformers import ErnieConfig, ErnieModel
+    from paddlenlp.transformers import ErnieModel
 
     from steps.runtime import ernie
 
     tokenizer = ernie.load_tokenizer(ws / "data" / "vocab.txt")
-    config = ErnieConfig(
-        vocab_size=len(tokenizer.vocab),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        type_vocab_size=2,
-    )
+    config = tiny_ernie_config(tokenizer, 64)
     model = ErnieModel(config)  # a backbone, as published: the classifier head is new at fine-tuning
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
