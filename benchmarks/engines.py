@@ -49,7 +49,7 @@ import numpy as np
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
 from benchmarks.serving import MEDIUM, TINY, Shape, export_model, make_texts
 from steps.runtime.engines.cpu import cpu_flags
-from steps.runtime.engines.measure import Batch, summarise, time_round, warm_up
+from steps.runtime.engines.measure import Batch, interleaved
 from steps.runtime.engines.runners import Engine, EngineUnavailable, open_engine
 from steps.runtime.engines.variants import (
     BF16_FLAGS,
@@ -129,22 +129,6 @@ def logit_differences(engines: dict[str, Engine], inputs: dict[str, Batch]) -> d
     return out
 
 
-def interleaved_rounds(
-    engines: dict[str, Engine], one: Batch, many: Batch, rounds: int, pause: float
-) -> dict[str, tuple[list[float], list[float]]]:
-    """Per variant, its batch-1 and batched seconds in each round; round r starts at variant r (rotated)."""
-    names = list(engines)
-    timings: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            time.sleep(pause)
-            batch1_s, batchN_s = time_round(engines[name], one, many)
-            timings[name][0].append(batch1_s)
-            timings[name][1].append(batchN_s)
-    return timings
-
-
 def agreement(engines: dict[str, Engine], model_dir: Path, shape: Shape, n: int = 512) -> dict[str, float]:
     """Share of `n` benchmark texts each variant labels as Paddle fp32 does (the model's weights are random:
     agreement with the reference stands in for the held-out metric)."""
@@ -204,12 +188,9 @@ def benchmark(
     inputs = tokenised_inputs(model_dir, shape, batch)
     differences = logit_differences(engines, inputs)
     agreed = agreement(engines, model_dir, shape)
-    for engine in engines.values():
-        warm_up(engine, inputs["one"], inputs["many"])
-    timings = interleaved_rounds(engines, inputs["one"], inputs["many"], rounds, pause)
+    speeds = interleaved(engines, inputs["one"], inputs["many"], rounds, pause)
     results: dict[str, dict[str, float]] = {}
-    for name, (batch1_s, batchN_s) in timings.items():
-        speed = summarise(batch1_s, batchN_s, batch)
+    for name, speed in speeds.items():
         results[name] = {
             "batch1_p50_ms": speed.batch1_p50_ms,
             "batch1_texts_per_s": speed.batch1_texts_per_s,

@@ -280,6 +280,31 @@ def test_measure_times_batch_one_and_batched_calls(models: dict[str, Path], batc
         measure.measure(engine, lambda n: batches[0], rounds=0)
 
 
+def test_interleaved_rounds_rotate_the_order_and_time_every_engine_alike() -> None:
+    turns: list[tuple[str, int]] = []
+
+    class Recording:
+        threads = 1
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+            turns.append((self.name, len(input_ids)))
+            return np.zeros((len(input_ids), 2), "float32")
+
+    one = (np.ones((1, 4), "int64"), np.zeros((1, 4), "int64"))
+    many = (np.ones((8, 4), "int64"), np.zeros((8, 4), "int64"))
+    speeds = measure.interleaved({"a": Recording("a"), "b": Recording("b")}, one, many, rounds=3, pause=0.0)
+    warm, timed = turns[:4], turns[4:]
+    assert warm == [("a", 1), ("a", 8), ("b", 1), ("b", 8)]
+    assert [name for name, size in timed if size == 1] == ["a", "b", "b", "a", "a", "b"]  # round r starts at r
+    assert [size for _, size in timed] == [1, 8] * 6
+    assert set(speeds) == {"a", "b"}
+    for speed in speeds.values():  # the batched rate is per text of the batch given
+        assert speed.batch1_p50_ms > 0 and speed.batchN_texts_per_s > 0
+
+
 def test_importing_the_package_loads_no_inference_runtime() -> None:
     code = (
         "import sys\n"

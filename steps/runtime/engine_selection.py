@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -117,19 +116,6 @@ def _batches(model: Any, rows: list[dict[str, Any]], size: int) -> tuple[timing.
     return batch(1), batch(size)
 
 
-def _speeds(models: dict[str, Any], one: timing.Batch, many: timing.Batch, size: int) -> dict[str, timing.Speed]:
-    """Batch-1 and batch-`size` speed of every variant, in interleaved rounds (order rotated every round)."""
-    names = list(models)
-    for name in names:
-        timing.warm_up(models[name].engine, one, many)
-    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    for r in range(ROUNDS):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            time.sleep(SETTLE_S)
-            rounds[name].append(timing.time_round(models[name].engine, one, many))
-    return {n: timing.summarise([t[0] for t in rounds[n]], [t[1] for t in rounds[n]], size) for n in names}
-
-
 def choose(cfg: PipelineConfig, table: dict[str, Measured]) -> tuple[str, list[str], str]:
     """(the variant to serve, the ranking to fall back along, why): the fastest at batch size whose metric is at
     most `max_metric_drop` below Paddle fp32's; a pinned variant when it could be measured."""
@@ -174,7 +160,8 @@ def select(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> dict[str, An
         raise StepError(f"{reference(cfg)}, the reference engine, does not run here: {missing.get(reference(cfg))}")
     one, many = _batches(models[reference(cfg)], rows, size)
     metrics = _metrics(cfg, models, rows)
-    for name, speed in _speeds(models, one, many, size).items():
+    speeds = timing.interleaved({n: m.engine for n, m in models.items()}, one, many, ROUNDS, SETTLE_S)
+    for name, speed in speeds.items():
         table[name] = Measured(name, "measured", metrics[name], speed.batch1_p50_ms, speed.batch1_texts_per_s,
                                speed.batchN_texts_per_s)  # fmt: skip
     selected, ranking, why = choose(cfg, table)

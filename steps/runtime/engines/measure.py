@@ -1,15 +1,15 @@
 """How fast an engine runs: batch-1 latency and batched throughput, the median of a few timed rounds.
 
-`measure` times one engine alone. A comparison of several engines should interleave them instead (each
-round times every engine once, as benchmarks/engines.py does with `warm_up`, `time_round` and `summarise`),
-so that a slow spell of a shared machine falls on all of them alike.
+`measure` times one engine alone. A comparison of several engines interleaves them instead (`interleaved`: each
+round times every engine once, the order rotated), so that a slow spell of a shared machine falls on all of them
+alike; evaluate's engine selection and benchmarks/engines.py both compare that way.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,3 +58,20 @@ def measure(engine: Engine, make_batch: Callable[[int], Batch], rounds: int = 5,
     warm_up(engine, one, many)
     timings = [time_round(engine, one, many) for _ in range(rounds)]
     return summarise([t[0] for t in timings], [t[1] for t in timings], batch)
+
+
+def interleaved(engines: Mapping[str, Engine], one: Batch, many: Batch, rounds: int, pause: float) -> dict[str, Speed]:
+    """Warm every engine up, then time `rounds` rounds of one batch-1 and one batched call per engine; round r
+    starts at engine r (the order rotated) and each turn waits `pause` seconds first, so that the previous
+    engine's worker threads have stopped spinning. Each engine's `Speed` is the median of its rounds."""
+    for engine in engines.values():
+        warm_up(engine, one, many)
+    names = list(engines)
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            time.sleep(pause)
+            timings[name].append(time_round(engines[name], one, many))
+    size = len(many[0])
+    return {name: summarise([t[0] for t in runs], [t[1] for t in runs], size) for name, runs in timings.items()}
