@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from paddle_mlops.config import load_config
+from paddle_mlops.config.loader import ConfigError
 from steps.runtime import engine_selection
 from steps.runtime.engine_selection import Measured, choose
 from tests.fixtures_ernie import CONFIG, TINY_OVERRIDES, prepared_workspace
@@ -50,6 +51,22 @@ def test_the_fastest_variant_within_the_allowed_drop_is_served() -> None:
     )  # noqa: E501
     pinned = _table(paddle_fp32=(0.812, 35.0), paddle_bf16=(0.811, 67.0))
     assert choose(_cfg("serving.engine=paddle-bf16"), pinned)[0] == "paddle-bf16"
+
+
+def test_the_configurable_engines_are_the_variants_and_their_device_check_matches_theirs() -> None:
+    """`serving.engine` (the configuration layer, which cannot import steps/) spells the variants out and tells a
+    GPU one by its name; both must agree with the variants' own specs."""
+    import typing
+
+    from paddle_mlops.config.models import ServingConfig
+    from steps.runtime.engines.variants import SPECS
+
+    allowed = typing.get_args(ServingConfig.model_fields["engine"].annotation)
+    assert set(allowed) == {"auto", *SPECS}
+    for name, spec in SPECS.items():
+        _cfg(f"serving.engine={name}", f"serving.use_gpu={str(spec.device == 'gpu').lower()}")
+        with pytest.raises(ConfigError, match="pick an engine for the device"):
+            _cfg(f"serving.engine={name}", f"serving.use_gpu={str(spec.device != 'gpu').lower()}")
 
 
 def test_candidates_follow_the_configuration() -> None:

@@ -252,6 +252,13 @@ class ExportedModel:
         )
         return f"{framework}:{self.engine_name}"
 
+    @property
+    def precision(self) -> str:
+        """The engine in use's precision: fp32, bf16, fp16 or int8."""
+        from steps.runtime.engines.variants import SPECS
+
+        return SPECS[self.engine_name].precision
+
     def logits(self, input_ids: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
         """Logits (`[batch, labels]`, or `[batch, width, labels]` per token) for padded int64 inputs."""
         if token_type_ids is None:

@@ -106,7 +106,7 @@ class ErnieModel(kserve.Model):
         engine = getattr(self.classifier, "engine_name", None)
         if engine:
             self.platform = self.classifier.platform  # type: ignore[attr-defined]
-            precision = engine.rsplit("-", 1)[-1]
+            precision = self.classifier.precision  # type: ignore[attr-defined]
             fallback = "true" if getattr(self.classifier, "fallback", "") else "false"
             ENGINE.labels(model=self.name, engine=engine, precision=precision, fallback=fallback).set(1)
         self.ready = True
