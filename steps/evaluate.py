@@ -26,7 +26,6 @@ if not __package__:  # run as a script path: make `steps` importable
 
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
-from paddle_mlops.contracts import ENGINE_FILE  # noqa: E402
 from steps.runtime import engine_selection, evaluation, runner, s3, workspace  # noqa: E402
 from steps.runtime import gate as gate_rules  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
@@ -85,6 +84,11 @@ def _mlflow_key(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in name)
 
 
+def _modified(directory: Path) -> dict[str, int]:
+    """Every file under `directory` (relative path) -> its modification time in ns."""
+    return {p.relative_to(directory).as_posix(): p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()}
+
+
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     ws = args.workspace
     try:
@@ -92,13 +96,13 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         data_dir = workspace.stage_in(workspace.join(ws, "data"), endpoint_url=cfg.storage.endpoint_url)
     except FileNotFoundError as exc:
         raise StepError(f"{exc}; run prepare-data and train into workspace {ws} first.") from None
-    before = {p.relative_to(model_dir) for p in model_dir.rglob("*") if p.is_file()}
+    before = _modified(model_dir)
     selection = engine_selection.select(cfg, model_dir, data_dir)
     for line in engine_selection.table_lines(selection):
         log.info("%s", line)
-    # The variants' files and engine.json go where upload publishes the model from (in place when it is local).
-    added = sorted(str(p.relative_to(model_dir)) for p in model_dir.rglob("*") if p.is_file()) if s3.is_s3(ws) else []
-    written = [name for name in added if Path(name) not in before or name in (ENGINE_FILE, "variants.json")]
+    # What the selection wrote (new or rebuilt variant files, engine.json) goes where upload publishes the model
+    # from; in place when the workspace is local.
+    written = sorted(name for name, stamp in _modified(model_dir).items() if before.get(name) != stamp)
     workspace.stage_out(model_dir, workspace.join(ws, "model"), cfg.storage.endpoint_url, only=written)
     metrics, run_id = evaluation.evaluate(cfg, model_dir, data_dir)
     metrics["engine"] |= {k: selection[k] for k in ("selected", "reason", "ranking", "max_metric_drop", "variants")}

@@ -46,7 +46,7 @@ def client(tracking):  # type: ignore[no-untyped-def]
         tracking.delete_registered_model(MODEL_NAME)
 
 
-def run_eval(ws: Path, out: Path, *overrides: str) -> tuple[int, dict, str, str]:
+def run_eval(ws: Path | str, out: Path, *overrides: str) -> tuple[int, dict, str, str]:
     rc = evaluate.main(
         [
             *common(*overrides),
@@ -166,3 +166,42 @@ def test_report_averages_f1_over_every_known_class() -> None:
     report = classification_report([0, 1], [0, 1], {0: "negative", 1: "positive", 2: "neutral"})
     assert report["accuracy"] == 1.0 and report["macro_f1"] == pytest.approx(2 / 3)
     assert report["per_class"]["neutral"]["support"] == 0 and report["confusion_matrix"][2] == [0, 0, 0]
+
+
+def test_an_s3_workspace_gets_back_what_the_selection_wrote(  # type: ignore[no-untyped-def]
+    workspace: Path, client, tmp_path: Path, monkeypatch
+) -> None:
+    """On the cluster the workspace is S3: evaluate stages the model in, builds the variants there, and must put
+    back every file it wrote or rebuilt (upload publishes from the workspace), and no other."""
+    import uuid
+
+    from s3server import moto_s3_server
+
+    from steps.runtime import s3
+    from steps.runtime import workspace as ws_io
+    from steps.runtime.engines.variants import ONNX_FILE
+
+    with moto_s3_server() as endpoint:
+        monkeypatch.setenv("S3_ENDPOINT_URL", endpoint)
+        bucket = f"runs-{uuid.uuid4().hex[:10]}"
+        cli = s3.client()
+        cli.create_bucket(Bucket=bucket)
+        local = tmp_path / "ws"
+        for part in ("data", "model"):
+            ws_io.stage_out(workspace / part, f"s3://{bucket}/run/{part}")
+        # A stale ONNX file from an earlier evaluate with other tools: the selection rebuilds it.
+        cli.put_object(Bucket=bucket, Key=f"run/model/{ONNX_FILE}", Body=b"stale")
+        keys_before = {o["Key"]: o["ETag"] for o in cli.list_objects_v2(Bucket=bucket)["Contents"]}
+        rc, metrics, _, _ = run_eval(f"s3://{bucket}/run", tmp_path / "out", "gate.threshold=0.0")
+        assert rc == 0
+        after = {o["Key"]: o["ETag"] for o in cli.list_objects_v2(Bucket=bucket)["Contents"]}
+        selected = metrics["engine"]["selected"]
+        assert "run/model/engine.json" in after
+        assert after[f"run/model/{ONNX_FILE}"] != keys_before[f"run/model/{ONNX_FILE}"]  # the rebuilt file
+        assert cli.get_object(Bucket=bucket, Key=f"run/model/{ONNX_FILE}")["Body"].read() != b"stale"
+        assert "run/model/model.int8.onnx" in after and "run/model/variants.json" in after
+        # The export itself was only read.
+        for name in ("inference.json", "inference.pdiparams", "label_map.json"):
+            assert after[f"run/model/{name}"] == keys_before[f"run/model/{name}"]
+        stage = ws_io.stage_in(f"s3://{bucket}/run/model", local / "model")
+        assert json.loads((stage / "engine.json").read_text())["selected"] == selected
