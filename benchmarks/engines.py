@@ -3,9 +3,9 @@ selection picks; and that variant served over HTTP against today's configuration
 
 The model is the one benchmarks/serving.py serves (ERNIE 3.0-medium-sized, random weights, exported by
 `steps.runtime.ernie.export`) and the texts are its 62-character texts, tokenised by the export's tokenizer.
-`steps.runtime.engines.build_variants` converts the export, and each variant that this node can run is
-opened at the same thread count and measured in process: batch-1 p50 latency and texts/s, and texts/s
-at batch 16.
+`steps.runtime.engines.build_variants` converts the export (the static int8 variant calibrated on 128 other
+texts of mixed lengths), and each variant that this node can run is opened at the same thread count and
+measured in process: batch-1 p50 latency and texts/s, and texts/s at batch 16.
 
 The variants are measured in interleaved rounds: round r times every variant once (one batch-1 call,
 one batch-16 call), the order rotated by r, and each variant's figures are the medians of its rounds, so
@@ -106,6 +106,18 @@ def tokenised_inputs(model_dir: Path, shape: Shape, batch: int) -> dict[str, Bat
     }
 
 
+def calibration_batches(model_dir: Path, shape: Shape, n: int = 128, batch: int = 16) -> list[Batch]:
+    """What the statically quantised variant observes: `n` benchmark texts of mixed lengths (not the measured
+    ones), in batches of `batch`, as evaluate gives it `n` dev rows."""
+    from steps.runtime import ernie
+
+    tokenizer = ernie.load_tokenizer(model_dir)
+    texts = make_texts(n, shape.seq_len - 2, seed=2)
+    mixed = [text[: max(1, len(text) * (1 + i % 8) // 8)] for i, text in enumerate(texts)]
+    ids = ernie.encode(tokenizer, mixed, shape.seq_len)
+    return [ernie.pad_batch(ids[i : i + batch], tokenizer.pad_token_id) for i in range(0, n, batch)]
+
+
 def open_engines(model_dir: Path, names: Sequence[str], threads: int) -> tuple[dict[str, Engine], dict[str, str]]:
     """The variants this node can run, opened; the reason for each one it cannot."""
     engines: dict[str, Engine] = {}
@@ -176,7 +188,11 @@ def benchmark(
     started = time.perf_counter()
     model_dir = export_model(shape, work / "model")
     exported = time.perf_counter()
-    built = {name: [] for name in GPU_VARIANTS} if gpu else build_variants(model_dir)
+    built = (
+        {name: [] for name in GPU_VARIANTS}
+        if gpu
+        else build_variants(model_dir, calibration=calibration_batches(model_dir, shape))
+    )
     skipped = {} if gpu else built.skipped
     converted = time.perf_counter()
     print(f"exported {shape.describe()} in {exported - started:.0f}s, variants built in {converted - exported:.0f}s")

@@ -103,12 +103,70 @@ def test_select_measures_every_variant_and_writes_the_choice(trained: Path, monk
     real = engine_selection._metrics
 
     def worse_int8(cfg_, models, rows):
-        return {name: value - (0.2 if name == "onnx-int8" else 0.0) for name, value in real(cfg_, models, rows).items()}
+        return {
+            name: value - (0.2 if name.endswith("-int8") else 0.0) for name, value in real(cfg_, models, rows).items()
+        }
 
     monkeypatch.setattr(engine_selection, "_metrics", worse_int8)
     record = engine_selection.select(cfg, trained / "model", trained / "data")
-    assert record["selected"] != "onnx-int8" and "onnx-int8" not in record["ranking"]
-    assert record["variants"].get("onnx-int8", {}).get("status") in ("refused", "unavailable", None)
+    for int8 in ("onnx-int8", "openvino-int8"):
+        assert record["selected"] != int8 and int8 not in record["ranking"]
+        assert record["variants"][int8]["status"] in ("refused", "unavailable")
+
+
+@pytest.mark.slow
+def test_the_static_int8_variant_is_calibrated_on_the_dev_split(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """openvino-int8 observes dev rows (at most CALIBRATION_ROWS, in serving-sized batches) — never the test split
+    it is judged on — and with `serving.quantization: false` no int8 variant is built or measured."""
+    from steps.runtime.engines import variants
+
+    seen: list = []
+    real = engine_selection.build_variants
+
+    def recording(model_dir, out_dir=None, calibration=None, int8=True):
+        seen.append(calibration)
+        return real(model_dir, out_dir, calibration, int8)
+
+    monkeypatch.setattr(engine_selection, "build_variants", recording)
+    cfg = _cfg(*TINY_OVERRIDES)
+    record = engine_selection.select(cfg, trained / "model", trained / "data")
+    dev = (trained / "data" / "dev.jsonl").read_text(encoding="utf-8").splitlines()
+    (batches,) = seen
+    assert sum(len(ids) for ids, _ in batches) == min(len(dev), engine_selection.CALIBRATION_ROWS) > 0
+    assert all(len(ids) <= cfg.serving.max_batch_size for ids, _ in batches)
+    assert (
+        record["variants"]["openvino-int8"]["status"] != "unavailable"
+        or "needs" in (record["variants"]["openvino-int8"]["reason"])
+    )  # measured wherever the CPU has VNNI and openvino is installed
+    # The first batch is the first dev rows, encoded as the server encodes them.
+    from steps.runtime.ernie import ExportedModel
+
+    model = ExportedModel(trained / "model", cpu_threads=1, engine="paddle-fp32", fall_back=False)
+    first = [model.task.instance(json.loads(line)) for line in dev[: len(batches[0][0])]]
+    encoded = model.task.encode(model.tokenizer, first, model.max_seq_len)
+    assert [list(row[row != model.tokenizer.pad_token_id]) for row in batches[0][0]] == [
+        list(ids) for ids in encoded.input_ids
+    ]
+
+    seen.clear()
+    record = engine_selection.select(_cfg(*TINY_OVERRIDES, "serving.quantization=false"), trained / "model",
+                                     trained / "data")  # fmt: skip
+    assert seen == [None] and not {"onnx-int8", "openvino-int8"} & set(record["variants"])
+    assert not (trained / "model" / variants.OPENVINO_INT8_XML).exists()
+    assert not (trained / "model" / variants.INT8_FILE).exists()  # not published either
+
+
+@pytest.mark.slow
+def test_a_gpu_configuration_on_a_cpu_node_names_the_missing_device(trained: Path) -> None:
+    """With serving.use_gpu the reference is Paddle fp32 on CUDA; where there is none, evaluate says so."""
+    import paddle
+
+    from steps.runtime.runner import StepError
+
+    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(StepError, match="paddle-gpu-fp32, the reference engine, does not run here: .*CUDA"):
+        engine_selection.select(_cfg(*TINY_OVERRIDES, "serving.use_gpu=true"), trained / "model", trained / "data")
 
 
 @pytest.mark.slow
@@ -134,7 +192,9 @@ def test_a_node_without_the_features_falls_back_to_what_it_can_run(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["paddle-fp32", "paddle-bf16", "onnx-fp32", "onnx-int8", "openvino-bf16"])
+@pytest.mark.parametrize(
+    "variant", ["paddle-fp32", "paddle-bf16", "onnx-fp32", "onnx-int8", "openvino-bf16", "openvino-int8"]
+)
 def test_every_engine_serves_its_metadata_and_survives_bad_requests(trained: Path, variant: str) -> None:
     """Each variant behind the model server: the V2 metadata and the engine metric name it, good requests are
     answered between hundreds of malformed ones (each a 4xx), and the server keeps serving."""
@@ -149,7 +209,8 @@ def test_every_engine_serves_its_metadata_and_survives_bad_requests(trained: Pat
     from tests.serving_fixtures import client
     from tests.test_serving_inputs import BAD_REQUEST_KINDS
 
-    build_variants(trained / "model")
+    reference = ExportedModel(trained / "model", cpu_threads=1, engine="paddle-fp32", fall_back=False)
+    build_variants(trained / "model", calibration=engine_selection._calibration(reference, trained / "data", 8))
     try:
         engine = ExportedModel(trained / "model", cpu_threads=1, engine=variant, fall_back=False)
     except EngineUnavailable as exc:

@@ -6,6 +6,7 @@ fixtures_ernie.make_exported_model (logits [batch, 2]) and a token classifier (l
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from steps.runtime.engines.variants import (
     ONNX_FP32,
     ONNX_INT8,
     OPENVINO_BF16,
+    OPENVINO_INT8,
     PADDLE_BF16,
     PADDLE_FP32,
     VARIANTS,
@@ -58,6 +60,17 @@ def _export_token_classifier(directory: Path, vocab_dir: Path, num_labels: int =
     return directory
 
 
+def calibration(vocab_dir: Path, texts: list[str] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Batches of 4 texts for the static int8 variant to observe (other texts than the measured `batches`),
+    tokenised with the tokenizer saved in `vocab_dir` (the sequence classifier's export)."""
+    from steps.runtime import ernie
+
+    tokenizer = ernie.load_tokenizer(vocab_dir)
+    texts = texts or [row["text"] * (1 + i % 4) for i, row in enumerate(sentiment_rows()[10:26])]
+    ids = ernie.encode(tokenizer, texts, 32)
+    return [ernie.pad_batch(ids[i : i + 4], tokenizer.pad_token_id) for i in range(0, len(ids), 4)]
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The two exports, each with every variant built beside it."""
@@ -68,7 +81,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     classifier = make_exported_model(base / "classifier")
     token = _export_token_classifier(base / "token", classifier)
     for directory in (classifier, token):
-        built = build_variants(directory)
+        built = build_variants(directory, calibration=calibration(classifier))
         assert set(built) | set(built.skipped) == set(VARIANTS)
     return {"sequence": classifier, "token": token}
 
@@ -96,14 +109,18 @@ def _available(variant: str, directory: Path) -> None:
 def test_the_locked_engines_all_build(models: dict[str, Path]) -> None:
     # onnxruntime and paddle2onnx are hard dependencies; openvino is one too in uv.lock, but optional in the code.
     for directory in models.values():
-        built = build_variants(directory)
+        built = build_variants(directory, calibration=calibration(models["sequence"]))
         assert {PADDLE_FP32, PADDLE_BF16, ONNX_FP32, ONNX_INT8} <= set(built)
         assert built[ONNX_FP32] == ["model.onnx"] and built[ONNX_INT8] == ["model.int8.onnx"]
         assert built[PADDLE_FP32] == [] and built[PADDLE_BF16] == []
         if OPENVINO_BF16 in built:
             assert built[OPENVINO_BF16] == ["openvino/model.xml", "openvino/model.bin"]
+            assert built[OPENVINO_INT8] == ["openvino-int8/model.xml", "openvino-int8/model.bin"]
+            # The QDQ model it is converted from is an intermediate, never left beside the export.
+            assert not list(directory.rglob("*.qdq.onnx"))
         else:
             assert "not installed" in built.skipped[OPENVINO_BF16]
+            assert "not installed" in built.skipped[OPENVINO_INT8]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -141,8 +158,8 @@ NEEDS_VNNI = ["avx512_vnni or avx_vnni"]
         ("avx512_bf16 avx512_vnni", {}),
         ("avx512_vnni", {PADDLE_BF16: NEEDS_BF16, OPENVINO_BF16: NEEDS_BF16}),
         ("avx_vnni", {PADDLE_BF16: NEEDS_BF16, OPENVINO_BF16: NEEDS_BF16}),
-        ("amx_bf16 amx_tile", {ONNX_INT8: NEEDS_VNNI}),
-        ("", {PADDLE_BF16: NEEDS_BF16, ONNX_INT8: NEEDS_VNNI, OPENVINO_BF16: NEEDS_BF16}),
+        ("amx_bf16 amx_tile", {ONNX_INT8: NEEDS_VNNI, OPENVINO_INT8: NEEDS_VNNI}),
+        ("", {PADDLE_BF16: NEEDS_BF16, ONNX_INT8: NEEDS_VNNI, OPENVINO_BF16: NEEDS_BF16, OPENVINO_INT8: NEEDS_VNNI}),
     ],
     ids=["bf16-and-vnni", "vnni-only", "avx-vnni-only", "amx-bf16-only", "neither"],
 )
@@ -193,22 +210,20 @@ def test_a_missing_package_skips_its_variant_and_those_built_from_it(
 ) -> None:
     export = _copy_export(models["sequence"], tmp_path / "export")
     monkeypatch.setitem(sys.modules, "openvino", None)  # `import openvino` now raises ImportError
-    built = build_variants(export)
+    built = build_variants(export, calibration=calibration(models["sequence"]))
     assert set(built) == {PADDLE_FP32, PADDLE_BF16, ONNX_FP32, ONNX_INT8}
-    assert (
-        list(built.skipped) == [OPENVINO_BF16] and "openvino package is not installed" in built.skipped[OPENVINO_BF16]
-    )
-    assert not (export / "openvino").exists()
+    assert list(built.skipped) == [OPENVINO_BF16, OPENVINO_INT8]
+    assert all("openvino package is not installed" in reason for reason in built.skipped.values())
+    assert not (export / "openvino").exists() and not (export / "openvino-int8").exists()
     with pytest.raises(runners.EngineUnavailable, match="needs the openvino package"):
         runners.open_engine(OPENVINO_BF16, models["sequence"], 1, flags=variants.BF16_FLAGS)
 
     monkeypatch.setitem(sys.modules, "paddle2onnx", None)
-    built = build_variants(tmp_path / "export", out_dir=tmp_path / "out")
+    built = build_variants(tmp_path / "export", out_dir=tmp_path / "out", calibration=calibration(models["sequence"]))
     assert set(built) == {PADDLE_FP32, PADDLE_BF16}
     assert "paddle2onnx package is not installed" in built.skipped[ONNX_FP32]
-    assert (
-        built.skipped[ONNX_INT8] == built.skipped[OPENVINO_BF16] == "it is converted from onnx-fp32, which was skipped"
-    )
+    for name in (ONNX_INT8, OPENVINO_BF16, OPENVINO_INT8):
+        assert built.skipped[name] == "it is converted from onnx-fp32, which was skipped"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [variants.RECORD_FILE]
 
 
@@ -222,14 +237,15 @@ def _snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
 
 def test_build_variants_is_idempotent(models: dict[str, Path], tmp_path: Path) -> None:
     export = _copy_export(models["sequence"], tmp_path / "export")
-    first = build_variants(export)
+    observed = calibration(models["sequence"])
+    first = build_variants(export, calibration=observed)
     before = _snapshot(export)
-    assert build_variants(export) == first
+    assert build_variants(export, calibration=observed) == first
     assert _snapshot(export) == before  # nothing rewritten, not even the record
 
     # A deleted variant file is built again, with the same bytes; what it is built from is left alone.
     (export / "model.int8.onnx").unlink()
-    assert build_variants(export) == first
+    assert build_variants(export, calibration=observed) == first
     after = _snapshot(export)
     assert after["model.int8.onnx"][1] == before["model.int8.onnx"][1]
     assert after["model.onnx"] == before["model.onnx"]
@@ -237,8 +253,33 @@ def test_build_variants_is_idempotent(models: dict[str, Path], tmp_path: Path) -
     # A new export (other weights) rebuilds everything converted from it.
     (export / variants.PADDLE_PARAMS).write_bytes((models["token"] / variants.PADDLE_PARAMS).read_bytes())
     (export / variants.PADDLE_MODEL).write_bytes((models["token"] / variants.PADDLE_MODEL).read_bytes())
-    build_variants(export)
+    build_variants(export, calibration=observed)
     assert (export / "model.onnx").read_bytes() == (models["token"] / "model.onnx").read_bytes()
+
+
+def test_the_static_int8_variant_follows_its_calibration_batches(models: dict[str, Path], tmp_path: Path) -> None:
+    """openvino-int8 fixes its activations' ranges on the batches it is given: other batches rebuild it (and only
+    it); none skip it and delete its files, which would hold ranges of data nobody vouches for."""
+    export = _copy_export(models["sequence"], tmp_path / "export")
+    first = build_variants(export, calibration=calibration(models["sequence"]))
+    if OPENVINO_INT8 not in first:
+        pytest.skip(f"openvino-int8 was not built here: {first.skipped[OPENVINO_INT8]}")
+    before = _snapshot(export)
+    other = calibration(models["sequence"], ["很好", "太差了太差了", "一般般吧还可以"])
+    assert build_variants(export, calibration=other) == first
+    after = _snapshot(export)
+    changed = {name for name in after if after[name] != before[name]}
+    assert changed == {"openvino-int8/model.xml", "openvino-int8/model.bin", variants.RECORD_FILE}
+    record = json.loads((export / variants.RECORD_FILE).read_text())
+    assert (
+        record["variants"][OPENVINO_INT8]["calibration"]
+        != json.loads(before[variants.RECORD_FILE][1])["variants"][OPENVINO_INT8]["calibration"]
+    )
+
+    built = build_variants(export)
+    assert OPENVINO_INT8 not in built and "calibrated on model inputs" in built.skipped[OPENVINO_INT8]
+    assert not (export / "openvino-int8").exists()
+    assert set(built) == set(first) - {OPENVINO_INT8}
 
 
 def test_only_the_inputs_the_graph_declares_are_fed(tmp_path: Path) -> None:
@@ -327,4 +368,5 @@ def test_gpu_variants_say_what_a_cpu_node_lacks(models: dict[str, Path], name: s
     assert variants.SPECS[name].device == "gpu" and cpu.missing_features(name, set()) == []
     with pytest.raises(runners.EngineUnavailable, match="CUDA"):
         runners.open_engine(name, next(iter(models.values())), 1)
-    assert name not in variants.build_variants(next(iter(models.values())))
+    directory = next(iter(models.values()))
+    assert name not in variants.build_variants(directory, calibration=calibration(models["sequence"]))

@@ -248,7 +248,7 @@ class ServingConfig(Strict):
     )
     use_gpu: bool = False
     engine: Literal[
-        "auto", "paddle-fp32", "paddle-bf16", "onnx-fp32", "onnx-int8", "openvino-bf16",
+        "auto", "paddle-fp32", "paddle-bf16", "onnx-fp32", "onnx-int8", "openvino-bf16", "openvino-int8",
         "paddle-gpu-fp32", "paddle-gpu-fp16", "paddle-trt-fp16",
     ] = Field(
         "auto",

@@ -12,11 +12,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from steps.runtime.engines.convert import Batch
 from steps.runtime.engines.runners import Engine
 
-Batch = tuple[np.ndarray, np.ndarray]  # input_ids, token_type_ids
+__all__ = ["Batch", "Speed", "interleaved", "measure", "summarise", "time_round", "warm_up"]
 
 
 @dataclass(frozen=True)

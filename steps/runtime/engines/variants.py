@@ -2,7 +2,9 @@
 
 A variant is one engine at one precision. The Paddle ones run the export itself (`paddle-bf16` is a runtime
 setting); the others are converted from it: `model.onnx` (paddle2onnx), `model.int8.onnx` (ONNX Runtime's
-dynamic quantisation of `model.onnx`) and `openvino/model.xml` + `.bin` (OpenVINO IR of `model.onnx`).
+dynamic quantisation of `model.onnx`), `openvino/model.xml` + `.bin` (OpenVINO IR of `model.onnx`) and
+`openvino-int8/model.xml` + `.bin` (OpenVINO IR of `model.onnx` statically quantised to int8, calibrated on
+batches the caller gives: evaluate gives the dev split).
 """
 
 from __future__ import annotations
@@ -12,19 +14,23 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+
 from steps.runtime.engines import convert
+from steps.runtime.engines.convert import Batch
 
 PADDLE_FP32 = "paddle-fp32"
 PADDLE_BF16 = "paddle-bf16"
 ONNX_FP32 = "onnx-fp32"
 ONNX_INT8 = "onnx-int8"
 OPENVINO_BF16 = "openvino-bf16"
-VARIANTS = (PADDLE_FP32, PADDLE_BF16, ONNX_FP32, ONNX_INT8, OPENVINO_BF16)
+OPENVINO_INT8 = "openvino-int8"
+VARIANTS = (PADDLE_FP32, PADDLE_BF16, ONNX_FP32, ONNX_INT8, OPENVINO_BF16, OPENVINO_INT8)
 # On a GPU node (serving.use_gpu): Paddle Inference fp32 and fp16 on CUDA, and its TensorRT subgraph engine at fp16
 # where the image's Paddle is built with TensorRT. All run the export itself.
 PADDLE_GPU_FP32 = "paddle-gpu-fp32"
@@ -38,6 +44,8 @@ ONNX_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
 OPENVINO_XML = "openvino/model.xml"
 OPENVINO_BIN = "openvino/model.bin"
+OPENVINO_INT8_XML = "openvino-int8/model.xml"
+OPENVINO_INT8_BIN = "openvino-int8/model.bin"
 # What build_variants built from which export, so that a second call with the same export does nothing.
 RECORD_FILE = "variants.json"
 
@@ -59,6 +67,7 @@ class Variant:
     built_from: str | None = None  # the variant whose files this one is converted from
     tools: tuple[str, ...] = ()  # the distributions its conversion uses; a new version rebuilds it
     device: str = "cpu"  # "gpu": CUDA (the GPU variants)
+    calibrated: bool = False  # its conversion observes the model on calibration batches (static quantisation)
 
 
 _PADDLE = (PADDLE_MODEL, PADDLE_PARAMS)
@@ -86,6 +95,16 @@ SPECS: dict[str, Variant] = {
             built_from=ONNX_FP32,
             tools=("openvino",),
         ),
+        Variant(
+            OPENVINO_INT8,
+            "openvino",
+            "int8",
+            (OPENVINO_INT8_XML, OPENVINO_INT8_BIN),
+            cpu_needs=(VNNI_FLAGS,),
+            built_from=ONNX_FP32,
+            tools=("onnxruntime", "openvino"),
+            calibrated=True,
+        ),
         Variant(PADDLE_GPU_FP32, "paddle", "fp32", _PADDLE, device="gpu"),
         Variant(PADDLE_GPU_FP16, "paddle", "fp16", _PADDLE, device="gpu"),
         Variant(PADDLE_TRT_FP16, "paddle-trt", "fp16", _PADDLE, device="gpu"),
@@ -93,13 +112,17 @@ SPECS: dict[str, Variant] = {
 }
 assert tuple(SPECS) == VARIANTS + GPU_VARIANTS
 
-# How each converted variant is made: (export dir, output dir, work dir) -> its files written into the work dir.
-CONVERTERS: dict[str, Callable[[Path, Path, Path], None]] = {
-    ONNX_FP32: lambda export, out, work: convert.paddle_to_onnx(
+# How each converted variant is made: (export dir, output dir, work dir, calibration batches) -> its files written
+# into the work dir.
+CONVERTERS: dict[str, Callable[[Path, Path, Path, Sequence[Batch]], None]] = {
+    ONNX_FP32: lambda export, out, work, _: convert.paddle_to_onnx(
         export / PADDLE_MODEL, export / PADDLE_PARAMS, work / ONNX_FILE
     ),
-    ONNX_INT8: lambda export, out, work: convert.quantize_int8(out / ONNX_FILE, work / INT8_FILE),
-    OPENVINO_BF16: lambda export, out, work: convert.onnx_to_openvino(out / ONNX_FILE, work / OPENVINO_XML),
+    ONNX_INT8: lambda export, out, work, _: convert.quantize_int8(out / ONNX_FILE, work / INT8_FILE),
+    OPENVINO_BF16: lambda export, out, work, _: convert.onnx_to_openvino(out / ONNX_FILE, work / OPENVINO_XML),
+    OPENVINO_INT8: lambda export, out, work, batches: convert.quantize_static_int8(
+        out / ONNX_FILE, work / OPENVINO_INT8_XML, batches
+    ),
 }
 
 
@@ -121,12 +144,17 @@ class BuiltVariants(dict[str, list[str]]):
         self.skipped: dict[str, str] = {}
 
 
-def build_variants(model_dir: Path, out_dir: Path | None = None) -> BuiltVariants:
+def build_variants(
+    model_dir: Path, out_dir: Path | None = None, calibration: Sequence[Batch] | None = None, int8: bool = True
+) -> BuiltVariants:
     """Convert the Paddle export in `model_dir` into every variant's files, in `out_dir` (default: beside it).
 
-    One variant failing (a package missing, a conversion error) skips it and those built from it, with the
-    reason, and keeps the others. Idempotent: a variant built before from the same export by the same tool
-    versions, whose files are unchanged, is not converted again.
+    `calibration`: batches of model inputs the statically quantised variant observes to fix its activations'
+    ranges (a sample of the data the model will see; evaluate gives the dev split); without them that variant
+    is skipped. `int8=False` skips the int8 variants (and deletes their files). One variant failing (a package
+    missing, a conversion error) skips it and those built from it, with the reason, and keeps the others.
+    Idempotent: a variant built before from the same export by the same tool versions (and on the same
+    calibration batches), whose files are unchanged, is not converted again.
     """
     model_dir = Path(model_dir)
     out_dir = Path(out_dir) if out_dir is not None else model_dir
@@ -140,6 +168,7 @@ def build_variants(model_dir: Path, out_dir: Path | None = None) -> BuiltVariant
     record: dict[str, dict] = {}
     built = BuiltVariants()
     rebuilt: set[str] = set()
+    observed = _digest_batches(calibration) if calibration else None
     for spec in (SPECS[name] for name in VARIANTS):
         if spec.name not in CONVERTERS:
             built[spec.name] = []  # runs the export itself
@@ -148,26 +177,36 @@ def build_variants(model_dir: Path, out_dir: Path | None = None) -> BuiltVariant
             built.skipped[spec.name] = f"it is converted from {spec.built_from}, which was skipped"
             _remove(out_dir, spec.files)
             continue
+        if spec.precision == "int8" and not int8:
+            built.skipped[spec.name] = "int8 variants were not asked for"
+            _remove(out_dir, spec.files)
+            continue
+        if spec.calibrated and observed is None:
+            built.skipped[spec.name] = "it is calibrated on model inputs, and none were given"
+            _remove(out_dir, spec.files)
+            continue
         tools = {dist: _version(dist) for dist in spec.tools}
+        inputs = {"calibration": observed} if spec.calibrated else {}
         entry: dict = earlier.get(spec.name) or {}
-        if spec.built_from in rebuilt or not _current(entry, tools, out_dir):
-            reason = _convert(spec, model_dir, out_dir)
+        if spec.built_from in rebuilt or not _current(entry, tools, out_dir, inputs):
+            reason = _convert(spec, model_dir, out_dir, calibration or ())
             if reason is not None:
                 built.skipped[spec.name] = reason
                 continue
             rebuilt.add(spec.name)
-            entry = {"tools": tools, "files": {name: _digest_files(out_dir, (name,)) for name in spec.files}}
+            files = {name: _digest_files(out_dir, (name,)) for name in spec.files}
+            entry = {"tools": tools, "files": files, **inputs}
         record[spec.name] = entry
         built[spec.name] = list(spec.files)
     _write_record(out_dir, {"source": source, "variants": record}, before)
     return built
 
 
-def _convert(spec: Variant, model_dir: Path, out_dir: Path) -> str | None:
+def _convert(spec: Variant, model_dir: Path, out_dir: Path, calibration: Sequence[Batch]) -> str | None:
     """Build `spec`'s files in a scratch directory and move them into `out_dir`; the reason if it failed."""
     work = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=out_dir))
     try:
-        CONVERTERS[spec.name](model_dir, out_dir, work)
+        CONVERTERS[spec.name](model_dir, out_dir, work, calibration)
         for name in spec.files:
             (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(work / name, out_dir / name)
@@ -198,12 +237,25 @@ def _digest_files(directory: Path, names: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def _current(entry: dict, tools: dict[str, str | None], out_dir: Path) -> bool:
-    """Whether a recorded build was made by these tool versions and its files are still as it wrote them."""
+def _digest_batches(batches: Sequence[Batch]) -> str:
+    """sha256 over the batches' shapes and values, in order."""
+    digest = hashlib.sha256()
+    for batch in batches:
+        for array in batch:
+            array = np.ascontiguousarray(array, dtype=np.int64)
+            digest.update(repr(array.shape).encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _current(entry: dict, tools: dict[str, str | None], out_dir: Path, inputs: dict[str, str]) -> bool:
+    """Whether a recorded build was made by these tool versions (from these calibration inputs) and its files are
+    still as it wrote them."""
     files = entry.get("files") or {}
     return (
         bool(files)
         and entry.get("tools") == tools
+        and all(entry.get(key) == value for key, value in inputs.items())
         and all((out_dir / name).is_file() and _digest_files(out_dir, (name,)) == sha for name, sha in files.items())
     )
 
@@ -211,7 +263,10 @@ def _current(entry: dict, tools: dict[str, str | None], out_dir: Path) -> bool:
 def _remove(out_dir: Path, names: tuple[str, ...]) -> None:
     """Delete a variant's files: stale or partial ones must not be opened as if they were current."""
     for name in names:
-        (out_dir / name).unlink(missing_ok=True)
+        path = out_dir / name
+        path.unlink(missing_ok=True)
+        if path.parent != out_dir and path.parent.is_dir() and not any(path.parent.iterdir()):
+            path.parent.rmdir()  # the variant's own folder (openvino-int8/), left empty
 
 
 def _read_record(out_dir: Path) -> dict:
