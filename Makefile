@@ -16,8 +16,10 @@ ARGS   ?=
 $(STAMP): pyproject.toml uv.lock
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	# Installs exactly what uv.lock says (resolved once; pip's resolver backtracks for minutes here).
-	$(VENV)/bin/uv sync --frozen --extra dev --python $(VENV)/bin/python
+	# Installs exactly what uv.lock says (resolved once; pip's resolver backtracks for minutes here), byte-compiled:
+	# where PYTHONDONTWRITEBYTECODE is set (CI runners, containers) every step of a run would otherwise compile its
+	# imports from source again (~6 s per step process on 2 cores; docs/benchmarks.md, "make run").
+	$(VENV)/bin/uv sync --frozen --extra dev --compile-bytecode --python $(VENV)/bin/python
 	@touch $(STAMP)
 
 install: $(STAMP)
