@@ -101,9 +101,13 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     for line in engine_selection.table_lines(selection):
         log.info("%s", line)
     # What the selection wrote (new or rebuilt variant files, engine.json) goes where upload publishes the model
-    # from; in place when the workspace is local.
-    written = sorted(name for name, stamp in _modified(model_dir).items() if before.get(name) != stamp)
-    workspace.stage_out(model_dir, workspace.join(ws, "model"), cfg.storage.endpoint_url, only=written)
+    # from, and what it deleted (a variant that is not built any more: int8 after serving.quantization: false, one
+    # whose conversion failed) goes from there; in place when the workspace is local.
+    after = _modified(model_dir)
+    written = sorted(name for name, stamp in after.items() if before.get(name) != stamp)
+    workspace.stage_out(
+        model_dir, workspace.join(ws, "model"), cfg.storage.endpoint_url, only=written, removed=set(before) - set(after)
+    )
     metrics, run_id = evaluation.evaluate(cfg, model_dir, data_dir)
     metrics["engine"] |= {k: selection[k] for k in ("selected", "reason", "ranking", "max_metric_drop", "variants")}
 

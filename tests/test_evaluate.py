@@ -205,3 +205,14 @@ def test_an_s3_workspace_gets_back_what_the_selection_wrote(  # type: ignore[no-
             assert after[f"run/model/{name}"] == keys_before[f"run/model/{name}"]
         stage = ws_io.stage_in(f"s3://{bucket}/run/model", local / "model")
         assert json.loads((stage / "engine.json").read_text())["selected"] == selected
+
+        # Rerun with int8 forbidden: the int8 variants' files go from the workspace too, or upload would publish
+        # them beside a model that says it has none.
+        rc, metrics, _, _ = run_eval(
+            f"s3://{bucket}/run", tmp_path / "out2", "gate.threshold=0.0", "serving.quantization=false"
+        )
+        assert rc == 0 and "int8" not in metrics["engine"]["selected"]
+        keys = {o["Key"] for o in cli.list_objects_v2(Bucket=bucket)["Contents"]}
+        assert "run/model/model.int8.onnx" not in keys
+        assert not [k for k in keys if k.startswith("run/model/openvino-int8/")]
+        assert f"run/model/{ONNX_FILE}" in keys and "run/model/inference.pdiparams" in keys

@@ -50,9 +50,17 @@ def stage_in(uri: str, local_dir: Path | None = None, endpoint_url: str | None =
     return target
 
 
-def stage_out(local_dir: Path, uri: str, endpoint_url: str | None = None, only: Iterable[str] | None = None) -> None:
+def stage_out(
+    local_dir: Path,
+    uri: str,
+    endpoint_url: str | None = None,
+    only: Iterable[str] | None = None,
+    removed: Iterable[str] = (),
+) -> None:
     """Copy a local directory to `uri` (no-op when `uri` is that same local directory); `only`: just these files
-    (paths relative to it)."""
+    (paths relative to it); `removed`: files deleted from the local copy since it was staged in, deleted at
+    `uri` too (a later step must not find them there)."""
+    gone = sorted(set(removed))
     if not s3.is_s3(uri):
         dest = Path(uri)
         if dest.resolve() == Path(local_dir).resolve():
@@ -60,14 +68,22 @@ def stage_out(local_dir: Path, uri: str, endpoint_url: str | None = None, only: 
         import shutil
 
         shutil.copytree(local_dir, dest, dirs_exist_ok=True)
+        for name in gone:
+            (dest / name).unlink(missing_ok=True)
         return
     bucket, prefix = s3.split_s3(uri)
     cli = s3.client(endpoint_url)
     chosen = None if only is None else {Path(local_dir) / name for name in only}
     for file in sorted(Path(local_dir).rglob("*")):
         if file.is_file() and (chosen is None or file in chosen):
-            key = "/".join([prefix.rstrip("/"), file.relative_to(local_dir).as_posix()]).lstrip("/")
-            cli.upload_file(str(file), bucket, key, Config=_TRANSFER)
+            cli.upload_file(str(file), bucket, _key(prefix, file.relative_to(local_dir).as_posix()), Config=_TRANSFER)
+    for start in range(0, len(gone), 1000):  # DeleteObjects takes at most 1000 keys
+        batch = [{"Key": _key(prefix, name)} for name in gone[start : start + 1000]]
+        cli.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+
+
+def _key(prefix: str, relative: str) -> str:
+    return "/".join([prefix.rstrip("/"), relative]).lstrip("/")
 
 
 def read_json(uri: str, endpoint_url: str | None = None) -> Any:
