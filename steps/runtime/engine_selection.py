@@ -34,7 +34,7 @@ from steps.runtime.engines.variants import (
     build_variants,
 )
 from steps.runtime.runner import StepError
-from steps.runtime.tasks.base import pad
+from steps.runtime.tasks.base import ModelRows
 
 log = logging.getLogger("steps.engines")
 ROUNDS = 3
@@ -99,14 +99,17 @@ def _calibration(model: Any, data_dir: Path, size: int) -> list[timing.Batch]:
             rows = model.task.read_rows(path)[:CALIBRATION_ROWS]
         if rows:
             break
-    instances = [model.task.instance(r) for r in rows]
-    encoded = model.task.encode(model.tokenizer, instances, model.max_seq_len)
-    pad_id = model.tokenizer.pad_token_id
-    batches = []
-    for start in range(0, len(encoded), max(size, 1)):
-        ids = pad(encoded.input_ids[start : start + size], pad_id)
-        batches.append((ids, pad(encoded.token_type_ids[start : start + size], 0, ids.shape[1])))
-    return batches
+    encoded = _encoded(model, rows)
+    step = max(size, 1)
+    return [
+        encoded.padded(range(start, min(start + step, len(encoded))), model.tokenizer.pad_token_id)
+        for start in range(0, len(encoded), step)
+    ]
+
+
+def _encoded(model: Any, rows: list[dict[str, Any]]) -> ModelRows:
+    """`rows` of a split as the model's task encodes them for the server."""
+    return model.task.encode(model.tokenizer, [model.task.instance(r) for r in rows], model.max_seq_len)
 
 
 METRIC_BATCH_ROWS = 64  # the metric pass runs rows in batches of similar length: no serving path to mirror here
@@ -128,14 +131,10 @@ def _metrics(cfg: PipelineConfig, models: dict[str, Any], rows: list[dict[str, A
 
 def _batches(model: Any, rows: list[dict[str, Any]], size: int) -> tuple[timing.Batch, timing.Batch]:
     """A batch of one and a batch of `size` model rows from the test split, as the server would run them."""
-    instances = [model.task.instance(r) for r in rows[: max(size, 1)]]
-    encoded = model.task.encode(model.tokenizer, instances, model.max_seq_len)
-    pad_id = model.tokenizer.pad_token_id
+    encoded = _encoded(model, rows[: max(size, 1)])
 
     def batch(n: int) -> timing.Batch:
-        chosen = [i % len(encoded) for i in range(n)]
-        ids = pad([encoded.input_ids[i] for i in chosen], pad_id)
-        return ids, pad([encoded.token_type_ids[i] for i in chosen], 0, ids.shape[1])
+        return encoded.padded([i % len(encoded) for i in range(n)], model.tokenizer.pad_token_id)
 
     return batch(1), batch(size)
 

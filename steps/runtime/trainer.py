@@ -21,7 +21,7 @@ from steps.runtime import data, optimization, tasks, train_tracking
 from steps.runtime.checkpoints import Checkpoints, check_layout, rng_state
 from steps.runtime.runner import StepError
 from steps.runtime.sampler import LengthGroupedBatchSampler
-from steps.runtime.tasks.base import ModelRows, pad
+from steps.runtime.tasks.base import ModelRows
 from steps.runtime.train_progress import LiveProgress
 
 EVAL_BATCH_ROWS = 128
@@ -129,8 +129,7 @@ class Trainer:
         import paddle
 
         rows = setup.train
-        input_ids = pad([rows.input_ids[i] for i in indices], self.tokenizer.pad_token_id)
-        token_type_ids = pad([rows.token_type_ids[i] for i in indices], 0, input_ids.shape[1])
+        input_ids, token_type_ids = rows.padded(indices, self.tokenizer.pad_token_id)
         targets = self.task.targets_batch([setup.train_targets[i] for i in indices], input_ids.shape[1])
         return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(targets)
 

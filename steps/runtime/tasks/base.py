@@ -47,6 +47,12 @@ class ModelRows:
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    def padded(self, indices: Sequence[int], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows at `indices` as one batch: int64 `input_ids` padded with `pad_id` to the longest, and
+        `token_type_ids` padded with 0 to the same width."""
+        input_ids = pad([self.input_ids[i] for i in indices], pad_id)
+        return input_ids, pad([self.token_type_ids[i] for i in indices], 0, input_ids.shape[1])
+
 
 def pad(rows: Sequence[Sequence[int]], value: int, width: int | None = None) -> np.ndarray:
     """int64 [len(rows), width] (width: the longest row), `value` after each row."""
@@ -64,9 +70,7 @@ def run_rows(forward: Forward, rows: ModelRows, batch_size: int, pad_id: int) ->
     order = sorted(range(len(rows)), key=lambda i: len(rows.input_ids[i]))
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        logits = forward(
-            pad([rows.input_ids[i] for i in chunk], pad_id), pad([rows.token_type_ids[i] for i in chunk], 0)
-        )
+        logits = forward(*rows.padded(chunk, pad_id))
         for position, i in enumerate(chunk):
             row = np.asarray(logits[position], dtype="float32")
             out[i] = row[: len(rows.input_ids[i])] if row.ndim == 2 else row
