@@ -349,7 +349,7 @@ def test_interleaved_rounds_rotate_the_order_and_time_every_engine_alike() -> No
 def test_importing_the_package_loads_no_inference_runtime() -> None:
     code = (
         "import sys\n"
-        "from steps.runtime.engines import cpu, measure, runners, variants, convert\n"
+        "from steps.runtime.engines import cpu, measure, runners, variants, convert, inputs\n"
         "print(sorted(m for m in ('paddle', 'paddle2onnx', 'onnxruntime', 'openvino', 'onnx') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

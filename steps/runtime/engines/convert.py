@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from steps.runtime.engines.inputs import Batch, feeds
+
 ONNX_OPSET = 17  # LayerNormalization is a single op from 17 on; older opsets spell it out in ~10 ops
 
 
@@ -63,9 +65,6 @@ def quantize_int8(model_onnx: Path, dest: Path) -> None:
         logging.disable(previous)
 
 
-Batch = tuple[np.ndarray, np.ndarray]  # input_ids, token_type_ids
-
-
 def quantize_static_int8(model_onnx: Path, dest_xml: Path, calibration: Sequence[Batch]) -> None:
     """OpenVINO int8 IR (`dest_xml` and its `.bin`): ONNX Runtime's static quantisation of every MatMul in QDQ form
     (int8 weights per output channel; uint8 activations whose ranges were observed on the `calibration` batches
@@ -82,10 +81,6 @@ def quantize_static_int8(model_onnx: Path, dest_xml: Path, calibration: Sequence
     if not calibration:
         raise ValueError("static int8 needs calibration batches; none were given")
     names = [i.name for i in onnx.load(str(model_onnx), load_external_data=False).graph.input]
-    given = {"input_ids": 0, "token_type_ids": 1}
-    unknown = [name for name in names if name not in given]
-    if unknown:
-        raise ValueError(f"the model asks for inputs {unknown}; only input_ids and token_type_ids are known")
 
     class Batches(CalibrationDataReader):
         def __init__(self) -> None:
@@ -93,9 +88,7 @@ def quantize_static_int8(model_onnx: Path, dest_xml: Path, calibration: Sequence
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             batch = next(self._left, None)
-            if batch is None:
-                return None
-            return {name: np.ascontiguousarray(batch[given[name]], dtype=np.int64) for name in names}
+            return None if batch is None else feeds(names, *batch)
 
     qdq = dest_xml.parent.with_name(dest_xml.parent.name + ".qdq.onnx")
     previous = logging.root.manager.disable

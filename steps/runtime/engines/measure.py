@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from steps.runtime.engines.convert import Batch
+from steps.runtime.engines.inputs import Batch
 from steps.runtime.engines.runners import Engine
 
 __all__ = ["Batch", "Speed", "interleaved", "measure", "summarise", "time_round", "warm_up"]

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from steps.runtime.engines.cpu import cpu_flags, missing_features
+from steps.runtime.engines.inputs import feeds
 from steps.runtime.engines.variants import PADDLE_MODEL, PADDLE_PARAMS, Variant, variant_spec
 
 
@@ -68,18 +69,6 @@ def _require_gpu(spec: Variant) -> None:
         raise EngineUnavailable(f"{spec.name} needs a Paddle built with TensorRT; this image's is not")
 
 
-def _feeds(names: Iterable[str], input_ids: np.ndarray, token_type_ids: np.ndarray) -> dict[str, np.ndarray]:
-    """The inputs the graph declares, as contiguous int64; one it does not declare is not fed (an export may
-    drop token_type_ids)."""
-    given = {"input_ids": input_ids, "token_type_ids": token_type_ids}
-    feeds = {}
-    for name in names:
-        if name not in given:
-            raise ValueError(f"the model asks for an input {name!r}; only input_ids and token_type_ids are known")
-        feeds[name] = np.ascontiguousarray(given[name], dtype=np.int64)
-    return feeds
-
-
 # TensorRT builds its engine for a range of input shapes: [batch, sequence] from 1x1 up to these.
 TRT_MAX_BATCH, TRT_MAX_SEQUENCE, TRT_OPT = 64, 512, (16, 128)
 
@@ -131,7 +120,7 @@ class PaddleEngine:
             config.enable_use_gpu(256, 0)
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-        for name, array in _feeds(self._inputs, input_ids, token_type_ids).items():
+        for name, array in feeds(self._inputs, input_ids, token_type_ids).items():
             self._inputs[name].reshape(list(array.shape))
             self._inputs[name].copy_from_cpu(array)
         self._predictor.run()
@@ -161,7 +150,7 @@ class OnnxRuntimeEngine:
         self._input_names = [i.name for i in self._session.get_inputs()]
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-        logits = self._session.run(None, _feeds(self._input_names, input_ids, token_type_ids))[0]
+        logits = self._session.run(None, feeds(self._input_names, input_ids, token_type_ids))[0]
         return np.asarray(logits, dtype=np.float32)
 
 
@@ -187,6 +176,6 @@ class OpenVinoEngine:
         self._input_names = [port.any_name for port in self._compiled.inputs]
 
     def run(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-        self._request.infer(_feeds(self._input_names, input_ids, token_type_ids))
+        self._request.infer(feeds(self._input_names, input_ids, token_type_ids))
         # A copy: the output tensor's memory belongs to the request and the next call overwrites it.
         return np.array(self._request.get_output_tensor(0).data, dtype=np.float32, copy=True)

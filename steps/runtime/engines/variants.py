@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from steps.runtime.engines import convert
-from steps.runtime.engines.convert import Batch
+from steps.runtime.engines.inputs import Batch
 
 PADDLE_FP32 = "paddle-fp32"
 PADDLE_BF16 = "paddle-bf16"
