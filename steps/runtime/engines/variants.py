@@ -173,16 +173,9 @@ def build_variants(
         if spec.name not in CONVERTERS:
             built[spec.name] = []  # runs the export itself
             continue
-        if spec.built_from is not None and spec.built_from not in built:
-            built.skipped[spec.name] = f"it is converted from {spec.built_from}, which was skipped"
-            _remove(out_dir, spec.files)
-            continue
-        if spec.precision == "int8" and not int8:
-            built.skipped[spec.name] = "int8 variants were not asked for"
-            _remove(out_dir, spec.files)
-            continue
-        if spec.calibrated and observed is None:
-            built.skipped[spec.name] = "it is calibrated on model inputs, and none were given"
+        unwanted = _not_to_build(spec, built, int8, observed is not None)
+        if unwanted is not None:
+            built.skipped[spec.name] = unwanted
             _remove(out_dir, spec.files)
             continue
         tools = {dist: _version(dist) for dist in spec.tools}
@@ -200,6 +193,17 @@ def build_variants(
         built[spec.name] = list(spec.files)
     _write_record(out_dir, {"source": source, "variants": record}, before)
     return built
+
+
+def _not_to_build(spec: Variant, built: BuiltVariants, int8: bool, calibrated: bool) -> str | None:
+    """Why `spec` is not built this time (its files, if any, are then deleted); None when it is."""
+    if spec.built_from is not None and spec.built_from not in built:
+        return f"it is converted from {spec.built_from}, which was skipped"
+    if spec.precision == "int8" and not int8:
+        return "int8 variants were not asked for"
+    if spec.calibrated and not calibrated:
+        return "it is calibrated on model inputs, and none were given"
+    return None
 
 
 def _convert(spec: Variant, model_dir: Path, out_dir: Path, calibration: Sequence[Batch]) -> str | None:
