@@ -90,6 +90,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def mixed_lengths(texts: Sequence[str]) -> list[str]:
+    """`texts` cut to 1/8, 2/8, ... 8/8 of their length in turn (at least one character)."""
+    return [text[: max(1, len(text) * (1 + i % 8) // 8)] for i, text in enumerate(texts)]
+
+
 def tokenised_inputs(model_dir: Path, shape: Shape, batch: int) -> dict[str, Batch]:
     """Batch 1, batch `batch` and a padded batch of mixed lengths, tokenised by the export's tokenizer."""
     from steps.runtime import ernie
@@ -97,7 +102,7 @@ def tokenised_inputs(model_dir: Path, shape: Shape, batch: int) -> dict[str, Bat
     tokenizer = ernie.load_tokenizer(model_dir)
     texts = make_texts(batch, shape.seq_len - 2)
     ids = ernie.encode(tokenizer, texts, shape.seq_len)
-    mixed = [text[: max(1, len(text) * (i + 1) // 8)] for i, text in enumerate(texts[:8])]
+    mixed = mixed_lengths(texts[:8])
     pad = tokenizer.pad_token_id
     return {
         "one": ernie.pad_batch(ids[:1], pad),
@@ -113,8 +118,7 @@ def calibration_batches(model_dir: Path, shape: Shape, n: int = 128, batch: int 
 
     tokenizer = ernie.load_tokenizer(model_dir)
     texts = make_texts(n, shape.seq_len - 2, seed=2)
-    mixed = [text[: max(1, len(text) * (1 + i % 8) // 8)] for i, text in enumerate(texts)]
-    ids = ernie.encode(tokenizer, mixed, shape.seq_len)
+    ids = ernie.encode(tokenizer, mixed_lengths(texts), shape.seq_len)
     return [ernie.pad_batch(ids[i : i + batch], tokenizer.pad_token_id) for i in range(0, n, batch)]
 
 
