@@ -214,3 +214,45 @@ def test_v2_metadata_of_an_unpublished_export_has_no_version() -> None:
     assert "versions" not in meta or meta["versions"] is None
     assert meta["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
     assert meta["outputs"][1] == {"name": "probabilities", "datatype": "FP32", "shape": [-1, -1]}
+
+
+def test_v1_fast_path_runs_ahead_of_fastapi_and_answers_errors_with_the_apps_handlers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Our models' JSON V1 requests skip FastAPI's middleware and routing (each cold layer costs every request
+    after a model call, docs/benchmarks.md serving item 13); errors get the app's answers all the same."""
+    from fastapi import FastAPI
+
+    through_fastapi: list[str] = []
+    call = FastAPI.__call__
+
+    async def counting_call(self: Any, scope: dict, receive: Any, send: Any) -> None:
+        through_fastapi.append(scope.get("path", ""))
+        await call(self, scope, receive, send)
+
+    monkeypatch.setattr(FastAPI, "__call__", counting_call)
+    fake = FakeClassifier()
+    ours = fake_model(classifier=fake)
+    ours.load()
+    app = app_for(ours, echo_model(), fake_model("loading", classifier=fake))
+
+    async def go() -> dict[str, httpx.Response]:
+        async with client(app) as c:
+            return {
+                "ok": await c.post(V1, json={"instances": ["好"]}),
+                "malformed": await c.post(V1, content=b'{"instances": [', headers={"content-type": "application/json"}),
+                "not-a-list": await c.post(V1, json={"instances": 5}),
+                "not-ready": await c.post("/v1/models/loading:predict", json={"instances": ["好"]}),
+                "echo-malformed": await c.post(
+                    "/v1/models/echo:predict", content=b'{"instances": [', headers={"content-type": "application/json"}
+                ),
+            }
+
+    answers = asyncio.run(go())
+    assert answers["ok"].status_code == 200 and fake.calls == [1]
+    assert answers["malformed"].status_code == answers["echo-malformed"].status_code == 400
+    assert "Unrecognized request format" in answers["malformed"].json()["error"]
+    assert answers["not-a-list"].status_code == 400 and "error" in answers["not-a-list"].json()
+    assert answers["not-ready"].status_code == 503 and "loading" in answers["not-ready"].json()["error"]
+    # Only kserve's own model went through the FastAPI app.
+    assert through_fastapi == ["/v1/models/echo:predict"]

@@ -3,7 +3,7 @@
 - `inputs`: the texts of a V1/V2 request, checked against `serving.*` limits
 - `batcher`: `DynamicBatcher`, concurrent requests merged into one model call
 - `model`: `ErnieModel`, the `kserve.Model` over Paddle Inference
-- `v1_predict`: the V1 fast path past kserve's DataPlane
+- `v1_predict`: the V1 fast path ahead of FastAPI and kserve's DataPlane
 - `guard`: body-size limit and request metrics (`metrics`: the Prometheus series)
 - `app`: `create_app`, KServe's REST endpoints assembled around the above
 - `server`: `bind_socket`, `serve`, uvicorn on a pre-bound socket

@@ -1,4 +1,4 @@
-"""The FastAPI application: KServe's REST endpoints, our V1 fast path and the request guard.
+"""The server's ASGI app: KServe's REST endpoints (FastAPI), our V1 fast path ahead of them and the request guard.
 
 The REST surface is KServe's own (Open Inference Protocol v1 and v2 endpoints, health, `/metrics`),
 assembled with kserve's public building blocks (`register_v1_endpoints`, `register_v2_endpoints`,
@@ -9,7 +9,7 @@ process-global app: a local server must bind loopback only, and tests need a fre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import kserve
@@ -21,10 +21,10 @@ from kserve.model_repository import ModelRepository
 from kserve.protocol.dataplane import DataPlane
 from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from kserve.protocol.rest.server import metrics_handler
-from kserve.protocol.rest.v1_endpoints import V1Endpoints, register_v1_endpoints
+from kserve.protocol.rest.v1_endpoints import register_v1_endpoints
 from kserve.protocol.rest.v2_endpoints import register_v2_endpoints
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from steps.runtime.serving.guard import GuardMiddleware
 from steps.runtime.serving.v1_predict import V1Predict
@@ -57,8 +57,24 @@ async def _http_error(_request: Any, exc: HTTPException) -> JSONResponse:
     return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)}, headers=exc.headers)
 
 
-def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> FastAPI:
-    """KServe's REST endpoints for `models` (already loaded) behind the body-size/metrics guard."""
+# One error answer per type, for the FastAPI app and the V1 fast path alike.
+ERROR_HANDLERS: dict[type[Exception], Callable[[Any, Any], Awaitable[JSONResponse]]] = {
+    kerrors.InvalidInput: kerrors.invalid_input_handler,
+    kerrors.InferenceError: kerrors.inference_error_handler,
+    kerrors.ModelNotFound: kerrors.model_not_found_handler,
+    kerrors.ModelNotReady: kerrors.model_not_ready_handler,
+    NotImplementedError: kerrors.not_implemented_error_handler,
+    kerrors.ServerNotLive: kerrors.server_not_live_handler,
+    kerrors.ServerNotReady: kerrors.server_not_ready_handler,
+    RequestValidationError: _validation_error,
+    HTTPException: _http_error,
+    Exception: kerrors.generic_exception_handler,
+}
+
+
+def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> ASGIApp:
+    """KServe's REST endpoints for `models` (already loaded), our V1 fast path ahead of them, all behind the
+    body-size/metrics guard."""
     repository = ModelRepository()
     for model in models:
         repository.update(model)
@@ -71,23 +87,8 @@ def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> FastAP
     app.add_api_route("/metrics", metrics_handler, methods=["GET"])
     register_v1_endpoints(app, dataplane, extension)
     register_v2_endpoints(app, dataplane, extension)
-    # The hot path first, as a plain Starlette route: routing stops at the first route and
-    # FastAPI's per-request dependency solving is skipped. kserve's route behind it is never
-    # reached for POST; V1Predict hands everything but our models' JSON requests to its handler.
-    v1_predict = V1Predict(repository, V1Endpoints(dataplane, extension))
-    app.router.routes.insert(0, Route("/v1/models/{model_name}:predict", v1_predict.handle, methods=["POST"]))
-    for exc_type, handler in (
-        (kerrors.InvalidInput, kerrors.invalid_input_handler),
-        (kerrors.InferenceError, kerrors.inference_error_handler),
-        (kerrors.ModelNotFound, kerrors.model_not_found_handler),
-        (kerrors.ModelNotReady, kerrors.model_not_ready_handler),
-        (NotImplementedError, kerrors.not_implemented_error_handler),
-        (kerrors.ServerNotLive, kerrors.server_not_live_handler),
-        (kerrors.ServerNotReady, kerrors.server_not_ready_handler),
-        (RequestValidationError, _validation_error),
-        (HTTPException, _http_error),
-        (Exception, kerrors.generic_exception_handler),
-    ):
+    for exc_type, handler in ERROR_HANDLERS.items():
         app.add_exception_handler(exc_type, handler)
-    app.add_middleware(GuardMiddleware, max_request_bytes=max_request_bytes)
-    return app
+    # The hot path ahead of FastAPI: our models' plain JSON V1 requests skip its middleware, routing
+    # and request objects; V1Predict hands everything else to the app, where kserve's route answers.
+    return GuardMiddleware(V1Predict(app, repository, ERROR_HANDLERS), max_request_bytes=max_request_bytes)

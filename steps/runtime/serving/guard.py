@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from steps.runtime.serving.metrics import ERRORS, LATENCY, REQUESTS
-
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 _REASONS = {400: "invalid_input", 404: "model_not_found", 413: "body_too_large", 422: "invalid_input", 503: "not_ready"}
 
@@ -29,11 +27,11 @@ class GuardMiddleware:
     lying client cannot push more than `max_request_bytes` into the JSON parser.
     """
 
-    def __init__(self, app: Any, max_request_bytes: int):
+    def __init__(self, app: ASGIApp, max_request_bytes: int):
         self.app = app
         self.max_bytes = max_request_bytes
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -41,7 +39,7 @@ class GuardMiddleware:
         start = time.perf_counter()
         status: dict[str, int] = {}
 
-        async def send_and_record(message: dict[str, Any]) -> None:
+        async def send_and_record(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)
@@ -52,7 +50,7 @@ class GuardMiddleware:
                 send_and_record, 413, f"request body exceeds {self.max_bytes} bytes; send fewer or shorter texts"
             )
         else:
-            await self.app(scope, _replay(body, receive), send_and_record)
+            await self.app(scope, replay(body, receive), send_and_record)
         if protocol is not None:
             code = status.get("code", 500)
             REQUESTS.labels(protocol=protocol, code=str(code)).inc()
@@ -60,7 +58,7 @@ class GuardMiddleware:
             if code >= 400:
                 ERRORS.labels(reason=_REASONS.get(code, "inference_error" if code >= 500 else "bad_request")).inc()
 
-    async def _read_body(self, scope: dict[str, Any], receive: Receive) -> bytes | None:
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         for key, value in scope.get("headers", []):
             if key == b"content-length":
                 try:
@@ -84,10 +82,11 @@ class GuardMiddleware:
         return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` for the app after the body was read: the body once, then the connection's messages."""
     sent = False
 
-    async def replay() -> dict[str, Any]:
+    async def replay() -> Message:
         nonlocal sent
         if not sent:
             sent = True
@@ -97,7 +96,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _json_response(send: Any, status: int, message: str) -> None:
+async def _json_response(send: Send, status: int, message: str) -> None:
     payload = json.dumps({"error": message}).encode()
     await send(
         {

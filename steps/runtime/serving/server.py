@@ -7,7 +7,7 @@ import socket
 from collections.abc import Callable
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -23,7 +23,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_server(app: FastAPI) -> uvicorn.Server:
+def uvicorn_server(app: ASGIApp) -> uvicorn.Server:
     """One worker (one predictor, one batcher); httptools and uvloop when installed ("auto")."""
     config = uvicorn.Config(
         app, log_config=None, timeout_graceful_shutdown=10, access_log=False, http="auto", loop="auto"
@@ -41,7 +41,7 @@ async def run_server(server: uvicorn.Server, sock: socket.socket, on_started: Ca
     await task
 
 
-def serve(app: FastAPI, sock: socket.socket, on_started: Callable[[], None] | None = None) -> None:
+def serve(app: ASGIApp, sock: socket.socket, on_started: Callable[[], None] | None = None) -> None:
     """Run `app` under uvicorn on an already bound socket until SIGTERM/SIGINT."""
     server = uvicorn_server(app)
     # uvicorn picks the loop only when it runs the loop itself; we run it, so ask for its choice.

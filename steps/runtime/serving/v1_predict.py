@@ -1,39 +1,50 @@
-"""The V1 fast path: `POST /v1/models/{name}:predict` for our models without kserve's DataPlane."""
+"""The V1 fast path: `POST /v1/models/{name}:predict` for our models, ahead of the FastAPI app."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 from kserve import errors as kerrors
 from kserve.metrics import POST_HIST_TIME, PRE_HIST_TIME, PREDICT_HIST_TIME, get_labels
 from kserve.model_repository import ModelRepository
-from kserve.protocol.rest.v1_endpoints import V1Endpoints
 from kserve.utils.utils import is_structured_cloudevent
-from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import get_route_path
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from steps.runtime.serving.guard import replay
 from steps.runtime.serving.model import ErnieModel
+
+# Starlette's `{model_name}` path parameter: anything but a slash.
+_V1_PREDICT = re.compile(r"/v1/models/(?P<name>[^/]+):predict")
+_JSON_TYPES = (b"application/json", b"application/cloudevents+json")
+ErrorHandlers = Mapping[Any, Callable[[Any, Exception], Any]]
 
 
 class V1Predict:
-    """`POST /v1/models/{name}:predict` for our models, on the shortest path through them.
+    """Answer `POST /v1/models/{name}:predict` for our models on the shortest path; everything else to `app`.
 
     kserve's V1 handler runs every request through its generic DataPlane (decode with CloudEvent
-    detection, model lookup, `Model.__call__` with its stage timers, encode). For an `ErnieModel`
-    and a plain JSON body this handler makes the same calls itself — `preprocess`, `predict`,
-    `postprocess`, each timed into kserve's own `request_{pre,post}process_seconds` /
-    `request_predict_seconds` histograms, kserve's error types for kserve's handlers to answer —
-    and nothing else, which shortens every request (docs/benchmarks.md, serving item 7).
-    `application/json` with a charset parameter is JSON here (kserve's handler compares the whole
-    header and refuses it). Anything else (unknown or other models, CloudEvents, other content
-    types) goes to kserve's handler.
+    detection, model lookup, `Model.__call__` with its stage timers, encode), behind FastAPI's and
+    Starlette's middleware, routing and request objects. For an `ErnieModel` and a plain JSON body this
+    ASGI layer makes the same calls itself — `preprocess`, `predict`, `postprocess`, each timed into
+    kserve's own `request_{pre,post}process_seconds` / `request_predict_seconds` histograms — and
+    answers kserve's errors with the app's own handlers (`error_handlers`, the table the FastAPI app
+    registers), and nothing else. After a model call that has swept the CPU caches every Python layer
+    runs cold, so each one skipped shortens every request (docs/benchmarks.md, serving item 7 and
+    "the HTTP path after a model call"). `application/json` with a charset parameter is JSON here
+    (kserve's handler compares the whole header and refuses it). Anything else (other paths, unknown or
+    other models, CloudEvents, other content types) goes to `app`, where kserve's handler answers it.
     """
 
-    def __init__(self, repository: ModelRepository, fallback: V1Endpoints) -> None:
+    def __init__(self, app: ASGIApp, repository: ModelRepository, error_handlers: ErrorHandlers) -> None:
+        self.app = app
         self.repository = repository
-        self.fallback = fallback
+        self.error_handlers = error_handlers
         self._timers: dict[str, tuple[Any, Any, Any]] = {}
 
     def _stage_timers(self, name: str) -> tuple[Any, Any, Any]:
@@ -46,26 +57,45 @@ class V1Predict:
             )
         return self._timers[name]
 
-    async def handle(self, request: Request) -> Response:
-        name = request.path_params["model_name"]
-        model = self.repository.get_model(name)
-        content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if (
-            not isinstance(model, ErnieModel)
-            or content_type not in ("application/json", "application/cloudevents+json")
-            or "ce-specversion" in request.headers
-        ):
-            return await self.fallback.predict(name, request)
-        if not model.ready:
-            raise kerrors.ModelNotReady(name)
-        body = await request.body()
+    def _ours(self, scope: Scope) -> ErnieModel | None:
+        """The model a plain-JSON V1 predict request is for, when it is ours; else None."""
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        match = _V1_PREDICT.fullmatch(get_route_path(scope))
+        model = self.repository.get_model(match["name"]) if match else None
+        if not isinstance(model, ErnieModel):
+            return None
+        content_type = b"application/json"
+        for key, value in scope["headers"]:
+            if key == b"content-type":
+                content_type = value.split(b";")[0].strip().lower()
+            elif key == b"ce-specversion":
+                return None
+        return model if content_type in _JSON_TYPES else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        model = self._ours(scope)
+        if model is None:
+            await self.app(scope, receive, send)
+            return
         try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise kerrors.InvalidInput(f"Unrecognized request format: {exc}") from exc
-        if isinstance(payload, dict) and is_structured_cloudevent(payload):
-            return await self.fallback.predict(name, request)
-        pre, predict, post = self._stage_timers(name)
+            if not model.ready:
+                raise kerrors.ModelNotReady(model.name)
+            body = await _body(receive)
+            try:
+                payload = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise kerrors.InvalidInput(f"Unrecognized request format: {exc}") from exc
+            if isinstance(payload, dict) and is_structured_cloudevent(payload):
+                await self.app(scope, replay(body, receive), send)
+                return
+            response = Response(orjson.dumps(await self._infer(model, payload)), media_type="application/json")
+        except Exception as exc:  # noqa: BLE001 — answered by the app's handler for its type, as the app would
+            response = await self._handler(exc)(None, exc)
+        await response(scope, receive, send)
+
+    async def _infer(self, model: ErnieModel, payload: Any) -> Any:
+        pre, predict, post = self._stage_timers(model.name)
         start = time.perf_counter()
         texts = await model.preprocess(payload)
         mid = time.perf_counter()
@@ -75,4 +105,23 @@ class V1Predict:
         predict.observe(end - mid)
         result = await model.postprocess(result)
         post.observe(time.perf_counter() - end)
-        return Response(orjson.dumps(result), media_type="application/json")
+        return result
+
+    def _handler(self, exc: Exception) -> Callable[[Any, Exception], Any]:
+        """The most specific registered handler for `exc`, as Starlette looks one up (by the type's MRO)."""
+        for cls in type(exc).__mro__:
+            if cls in self.error_handlers:
+                return self.error_handlers[cls]
+        raise exc  # nothing registered (not even Exception): the server's own 500
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
