@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import engines, serving, upload
+from benchmarks import engines, serving, serving_path, upload
 from steps.runtime.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
@@ -40,6 +40,20 @@ def test_serving_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
     for contender in figures["contenders"].values():
         assert contender["p50_ms"] > 0 and contender["texts_per_s"] > 0
     assert figures["latency_ratio"] > 0 and figures["throughput_ratio"] > 0
+
+
+def test_serving_path_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "serving_path.json"
+    assert serving_path.main(["--quick", "--requests", "6", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "ours: round trip - model call" in printed and "round trip / model call: " in printed
+    for server in ("ours", "floor"):
+        stages = figures[server]["stages_us"]
+        assert set(stages) == {name for name, _, _ in serving_path.STAGES}
+        # Every stamp was matched to its request: each stage took time, and the round trip holds them all.
+        assert all(value > 0 for value in stages.values()), stages
+        assert stages["round trip"] > stages["model call"] and figures[server]["ratio"] > 1
 
 
 def test_engines_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
