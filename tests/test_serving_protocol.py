@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.contracts import SERVING_REQUESTS_TOTAL
 from steps.runtime import serving
 from tests.serving_fixtures import (  # noqa: F401 — quiet_kserve is autouse
     NAME,
@@ -256,3 +257,55 @@ def test_v1_fast_path_runs_ahead_of_fastapi_and_answers_errors_with_the_apps_han
     assert answers["not-ready"].status_code == 503 and "loading" in answers["not-ready"].json()["error"]
     # Only kserve's own model went through the FastAPI app.
     assert through_fastapi == ["/v1/models/echo:predict"]
+
+
+def test_v2_versioned_paths_serve_the_published_version_and_name_it_for_any_other() -> None:
+    """kserve 0.21 answers every `/versions/{v}` path 501; the version our metadata declares must be addressable."""
+    import kserve
+
+    fake = FakeClassifier()
+    cfg = ServingConfig()
+    published = serving.ErnieModel(
+        NAME, cfg, model_uri="s3://models/ernie-sentiment/v7", model_dir=".", classifier_factory=lambda _d, _c: fake
+    )
+    unpublished = fake_model("dev", classifier=fake)
+    for model in (published, unpublished):
+        model.load()
+
+    class Plain(kserve.Model):  # not ours: kserve's answer stays
+        def __init__(self) -> None:
+            super().__init__("plain")
+            self.ready = True
+
+    app = app_for(published, unpublished, Plain())
+    tensor = {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["好"]}
+
+    async def go() -> dict[str, httpx.Response]:
+        async with client(app) as c:
+            base = f"/v2/models/{NAME}"
+            return {
+                "meta": await c.get(base),
+                "meta@v7": await c.get(f"{base}/versions/v7"),
+                "ready@v7": await c.get(f"{base}/versions/v7/ready"),
+                "infer": await c.post(f"{base}/infer", json={"inputs": [tensor]}),
+                "infer@v7": await c.post(f"{base}/versions/v7/infer", json={"inputs": [tensor]}),
+                "meta@v6": await c.get(f"{base}/versions/v6"),
+                "infer@v6": await c.post(f"{base}/versions/v6/infer", json={"inputs": [tensor]}),
+                "dev@v1": await c.get("/v2/models/dev/versions/v1"),
+                "plain@v1": await c.get("/v2/models/plain/versions/v1"),
+                "metrics": await c.get("/metrics"),
+            }
+
+    answers = asyncio.run(go())
+    assert answers["meta"].json()["versions"] == ["v7"]
+    assert answers["meta@v7"].status_code == 200 and answers["meta@v7"].json() == answers["meta"].json()
+    assert answers["ready@v7"].status_code == 200 and answers["ready@v7"].json()["ready"] is True
+    assert answers["infer@v7"].status_code == 200, answers["infer@v7"].text
+    assert answers["infer@v7"].json()["outputs"] == answers["infer"].json()["outputs"]
+    assert fake.calls == [1, 1]  # the other versions never reached the model
+    for key in ("meta@v6", "infer@v6"):
+        assert answers[key].status_code == 404 and "serves version v7" in answers[key].json()["error"]
+    assert answers["dev@v1"].status_code == 404 and "no version" in answers["dev@v1"].json()["error"]
+    assert answers["plain@v1"].status_code == 501
+    # The versioned infers count as V2 requests, like the unversioned one.
+    assert metric(answers["metrics"].text, SERVING_REQUESTS_TOTAL, protocol="v2", code="200") >= 2

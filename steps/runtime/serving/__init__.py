@@ -4,6 +4,7 @@
 - `batcher`: `DynamicBatcher`, concurrent requests merged into one model call
 - `model`: `ErnieModel`, the `kserve.Model` over Paddle Inference
 - `v1_predict`: the V1 fast path ahead of FastAPI and kserve's DataPlane
+- `versions`: OIP's versioned V2 paths for the version a model serves
 - `guard`: body-size limit and request metrics (`metrics`: the Prometheus series)
 - `app`: `create_app`, KServe's REST endpoints assembled around the above
 - `server`: `bind_socket`, `serve`, uvicorn on a pre-bound socket

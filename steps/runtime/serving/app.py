@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 
 from steps.runtime.serving.guard import GuardMiddleware
 from steps.runtime.serving.v1_predict import V1Predict
+from steps.runtime.serving.versions import VersionedPaths
 
 
 class ModelDataPlane(DataPlane):
@@ -90,5 +91,7 @@ def create_app(models: Sequence[kserve.Model], max_request_bytes: int) -> ASGIAp
     for exc_type, handler in ERROR_HANDLERS.items():
         app.add_exception_handler(exc_type, handler)
     # The hot path ahead of FastAPI: our models' plain JSON V1 requests skip its middleware, routing
-    # and request objects; V1Predict hands everything else to the app, where kserve's route answers.
-    return GuardMiddleware(V1Predict(app, repository, ERROR_HANDLERS), max_request_bytes=max_request_bytes)
+    # and request objects; V1Predict hands everything else on, where kserve's routes answer (our
+    # models' versioned V2 paths as their unversioned ones).
+    served = VersionedPaths(app, repository)
+    return GuardMiddleware(V1Predict(served, repository, ERROR_HANDLERS), max_request_bytes=max_request_bytes)
