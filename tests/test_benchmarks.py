@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -17,11 +18,17 @@ from steps.runtime.engines.variants import VARIANTS
 pytestmark = pytest.mark.slow
 
 
+def run_quick(
+    module: ModuleType, argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[dict, str]:
+    """`python -m benchmarks.<module> --quick ARGV --json F` run here: its JSON figures and what it printed."""
+    out = tmp_path / "figures.json"
+    assert module.main(["--quick", *argv, "--json", str(out)]) == 0
+    return json.loads(out.read_text()), capsys.readouterr().out
+
+
 def test_upload_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "upload.json"
-    assert upload.main(["--quick", "--rounds", "1", "--json", str(out)]) == 0
-    figures = json.loads(out.read_text())
-    printed = capsys.readouterr().out
+    figures, printed = run_quick(upload, ["--rounds", "1"], tmp_path, capsys)
     assert "upload ratio: " in printed
     assert figures["publish_mib_s"] > 0 and figures["put_object_mib_s"] > 0
     assert figures["model_bytes"] > 8 * 1024 * 1024
@@ -31,10 +38,7 @@ def test_upload_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_serving_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "serving.json"
-    assert serving.main(["--quick", "--requests", "8", "--rounds", "2", "--clients", "4", "--json", str(out)]) == 0
-    figures = json.loads(out.read_text())
-    printed = capsys.readouterr().out
+    figures, printed = run_quick(serving, ["--requests", "8", "--rounds", "2", "--clients", "4"], tmp_path, capsys)
     assert "latency ratio: " in printed and "throughput ratio: " in printed
     assert set(figures["contenders"]) == {"in-process", "ours", "baseline"}
     for contender in figures["contenders"].values():
@@ -43,10 +47,7 @@ def test_serving_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_serving_path_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "serving_path.json"
-    assert serving_path.main(["--quick", "--requests", "6", "--json", str(out)]) == 0
-    figures = json.loads(out.read_text())
-    printed = capsys.readouterr().out
+    figures, printed = run_quick(serving_path, ["--requests", "6"], tmp_path, capsys)
     assert "ours: round trip - model call" in printed and "round trip / model call: " in printed
     for server in ("ours", "floor"):
         stages = figures[server]["stages_us"]
@@ -57,10 +58,7 @@ def test_serving_path_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_engines_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "engines.json"
-    assert engines.main(["--quick", "--rounds", "1", "--json", str(out)]) == 0
-    figures = json.loads(out.read_text())
-    printed = capsys.readouterr().out
+    figures, printed = run_quick(engines, ["--rounds", "1"], tmp_path, capsys)
     assert "paddle-fp32" in printed and "max|dlogit|" in printed
     # Every variant either ran or says why not (a package missing, a CPU feature this node lacks).
     assert set(figures["variants"]) | set(figures["skipped"]) == set(VARIANTS)
