@@ -45,8 +45,8 @@ def add_config_args(p: argparse.ArgumentParser, default_env: str | None = None, 
         action="append",
         default=[],
         metavar="A.B=VALUE",
-        help="override one setting, e.g. --set training.epochs=1 (repeatable); --set NAME:a.b=c sets it for "
-        "task NAME only",
+        help="override one setting, e.g. --set training.epochs=1 (repeatable)"
+        + ("; --set NAME:a.b=c sets it for task NAME only" if several_tasks else ""),
     )
 
 

@@ -145,3 +145,17 @@ def test_batch_items_from_the_command_line() -> None:
         batch_items(["sentiment", "text-matching"], [], CONFIG, "local")
     with pytest.raises(ConfigError, match="Known tasks"):
         batch_items(["sentiment", "nerr"], [], CONFIG, "local")
+
+
+def test_the_per_task_set_form_is_offered_only_where_a_run_has_several_tasks() -> None:
+    import argparse
+
+    from paddle_mlops.command_line import add_config_args
+
+    def set_help(several_tasks: bool) -> str:
+        parser = argparse.ArgumentParser()
+        add_config_args(parser, several_tasks=several_tasks)
+        return next(a.help for a in parser._actions if "--set" in a.option_strings) or ""
+
+    assert "NAME:a.b=c" in set_help(True)
+    assert "NAME:" not in set_help(False)  # config, compile, preflight, publish: one configuration
