@@ -35,10 +35,10 @@ class V1Predict:
     kserve's own `request_{pre,post}process_seconds` / `request_predict_seconds` histograms — and
     answers kserve's errors with the app's own handlers (`error_handlers`, the table the FastAPI app
     registers), and nothing else. After a model call that has swept the CPU caches every Python layer
-    runs cold, so each one skipped shortens every request (docs/benchmarks.md, serving item 7 and
-    "the HTTP path after a model call"). `application/json` with a charset parameter is JSON here
-    (kserve's handler compares the whole header and refuses it). Anything else (other paths, unknown or
-    other models, CloudEvents, other content types) goes to `app`, where kserve's handler answers it.
+    runs cold, so each one skipped shortens every request (docs/benchmarks.md, serving items 7 and 13).
+    `application/json` with a charset parameter is JSON here (kserve's handler compares the whole header
+    and refuses it). Anything else (other paths, unknown or other models, CloudEvents, other content types)
+    goes to `app`, where kserve's handler answers it.
     """
 
     def __init__(self, app: ASGIApp, repository: ModelRepository, error_handlers: ErrorHandlers) -> None:
