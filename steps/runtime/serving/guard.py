@@ -66,20 +66,33 @@ class GuardMiddleware:
                         return None
                 except ValueError:
                     return None
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > self.max_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+        try:
+            return await read_body(receive, self.max_bytes)
+        except BodyTooLarge:
+            return None
+
+
+class BodyTooLarge(Exception):
+    """More of the body came in than allowed."""
+
+
+async def read_body(receive: Receive, max_bytes: int | None = None) -> bytes:
+    """A request's whole body: its chunks until the last one (or the client's disconnect). BodyTooLarge as soon as
+    more than `max_bytes` came in, before the rest is read."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if max_bytes is not None and total > max_bytes:
+            raise BodyTooLarge(f"more than {max_bytes} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
 
 
 def replay(body: bytes, receive: Receive) -> Receive:

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import get_route_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from steps.runtime.serving.guard import replay
+from steps.runtime.serving.guard import read_body, replay
 from steps.runtime.serving.model import ErnieModel
 
 # Starlette's `{model_name}` path parameter: anything but a slash.
@@ -81,7 +81,7 @@ class V1Predict:
         try:
             if not model.ready:
                 raise kerrors.ModelNotReady(model.name)
-            body = await _body(receive)
+            body = await read_body(receive)
             try:
                 payload = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
@@ -113,15 +113,3 @@ class V1Predict:
             if cls in self.error_handlers:
                 return self.error_handlers[cls]
         raise exc  # nothing registered (not even Exception): the server's own 500
-
-
-async def _body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
