@@ -9,6 +9,7 @@ generic OIP client can discover what to send, and the published version it serve
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,10 @@ from typing import Any, Protocol
 
 import kserve
 from kserve import errors as kerrors
+from kserve.model_repository import ModelRepository
 from kserve.protocol.infer_type import InferRequest, InferResponse
+from starlette.routing import get_route_path
+from starlette.types import Scope
 
 from paddle_mlops.config.models import ServingConfig
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION
@@ -156,3 +160,13 @@ class ErnieModel(kserve.Model):
         except Exception as exc:
             log.exception("inference failed")
             raise kerrors.InferenceError(f"inference failed: {type(exc).__name__}: {exc}") from exc
+
+
+def routed_to_ours(
+    repository: ModelRepository, path: re.Pattern[str], scope: Scope
+) -> tuple[re.Match[str], ErnieModel] | None:
+    """The match of `path` (a pattern with a `name` group) on an HTTP request's route path, and the model of ours it
+    names; None for another request, path or model (kserve's own models included)."""
+    match = path.fullmatch(get_route_path(scope)) if scope["type"] == "http" else None
+    model = repository.get_model(match["name"]) if match else None
+    return (match, model) if match and isinstance(model, ErnieModel) else None

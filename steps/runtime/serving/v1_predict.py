@@ -13,11 +13,10 @@ from kserve.metrics import POST_HIST_TIME, PRE_HIST_TIME, PREDICT_HIST_TIME, get
 from kserve.model_repository import ModelRepository
 from kserve.utils.utils import is_structured_cloudevent
 from starlette.responses import Response
-from starlette.routing import get_route_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from steps.runtime.serving.guard import read_body, replay
-from steps.runtime.serving.model import ErnieModel
+from steps.runtime.serving.model import ErnieModel, routed_to_ours
 
 # Starlette's `{model_name}` path parameter: anything but a slash.
 _V1_PREDICT = re.compile(r"/v1/models/(?P<name>[^/]+):predict")
@@ -59,12 +58,10 @@ class V1Predict:
 
     def _ours(self, scope: Scope) -> ErnieModel | None:
         """The model a plain-JSON V1 predict request is for, when it is ours; else None."""
-        if scope["type"] != "http" or scope["method"] != "POST":
+        routed = routed_to_ours(self.repository, _V1_PREDICT, scope) if scope.get("method") == "POST" else None
+        if routed is None:
             return None
-        match = _V1_PREDICT.fullmatch(get_route_path(scope))
-        model = self.repository.get_model(match["name"]) if match else None
-        if not isinstance(model, ErnieModel):
-            return None
+        model = routed[1]
         content_type = b"application/json"
         for key, value in scope["headers"]:
             if key == b"content-type":

@@ -6,10 +6,9 @@ import re
 
 from kserve.model_repository import ModelRepository
 from starlette.responses import JSONResponse
-from starlette.routing import get_route_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from steps.runtime.serving.model import ErnieModel
+from steps.runtime.serving.model import routed_to_ours
 
 _VERSIONED = re.compile(r"/v2/models/(?P<name>[^/]+)/versions/(?P<version>[^/]+)(?P<rest>/ready|/infer)?")
 
@@ -29,16 +28,16 @@ class VersionedPaths:
         self.repository = repository
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _VERSIONED.fullmatch(get_route_path(scope)) if scope["type"] == "http" else None
-        model = self.repository.get_model(match["name"]) if match else None
-        if match is None or not isinstance(model, ErnieModel):
+        routed = routed_to_ours(self.repository, _VERSIONED, scope)
+        if routed is None:
             await self.app(scope, receive, send)
             return
+        match, model = routed
         if match["version"] != model.version:
             served = f"version {model.version}" if model.version else "an unpublished export (no version)"
             message = f"model {model.name} has no version {match['version']}: it serves {served}"
             await JSONResponse({"error": message}, status_code=404)(scope, receive, send)
             return
-        path = scope["path"][: len(scope["path"]) - len(get_route_path(scope))]  # the root path, if any
-        path += f"/v2/models/{match['name']}{match['rest'] or ''}"
+        root = scope["path"][: len(scope["path"]) - len(match.string)]  # the root path the route path is under, if any
+        path = f"{root}/v2/models/{match['name']}{match['rest'] or ''}"
         await self.app({**scope, "path": path, "raw_path": path.encode()}, receive, send)
