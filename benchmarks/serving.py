@@ -282,9 +282,14 @@ class HttpContender:
         self._post(text)
 
     def time_one(self, text: str) -> float:
+        start, end = self.stamped(text)
+        return end - start
+
+    def stamped(self, text: str) -> tuple[float, float]:
+        """One request with `text`: `time.perf_counter()` when it was sent and when its whole answer was read."""
         start = time.perf_counter()
         self._post(text)
-        return time.perf_counter() - start
+        return start, time.perf_counter()
 
     def throughput(self, texts: Sequence[str], clients: int) -> tuple[int, float]:
         import uvloop

@@ -22,7 +22,6 @@ timing conditions). On a CPU whose caches the model call has just swept, every s
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
-from benchmarks.serving import MEDIUM, MODEL_NAME, ROOT, TINY, _env, export_model, make_texts, rotated
+from benchmarks.serving import MEDIUM, MODEL_NAME, ROOT, TINY, HttpContender, _env, export_model, make_texts, rotated
 from steps.runtime.processes import stop_group
 
 SERVERS = ("ours", "floor")
@@ -179,21 +178,10 @@ def run_host(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- the client
 
 
-def _post(conn: http.client.HTTPConnection, text: str) -> tuple[float, float]:
-    body = json.dumps({"instances": [text]}, ensure_ascii=False).encode()
-    start = time.perf_counter()
-    conn.request("POST", f"/v1/models/{MODEL_NAME}:predict", body=body, headers={"Content-Type": "application/json"})
-    response = conn.getresponse()
-    payload = response.read()
-    end = time.perf_counter()
-    if response.status != 200:
-        raise RuntimeError(f"the server answered {response.status}: {payload[:200]!r}")
-    return start, end
-
-
-def _stamps(conn: http.client.HTTPConnection) -> dict[str, list[dict[str, float]]]:
-    conn.request("GET", STAMPS_PATH)
-    return json.loads(conn.getresponse().read())
+def _stamps(contender: HttpContender) -> dict[str, list[dict[str, float]]]:
+    """The host's records so far (and it starts afresh)."""
+    contender.conn.request("GET", STAMPS_PATH)
+    return json.loads(contender.conn.getresponse().read())
 
 
 def measure(args: argparse.Namespace, model_dir: Path, work: Path) -> dict[str, Any]:
@@ -207,20 +195,20 @@ def measure(args: argparse.Namespace, model_dir: Path, work: Path) -> dict[str, 
         line = host.stdout.readline()
         if not line:
             raise RuntimeError(f"the host exited:\n{(work / 'host.log').read_text(errors='replace')[-2000:]}")
-        conns = {
-            name: http.client.HTTPConnection("127.0.0.1", port, timeout=120) for name, port in json.loads(line).items()
+        contenders = {
+            name: HttpContender(f"http://127.0.0.1:{port}", MODEL_NAME) for name, port in json.loads(line).items()
         }
-        for conn in conns.values():
-            stack.callback(conn.close)
+        for contender in contenders.values():
+            stack.callback(contender.close)
         for text in texts[:10]:  # warm-up, then the host's records start afresh
-            for conn in conns.values():
-                _post(conn, text)
-        _stamps(conns["ours"])
+            for contender in contenders.values():
+                contender.stamped(text)
+        _stamps(contenders["ours"])
         client: dict[str, list[tuple[float, float]]] = {name: [] for name in SERVERS}
         for i in range(args.requests):
             for name in rotated(SERVERS, i):
-                client[name].append(_post(conns[name], texts[i % len(texts)]))
-        host_records = _stamps(conns["ours"])
+                client[name].append(contenders[name].stamped(texts[i % len(texts)]))
+        host_records = _stamps(contenders["ours"])
     return {name: _stages(client[name], host_records[name]) for name in SERVERS}
 
 
