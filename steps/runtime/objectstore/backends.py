@@ -38,6 +38,7 @@ class Backend(Protocol):
     def create_exclusive(self, key: str, data: bytes) -> bool: ...
     def read(self, key: str) -> bytes | None: ...
     def read_tagged(self, key: str) -> tuple[bytes, str] | None: ...
+    def children(self, prefix: str) -> list[str]: ...
 
 
 class LocalBackend:
@@ -104,6 +105,11 @@ class LocalBackend:
         """The bytes and their entity tag: MD5, what an S3 single-part PUT (and the local notification) reports."""
         data = self.read(key)
         return None if data is None else (data, hashlib.md5(data, usedforsecurity=False).hexdigest())
+
+    def children(self, prefix: str) -> list[str]:
+        """The names one level below `prefix` (a listing of "folders"), sorted."""
+        path = self._path(prefix)
+        return sorted(p.name for p in path.iterdir() if not p.name.startswith(".")) if path.is_dir() else []
 
 
 def _error_code(exc: ClientError) -> str | None:
@@ -189,6 +195,18 @@ class S3Backend:
                 return None
             raise
         return response["Body"].read(), str(response.get("ETag") or "").strip('"')
+
+    def children(self, prefix: str) -> list[str]:
+        """The names one level below `prefix` (common prefixes and objects), sorted."""
+        base = "/".join(p for p in (self.prefix, prefix.strip("/")) if p) + "/"
+        base = "" if base == "/" else base
+        names: set[str] = set()
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=base, Delimiter="/"
+        ):
+            names.update(p["Prefix"][len(base) :].rstrip("/") for p in page.get("CommonPrefixes", []))
+            names.update(o["Key"][len(base) :] for o in page.get("Contents", []))
+        return sorted(n for n in names if n)
 
 
 def resolve_root(store_uri: str) -> str:

@@ -89,12 +89,14 @@ def publish(
     progress: bool = True,
     transfer_config: TransferConfig | None = None,
     content_suffix: bool = False,
+    repair: bool = False,
 ) -> PublishResult:
     """Upload the files of `local_dir` as `model_name`/`version`; idempotent for the same content.
 
     With `content_suffix` the version is `<version>-<first 8 hex of the files' digest>`: the same files land on
     the same version (a retry is a no-op), different files (a re-evaluated export whose engine choice differs)
-    on a new one, never on a conflict."""
+    on a new one, never on a conflict. With `repair` a version already published with the same files still gets
+    any object that is missing or damaged in the store sent again (staged weights, `weights stage` rerun)."""
     local = _checked_dir(local_dir, model_name, version)
     files = manifest.file_entries(local)
     if content_suffix:
@@ -106,7 +108,7 @@ def publish(
     ours = manifest.build(model_name, version, files, metadata)
 
     existing = backend.read(key)
-    if existing is not None:
+    if existing is not None and not repair:
         return PublishResult(model_uri, _settle_existing(existing, ours, model_uri), 0, len(files))
 
     todo = [f for f in files if not backend.has_object(object_key(f["sha256"]), f["size"], f["sha256"])]
