@@ -265,6 +265,10 @@ DELEGATED = {
         "submit a Workflow from a WorkflowTemplate (after a GPU quota check); --dry-run prints it",
     ),
     "report": ("paddle_mlops.report", "write an MLflow run's plots and an HTML summary to a local folder"),
+    "weights": (
+        "paddle_mlops.weights",
+        "stage pretrained ERNIE weights (a PaddleNLP name) into the object store once; list what is staged",
+    ),
     "publish": (
         "paddle_mlops.publish",
         "publish an exported model directory; its notification validates and rolls it out",

@@ -155,6 +155,13 @@ def mlflow_ui_url(base: str, experiment_id: str, run_id: str | None = None) -> s
 # `model.pretrained: pvc://CLAIM/path`: a ReadOnlyMany volume the training pods mount read-only at
 # PRETRAINED_MOUNT/CLAIM (pipelines/k8s.py pretrained_volume); the train step reads
 # PRETRAINED_MOUNT/CLAIM/path. PRETRAINED_MOUNT_ENV moves the mount point (tests, other layouts).
+# `model.pretrained: <PaddleNLP name>`: `paddle-mlops weights stage` publishes the weights content-addressed under
+# <region store>/PRETRAINED_PREFIX/<name>/<digest>/ (manifest last, like models); prepare-data resolves the name
+# to one digest and writes PRETRAINED_RECORD into the data area, which the train step fetches and verifies.
+# REGION_ENV names the region a pod runs in, where the pipeline pins it (its store is the one read).
+PRETRAINED_PREFIX = "pretrained"
+PRETRAINED_RECORD = "pretrained.json"
+REGION_ENV = "PADDLE_MLOPS_REGION"
 PVC_SCHEME = "pvc://"
 PRETRAINED_MOUNT = "/mnt/pretrained"
 PRETRAINED_MOUNT_ENV = "PADDLE_MLOPS_PRETRAINED_MOUNT"

@@ -1,7 +1,8 @@
 """prepare-data: read the task's corpus, clean it, split it deterministically, write the workspace `data/` area.
 
 Outputs (docs/contracts.md): train/dev/test.jsonl (rows in the task type's shape), label_map.json, vocab.txt
-(character vocabulary, only when training from scratch), stats.json.
+(character vocabulary, only when training from scratch), pretrained.json (a `model.pretrained` name: the staged
+digest the train step fetches), stats.json.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import dataset, runner, s3, workspace
+from steps.runtime import dataset, pretrained, runner, s3, workspace
 
 log = logging.getLogger("steps.prepare_data")
 
@@ -27,6 +28,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
+    # model.pretrained as a name: which staged weights this run trains from, or why it cannot, before anything
+    # is written (validate re-prepares the test split and needs no weights, so only this step resolves).
+    record = pretrained.resolve(cfg)
+    pretrained.write_record(local, record)
     stats = dataset.prepare(cfg, local)
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())

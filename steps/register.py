@@ -61,6 +61,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         "data_stats": registry.compact_json(manifest.get("data_stats")),
         "metrics": registry.compact_json(manifest.get("metrics")),
     }
+    # pretrained, pretrained_digest, pretrained_paddlenlp_version (...): the weights it was fine-tuned from
+    tags |= {k: str(v) for k, v in (manifest.get("pretrained") or {}).items()}
     client = registry.connect(cfg)
     name = cfg.mlflow.registered_model
     run_id = args.run_id if registry.known_run(args.run_id, client) else None

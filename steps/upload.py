@@ -55,6 +55,12 @@ def _read_json(path: Path) -> Any:
         raise StepError(f"{path} is not valid JSON ({exc}); rerun the step that writes it") from None
 
 
+def pretrained_provenance(model_config: Any) -> dict[str, Any] | None:
+    """The export's `pretrained*` fields (model_config.json), None for a model trained from scratch."""
+    fields = {k: v for k, v in (model_config or {}).items() if k.startswith("pretrained") and v is not None}
+    return fields or None
+
+
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
     try:
@@ -71,6 +77,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         "run_id": args.run_id,
         "metrics": _read_json(ws / "eval" / "metrics.json"),
         "data_stats": _read_json(ws / "data" / "stats.json"),
+        # Which pretrained weights the model was fine-tuned from (name, staged digest, PaddleNLP version).
+        "pretrained": pretrained_provenance(_read_json(model_dir / "model_config.json")),
         # A local run builds no image (build-image outputs a placeholder): only a real digest is recorded.
         "serve_image_digest": args.serve_image_digest if args.serve_image_digest.startswith("sha256:") else None,
     }

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from paddle_mlops.config import task_rules
+from paddle_mlops.config import pretrained_names, task_rules
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
 from paddle_mlops.contracts import pvc_location
 
@@ -78,8 +78,20 @@ class ModelConfig(Strict):
     )
     pretrained: str | None = Field(
         None,
-        description="directory, s3:// prefix, or pvc://CLAIM/path (a ReadOnlyMany volume mounted read-only in "
-        "the training pods) holding PaddleNLP ERNIE weights + tokenizer; None trains from scratch",
+        description="a PaddleNLP ERNIE name (ernie-3.0-medium-zh, ...: resolved to the weights staged with "
+        "`paddle-mlops weights stage`), or a directory, s3:// prefix, or pvc://CLAIM/path (a ReadOnlyMany volume "
+        "mounted read-only in the training pods) holding PaddleNLP ERNIE weights + tokenizer; None trains a small "
+        "model from scratch on a character vocabulary",
+    )
+    allow_download: bool = Field(
+        False,
+        description="a name staged nowhere may be downloaded by PaddleNLP in the train step (needs egress); "
+        "false: such a run fails at prepare-data with the `weights stage` command to run",
+    )
+    scratch_if_unstaged: bool = Field(
+        False,
+        description="a name staged nowhere (and no download allowed) trains the small from-scratch model instead "
+        "of failing, and the run says so (the local default)",
     )
     hidden_size: int = Field(128, gt=0)
     num_hidden_layers: int = Field(2, gt=0)
@@ -94,7 +106,15 @@ class ModelConfig(Strict):
     def _pvc_named(cls, v: str | None) -> str | None:
         if v is not None:
             pvc_location(v)  # a malformed pvc:// location is an error here, not in the pod
+            if not pretrained_names.is_location(v):
+                pretrained_names.check_name(v)
         return v
+
+    @property
+    def pretrained_name(self) -> str | None:
+        """The PaddleNLP name `pretrained` gives, None for a location (or training from scratch)."""
+        v = self.pretrained
+        return v if v is not None and not pretrained_names.is_location(v) else None
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
@@ -505,6 +525,12 @@ class RegionConfig(Strict):
         description="with cluster.multikueue: Secret (in Kueue's namespace) holding the kubeconfig of this "
         "region's worker cluster, key `kubeconfig`",
     )
+    store: str | None = Field(
+        None,
+        description="this region's object store (s3://bucket/prefix, or a directory): pretrained weights are "
+        "staged to and read from it by runs that train here; null: storage.uri",
+    )
+    store_endpoint_url: str | None = Field(None, description="S3 endpoint of `store`; null: storage.endpoint_url")
 
     @property
     def flavor(self) -> str:

@@ -63,6 +63,7 @@ def build(
         "task": executor.cfg.task if not executor.branches else None,
         "metrics": {k: metrics.get(k) for k in names} | {"all": metrics},
         "engine": _engine(metrics.get("engine")),
+        "model": _model(executor.run_dir),
         "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
         "model_uri": found["model_uri"],
         "model_version": found["model_version"],
@@ -73,6 +74,34 @@ def build(
         "validation": {"verdict": found["verdict"], "reason": found["validation"]},
         "tasks": [_branch(branch, executor.scopes) for branch in executor.branches] or None,
     }
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _model(workspace: Path) -> str | None:
+    """What the run trained: the pretrained weights it fine-tuned (name, staged digest), or the small
+    from-scratch model and why (nothing staged)."""
+    config = _read(workspace / "model" / "model_config.json")
+    if not config:
+        return None
+    if config.get("pretrained"):
+        digest = config.get("pretrained_digest")
+        return f"fine-tuned {config['pretrained']}" + (f" (staged digest {digest[:12]})" if digest else "")
+    shape = f"{config.get('num_hidden_layers')} layers × {config.get('hidden_size')}"
+    unstaged = config.get("pretrained_unstaged")
+    why = (
+        f"{unstaged} is not staged; `paddle-mlops weights stage {unstaged}` to fine-tune it"
+        if unstaged
+        else "no pretrained weights configured; stage some with `paddle-mlops weights stage NAME` and "
+        "--set model.pretrained=NAME (or a directory) to fine-tune"
+    )
+    return f"small ERNIE from scratch ({shape}, character vocabulary): {why}"
 
 
 def _engine(engine: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -138,6 +167,7 @@ def show(console: Console, summary: dict[str, Any], failed: TaskResult | None, p
     gate = summary["gate"]["passed"]
     lines = [
         ("task", summary.get("task")),
+        ("model", summary.get("model")),
         ("metrics", " ".join(f"{k}={_rounded(v)}" for k, v in m.items())),
         ("gate", {True: "PASSED", False: "FAILED (nothing published)", None: "not evaluated"}[gate]),
         ("engine", _engine_line(summary.get("engine"))),

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.task_rules import missing_data
-from steps.runtime import data, s3
+from steps.runtime import data, pretrained, s3
 from steps.runtime.runner import StepError
 
 T = TypeVar("T")
@@ -89,13 +89,15 @@ def write_area(
     from steps.runtime import tasks
 
     task = tasks.for_config(cfg)
+    # A name: the staged weights prepare-data resolved before writing anything (their tokenizer, not ours).
+    record = pretrained.read_record(out)
     out.mkdir(parents=True, exist_ok=True)
     digests = {f"{name}.jsonl": write_jsonl(out / f"{name}.jsonl", rows) for name, rows in splits.items()}
     (out / "label_map.json").write_text(
         json.dumps({str(i): n for i, n in labels.items()}, ensure_ascii=False, indent=2), encoding="utf-8"
     )
     vocab_size = None
-    if cfg.model.pretrained is None:
+    if pretrained.trains_from_scratch(cfg, record):
         texts = (text for row in splits["train"] for text in task.vocab_texts(row))
         vocab = data.build_vocab(texts, cfg.data.vocab_min_freq, cfg.data.vocab_max_size)
         (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
@@ -108,6 +110,7 @@ def write_area(
         "labels": {str(i): n for i, n in labels.items()},
         "splits": {name: {"total": len(rows), "per_label": per_label(rows)} for name, rows in splits.items()},
         "vocab_size": vocab_size,
+        "pretrained": record,
         "sha256": digests,
     }
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2), encoding="utf-8")

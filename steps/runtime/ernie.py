@@ -132,8 +132,10 @@ def export(
     label_map: dict[int, str],
     model_cfg: ModelConfig,
     out_dir: Path,
+    provenance: dict[str, Any] | None = None,
 ) -> Path:
-    """Static-graph export for Paddle Inference plus everything needed to tokenise and name labels."""
+    """Static-graph export for Paddle Inference plus everything needed to tokenise and name labels; `provenance`
+    (the pretrained weights' name, digest and PaddleNLP version) goes into `model_config.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model.eval()
     spec = [paddle.static.InputSpec([None, None], "int64", name) for name in INPUT_NAMES]
@@ -159,6 +161,7 @@ def export(
                 "pad_token_id": tokenizer.pad_token_id,
                 "inputs": list(INPUT_NAMES),
                 "pretrained": model_cfg.pretrained,
+                **(provenance or {}),
             },
             indent=2,
         ),

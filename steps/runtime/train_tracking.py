@@ -46,9 +46,11 @@ def start_run(
     stats: dict[str, Any],
     data_dir: Path | None = None,
     data_uri: str | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> Iterator[str]:
     """An MLflow run with the configuration and data statistics as parameters and the splits in `data_dir`
-    (published at `data_uri`) as dataset inputs; yields its run id."""
+    (published at `data_uri`) as dataset inputs; yields its run id. `provenance`: the pretrained weights trained
+    from (name, staged digest, PaddleNLP version), logged as `pretrained.*` params."""
     import mlflow
 
     from steps.runtime import registry, tasks
@@ -64,8 +66,12 @@ def start_run(
         params = flatten("model", cfg.model.model_dump()) | flatten(
             "training", cfg.training.model_dump(exclude={"job"})
         )
-        params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels")})
+        params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels", "pretrained")})
         params["world_size"] = world
+        params |= {
+            k.replace("pretrained_", "pretrained.", 1): v for k, v in (provenance or {}).items() if k != "pretrained"
+        }
+        params["pretrained.name"] = (provenance or {}).get("pretrained")
         mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
         if data_dir is not None:
             log_datasets(data_dir, data_uri or str(data_dir), stats, tasks.for_config(cfg))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.contracts import PRETRAINED_RECORD
 from steps.runtime import data, optimization, tasks, train_tracking
 from steps.runtime.checkpoints import Checkpoints, check_layout, rng_state
 from steps.runtime.runner import StepError
@@ -102,9 +103,11 @@ class Trainer:
         self.tokenizer, self.model = self._build()
 
     def _build(self) -> tuple[Any, Any]:
+        """The tokenizer and model: the pretrained weights' own tokenizer and encoder with a new head, or the small
+        from-scratch model on prepare-data's character vocabulary."""
         mcfg = self.cfg.model
-        if mcfg.pretrained:
-            directory = self.ernie.stage_pretrained(mcfg.pretrained, self.cfg.storage.endpoint_url)
+        directory = self._pretrained_dir()
+        if directory is not None:
             return self.ernie.load_tokenizer(directory), self.ernie.load_pretrained(
                 directory, len(self.labels), mcfg.dropout, mcfg.task
             )
@@ -113,6 +116,31 @@ class Trainer:
             raise StepError(f"{vocab} does not exist; prepare-data writes it when model.pretrained is null.")
         tokenizer = self.ernie.load_tokenizer(vocab)
         return tokenizer, self.ernie.build_model(mcfg, len(tokenizer.vocab), len(self.labels), tokenizer.pad_token_id)
+
+    def _pretrained_dir(self) -> Path | None:
+        """Where the weights are (a name: the digest prepare-data resolved, fetched and verified); None from scratch.
+        Sets `self.provenance`, what MLflow and the export record of them."""
+        from steps.runtime import pretrained
+
+        mcfg = self.cfg.model
+        self.provenance: dict[str, Any] = {"pretrained": mcfg.pretrained}
+        if mcfg.pretrained_name is None:
+            if mcfg.pretrained is None:
+                return None
+            return self.ernie.stage_pretrained(mcfg.pretrained, self.cfg.storage.endpoint_url)
+        record = pretrained.read_record(self.data_dir)
+        if record is None or record.get("name") != mcfg.pretrained_name:
+            raise StepError(
+                f"{self.data_dir / PRETRAINED_RECORD} does not resolve model.pretrained {mcfg.pretrained_name!r}; "
+                "rerun prepare-data with this configuration"
+            )
+        if record.get("from_scratch"):
+            log.warning("training the small model from scratch: %s (model.scratch_if_unstaged)", record["from_scratch"])
+            self.provenance = {"pretrained": None, "pretrained_unstaged": mcfg.pretrained_name}
+            return None
+        directory, self.provenance = pretrained.materialize(record)
+        log.info("fine-tuning %s (digest %s)", mcfg.pretrained_name, self.provenance["pretrained_digest"][:12])
+        return directory
 
     def _rows(self, split: str) -> list[dict[str, Any]]:
         path = self.data_dir / f"{split}.jsonl"
@@ -154,7 +182,7 @@ class Trainer:
         if self.rank != 0:
             return self._train(None)
         with train_tracking.start_run(
-            self.cfg, self.git_sha, self.world, self.stats, self.data_dir, self.data_uri
+            self.cfg, self.git_sha, self.world, self.stats, self.data_dir, self.data_uri, self.provenance
         ) as run_id:
             return self._train(run_id)
 
@@ -313,7 +341,7 @@ class Trainer:
         model_dir = self.out_dir / "model"
         if model_dir.exists():
             shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two
-        self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir)
+        self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir, self.provenance)
         dev = {k: v for k, v in best.items() if k.startswith("dev_")}
         training = {"mlflow_run_id": run_id, "task": self.cfg.task, "task_type": self.cfg.model.task,
                     "best_epoch": best["epoch"], **dev, "git_sha": self.git_sha, **summary}  # fmt: skip

@@ -1,0 +1,141 @@
+"""`paddle-mlops weights`: stage pretrained ERNIE weights into the object store once, and list what is staged.
+
+`weights stage NAME` runs on a machine with egress (or from a directory already downloaded, `--from DIR`): it
+saves model + tokenizer with PaddleNLP's save_pretrained, writes a manifest of every file's sha256 and the
+PaddleNLP version, and publishes it content-addressed to `<store>/pretrained/NAME/<digest>/` (manifest last) of
+every region the configuration trains in, or of each `--to` store. Staging unchanged weights again sends 0 bytes
+(and re-sends any object that went missing or bad). `weights list` shows what the run's stores hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from paddle_mlops.command_line import add_config_args, exit_status
+from paddle_mlops.config import ConfigError, load_config
+from paddle_mlops.config.loader import default_config_path
+from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, HOME_ENV
+
+
+class StoreUnreachable(Exception):
+    """The object store refused or could not be reached; no manifest was written, so nothing is staged."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paddle-mlops weights", description=__doc__.split("\n\n")[0].split(": ", 1)[1]
+    )
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    stage = sub.add_parser("stage", help="save NAME's weights and publish them to the object store (once)")
+    stage.add_argument("name", metavar="NAME", help="a PaddleNLP ERNIE name, e.g. ernie-3.0-medium-zh")
+    stage.add_argument(
+        "--from", dest="source", type=Path, default=None, metavar="DIR",
+        help="a directory saved with save_pretrained (already downloaded); default: PaddleNLP downloads NAME",
+    )  # fmt: skip
+    listing = sub.add_parser("list", help="the staged weights: name, digest, size, PaddleNLP version, when")
+    listing.add_argument("name", metavar="NAME", nargs="?", default=None, help="only this name")
+    for p in (stage, listing):
+        p.add_argument(
+            "--to" if p is stage else "--store", dest="stores", action="append", default=[], metavar="URI",
+            help="an object store (s3://bucket/prefix, a directory, or 'local'); repeatable; default: the store of "
+            "every region the configuration trains in (configs/regions/*.yaml `store`, else storage.uri)",
+        )  # fmt: skip
+        p.add_argument(
+            "--endpoint-url", default=None, help="S3 endpoint of --to/--store (default: storage.endpoint_url)"
+        )
+        p.add_argument("--workdir", type=Path, default=Path(DEFAULT_HOME), help="local state (default .paddle-mlops/)")
+        add_config_args(p, "local")
+    return parser
+
+
+def _stores(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from steps.runtime import pretrained
+
+    cfg = load_config(args.config or default_config_path(), args.env, args.overrides, task=args.task)
+    os.environ[HOME_ENV] = str(args.workdir.resolve())  # 'local' is <workdir>/store, as `run` sees it
+    if args.stores:
+        endpoint = args.endpoint_url or cfg.storage.endpoint_url
+        return [pretrained.weights_store(uri, endpoint) for uri in args.stores]
+    return pretrained.region_stores(cfg)
+
+
+def _store_errors(action):  # type: ignore[no-untyped-def]
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return action()
+    except (BotoCoreError, ClientError) as exc:
+        raise StoreUnreachable(
+            f"the object store refused or could not be reached: {exc}. Check --endpoint-url (or storage.endpoint_url, "
+            "S3_ENDPOINT_URL), the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY credentials and that the bucket exists"
+        ) from None
+
+
+def _stage(args: argparse.Namespace, console: Console) -> int:
+    from paddle_mlops.config import pretrained_names
+    from steps.runtime import pretrained
+
+    if pretrained_names.is_location(args.name):
+        raise ConfigError(
+            f"weights stage {args.name}: NAME is a PaddleNLP name; give a downloaded directory as --from DIR"
+        )
+    try:
+        pretrained_names.check_name(args.name)  # the same check as model.pretrained's
+    except ValueError as exc:
+        raise ConfigError(f"weights stage: {exc}") from None
+    stores = _stores(args)
+    results = _store_errors(lambda: pretrained.stage(args.name, stores, args.source, progress=sys.stderr.isatty()))
+    for store, result in results:
+        where = f" (region {store.region})" if store.region else ""
+        console.print(
+            f"staged {args.name} -> {result.model_uri}{where}: {result.bytes_sent} bytes sent, "
+            f"{result.skipped} objects already stored, manifest sha256 {result.manifest_digest}",
+            highlight=False,
+        )
+    return 0
+
+
+def _list(args: argparse.Namespace, console: Console) -> int:
+    from steps.runtime import pretrained
+
+    count = 0
+    for store in _stores(args):
+        copies = _store_errors(lambda s=store: pretrained.list_staged(s, args.name))
+        count += len(copies)
+        region = f" (region {store.region})" if store.region else ""
+        table = Table(title=f"{store.uri}{region}", title_justify="left")
+        for column in ("name", "digest", "size", "paddlenlp", "staged"):
+            table.add_column(column, overflow="fold")
+        for copy in copies:
+            size = f"{copy.size / 2**20:.1f} MiB"
+            table.add_row(copy.name, copy.digest[:12], size, str(copy.manifest.get("paddlenlp_version")), copy.created)
+        if copies:
+            console.print(table)
+    if not count:
+        console.print("nothing staged; run `paddle-mlops weights stage NAME` (e.g. ernie-3.0-medium-zh)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from steps.runtime.runner import StepError
+
+    args = build_parser().parse_args(argv)
+    console = Console(soft_wrap=True)
+    errors = (
+        (ConfigError, EXIT_USAGE, "configuration error: {exc}"),
+        (StepError, EXIT_USAGE, "paddle-mlops weights: {exc}"),
+        (StoreUnreachable, EXIT_FAILED, "paddle-mlops weights: {exc}"),
+    )
+    action = _stage if args.action == "stage" else _list
+    return exit_status(lambda: action(args, console), errors)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
