@@ -54,6 +54,8 @@ class Requirements:
     event_bus: tuple[str, str, str] | None = None  # (name, namespace, argo file) of the install set's EventBus
     workflow_pod_contexts: list[dict[str, Any]] = field(default_factory=list)  # pod securityContext per template
     controller_file: str | None = None  # the argo/ file holding the workflow-controller ConfigMap
+    kueue_frameworks: tuple[str, ...] = ()  # Kueue integrations the generated jobs need enabled
+    multikueue: bool = False  # this cluster is a MultiKueue manager (cluster.multikueue)
 
 
 def plural(kind: str) -> str:
@@ -149,6 +151,11 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
     if cfg.serving.deployment_mode == "Serverless" and "kserve" in components:
         components.append("knative-serving")  # KServe's Serverless mode runs on Knative revisions
     req.components = components
+    if "kueue" in components and "kubeflow-trainer" in components:
+        from pipelines.platform.kueue_config import TRAINJOB_FRAMEWORK
+
+        req.kueue_frameworks = (TRAINJOB_FRAMEWORK,)
+    req.multikueue = cfg.cluster.multikueue
     return req
 
 
