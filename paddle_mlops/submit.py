@@ -20,6 +20,7 @@ import yaml
 
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops.config.placement import refuse_run_time_placement
 from paddle_mlops.config.tasks import DEFAULT_TASK
 from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_USAGE
 
@@ -223,11 +224,24 @@ def task_parameters(args: argparse.Namespace, params: dict[str, str]) -> tuple[d
     return params, 1
 
 
+def _refuse_placement(args: argparse.Namespace, params: dict[str, str]) -> None:
+    """A submitted run starts templates compiled earlier: --set and -p overrides cannot move its training."""
+    refuse_run_time_placement([o.split(":", 1)[-1] for o in args.overrides], "--set")
+    if "overrides" in params:
+        try:
+            listed = json.loads(params["overrides"])
+        except json.JSONDecodeError:
+            raise ConfigError(f"-p overrides={params['overrides']!r} is not a JSON list of 'a.b=c' strings.") from None
+        refuse_run_time_placement([str(o) for o in listed or []], "-p overrides")
+
+
 def _submit(args: argparse.Namespace, api: Any) -> int:
     plain = [o for o in args.overrides if ":" not in o.split("=", 1)[0]]
     task = args.tasks[0] if len(args.tasks) == 1 else None
     cfg = load_config(args.config, args.env, plain, task=task)
-    params, jobs = task_parameters(args, parse_params(args.params))
+    given = parse_params(args.params)
+    _refuse_placement(args, given)
+    params, jobs = task_parameters(args, given)
     namespace = args.namespace or cfg.cluster.namespace
     result = submit(args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg) * jobs)
     if args.dry_run:

@@ -149,3 +149,25 @@ def test_finetune_batch_takes_its_tasks_from_the_command_line(capsys):
     ]
     assert sub.main(["train-deploy", "--task", "ner", "--task", "sentiment", "--dry-run"], api=NoApi()) == EXIT_USAGE
     assert "finetune-batch" in capsys.readouterr().err
+
+
+def test_placement_cannot_be_set_for_one_submitted_run(capsys):
+    """The submitted template was compiled with its placement: --set, -p overrides and a batch task's own
+    --set NAME:data.region would reach the steps only, so they are refused with the compile-time way."""
+    cases = [
+        ["-p", "git-sha=abc", "--set", "data.region=cn-east"],
+        ["-p", 'overrides=["training.placement.exclude_regions=[cn-north]"]'],
+        ["finetune-batch", "--task", "sentiment", "--task", "ner", "--set", "ner:data.region=cn-east"],
+    ]
+    for argv in cases:
+        assert sub.main([*argv, "--dry-run"], api=NoApi()) == EXIT_USAGE, argv
+        err = capsys.readouterr().err
+        assert "paddle-mlops compile --set" in err and "cannot change it" in err, err
+    assert sub.main(["-p", 'overrides=["training.epochs=1"]', "--dry-run"], api=NoApi()) == EXIT_OK
+
+
+def test_a_local_batch_compiles_shared_placement_and_hands_the_steps_the_rest():
+    from paddle_mlops import batch
+
+    items = batch.batch_items(["sentiment", "ner"], ["data.region=cn-east", "training.epochs=1"])
+    assert [i["overrides"] for i in items] == [["training.epochs=1"], ["training.epochs=1"]]
