@@ -19,7 +19,7 @@ from paddle_mlops.config import ConfigError, PipelineConfig, load_config, load_t
 from paddle_mlops.lint.trainjob import trainjob_pod_templates
 from pipelines import train_deploy, trainjob
 from pipelines.platform import kueue, tenancy
-from tests.kueue_admission import PodSet, assign, quantity
+from tests.kueue_admission import Admitted, Cohort, PodSet, assign, quantity
 
 
 def _cfg(*overrides: str) -> PipelineConfig:
@@ -269,3 +269,78 @@ def test_multikueue_without_a_worker_cluster_is_a_config_error() -> None:
     regions = {name: r.model_copy(update={"worker_cluster": None}) for name, r in load_regions().items()}
     with pytest.raises(ConfigError, match=r"configs/regions/cn-\w+.yaml has no worker_cluster"):
         kueue.render(_cfg("cluster.multikueue=true"), regions=regions)
+
+
+GPU = "nvidia.com/gpu"
+
+
+def _gpus(queue: str, flavor: str, gpus: float, priority: int = 1000) -> Admitted:
+    return Admitted(queue, flavor, {GPU: gpus}, priority)
+
+
+def _gpu_job(gpus: float, priority: int) -> PodSet:
+    return PodSet(count=1, requests={GPU: gpus}, priority=priority)
+
+
+def test_quota_lent_to_another_team_is_reclaimed_only_when_no_region_fits() -> None:
+    """nlp lends half of cn-north (lendingLimit 2: it keeps localQuota 2, kueue v0.19.2
+    pkg/cache/scheduler/resource_node.go localQuota); search borrows it. nlp's next job is within nlp's nominal
+    quota but not within what is Available, so flavorassigner.go fitsResourceQuota runs the preemption oracle
+    (pkg/scheduler/preemption/preemption_oracle.go): the victims are all in search's queue, a Reclaim. With
+    whenCanPreempt: TryNextFlavor the search goes on, and a region that fits without preempting wins
+    (isPreferred: fit > reclaim); only when none does is the lent quota reclaimed."""
+    objects = _kueue(_cfg())
+    queues = list(objects["ClusterQueue"].values())
+    nlp = objects["ClusterQueue"]["nlp"]
+    north, east = "cn-north-a100", "cn-east-v100"
+    lent = [_gpus("nlp", north, 2), _gpus("search", north, 2)]  # search: 1 of its own + 1 of nlp's lent GPUs
+    pool = Cohort(queues, {("nlp", north): {GPU: 2}, ("search", north): {GPU: 2}})
+    assert pool.available("nlp", north, GPU) == 1  # 4 nominal, 2 used, 1 lent out and in use by search
+    assert pool.borrowing("search", north) and not pool.borrowing("nlp", north)
+    job = _gpu_job(2, priority=1000)
+    spill = assign(nlp, objects["ResourceFlavor"], queues, job, admitted=lent)
+    assert (spill.flavor, spill.mode) == (east, "Fit") and spill.tried[north] == "Reclaim"
+    east_full = [*lent, _gpus("nlp", east, 2), _gpus("search", east, 2)]
+    reclaim = assign(nlp, objects["ResourceFlavor"], queues, job, admitted=east_full)
+    assert (reclaim.flavor, reclaim.mode) == (north, "Reclaim")
+    # reclaimWithinCohort: Any: the borrower's priority does not protect it, a lower-priority job reclaims too.
+    assert assign(nlp, objects["ResourceFlavor"], queues, _gpu_job(2, 100), admitted=east_full).mode == "Reclaim"
+    # What nlp does not lend (localQuota 2) stays its own: search can never get more than nominal 1 + limit 1.
+    assert Cohort(queues, {}).potential("search", north, GPU) == 2
+    assert assign(objects["ClusterQueue"]["search"], objects["ResourceFlavor"], queues, _gpu_job(3, 1000)).mode == (
+        "NoFit"
+    )
+
+
+def test_borrowing_over_preemption_decides_between_regions_by_priority() -> None:
+    """cn-north is full of nlp's own batch-priority jobs; in cn-east nlp fits only by borrowing. The default
+    preference BorrowingOverPreemption (kueue v0.19.2 apis/kueue/v1beta2/clusterqueue_types.go
+    FlavorFungibility.preference; flavorassigner.go isPreferred) takes the borrowing region rather than
+    preempting; PreemptionOverBorrowing would preempt in cn-north. A job whose priority is not above the batch
+    jobs has no victims there (withinClusterQueue: LowerPriority) under either preference."""
+    objects = _kueue(_cfg())
+    queues = list(objects["ClusterQueue"].values())
+    nlp = objects["ClusterQueue"]["nlp"]
+    assert "preference" not in nlp["spec"]["flavorFungibility"]  # the default, BorrowingOverPreemption
+    north, east = "cn-north-a100", "cn-east-v100"
+    priorities = _cfg().cluster.priority_classes
+    state = [
+        _gpus("nlp", north, 2, priorities["batch"]),
+        _gpus("nlp", north, 2, priorities["batch"]),
+        _gpus("nlp", east, 1, priorities["normal"]),
+        _gpus("search", east, 1, priorities["normal"]),
+    ]
+    urgent = _gpu_job(2, priorities["urgent"])
+    chosen = assign(nlp, objects["ResourceFlavor"], queues, urgent, admitted=state)
+    assert (chosen.flavor, chosen.mode) == (east, "Borrow") and chosen.tried[north] == "Preempt"
+    preempting = {**nlp, "spec": {**nlp["spec"]}}
+    preempting["spec"]["flavorFungibility"] = {
+        **nlp["spec"]["flavorFungibility"],
+        "preference": "PreemptionOverBorrowing",
+    }
+    chosen = assign(preempting, objects["ResourceFlavor"], queues, urgent, admitted=state)
+    assert (chosen.flavor, chosen.mode) == (north, "Preempt")
+    batch = _gpu_job(2, priorities["batch"])
+    for cq in (nlp, preempting):
+        chosen = assign(cq, objects["ResourceFlavor"], queues, batch, admitted=state)
+        assert (chosen.flavor, chosen.mode) == (east, "Borrow") and chosen.tried[north] == "NoCandidates"
