@@ -64,6 +64,7 @@ def write(out_dir: str | os.PathLike[str], cfg: PipelineConfig) -> list[Path]:
     written = []
     for name, docs in render_all(cfg).items():
         path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dump(docs), encoding="utf-8")
         written.append(path)
     return written

@@ -11,6 +11,8 @@ As Kueue decides it for our ClusterQueues (kubernetes-sigs/kueue v0.19.2):
   on nominal quota beats an earlier one that needs borrowing;
 - a run that must wait is behind every pending Workload of its ClusterQueue with a priority as high or higher
   (pkg/cache/queue/cluster_queue.go baseCompareFunc: priority, then age).
+On a MultiKueue manager the ClusterQueue's one flavor has no region (ANY_REGION): it is accounting, and the
+answer says so; the worker clusters choose the region (pipelines/platform/multikueue.py).
 GPUs only: CPU and memory quota are sized to follow the GPUs in configs/teams/, and preemption of lower-priority
 or borrowing Workloads is not predicted (a run that could preempt is reported as queued).
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from paddle_mlops.queue_state import FlavorQuota, QueueState
+from paddle_mlops.queue_state import ANY_REGION, FlavorQuota, QueueState
 
 NOW, QUEUED, NEVER = "now", "queued", "never"
 
@@ -66,7 +68,7 @@ def _n(value: Decimal) -> str:
 
 def place(state: QueueState, cluster_queue: str, gpus: int, regions: list[str], priority: int) -> Placement:
     """Where a run of `gpus` GPUs with `priority`, allowed in `regions`, goes in `cluster_queue` now."""
-    flavors = [f for f in state.of(cluster_queue) if f.region in regions]
+    flavors = [f for f in state.of(cluster_queue) if f.region in regions or f.region == ANY_REGION]
     if not flavors:
         held = ", ".join(f"{f.flavor} ({f.region})" for f in state.of(cluster_queue)) or "none"
         return Placement(
@@ -91,6 +93,15 @@ def place(state: QueueState, cluster_queue: str, gpus: int, regions: list[str], 
     if nominal or fits:
         f = (nominal or fits)[0]
         how = "on the team's own quota" if nominal else "borrowing from the cohort"
+        if f.region == ANY_REGION:
+            return Placement(
+                NOW,
+                f"would be dispatched now to the worker clusters (MultiKueue; the manager holds {_n(f.reserved)} of "
+                f"{_n(f.nominal)} GPUs for ClusterQueue {cluster_queue}), which try its regions in the team's order: "
+                f"{', '.join(regions)}",
+                f.region,
+                f.flavor,
+            )
         return Placement(
             NOW,
             f"would be admitted now in region {f.region} (flavor {f.flavor}, {how}: {_n(available(state, f))} GPUs "

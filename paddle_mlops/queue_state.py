@@ -28,6 +28,8 @@ VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 GPU = "nvidia.com/gpu"
 TEAM_LABEL = "paddle-mlops/team"
 REGION_LABEL, GPU_TYPE_LABEL = "region", "gpu-type"
+# A flavor without a region label (a MultiKueue manager's accounting flavor): the worker clusters pick the region.
+ANY_REGION = "any"
 
 
 class KueueApi:
@@ -200,8 +202,8 @@ def _flavor_quotas(cq: dict[str, Any], labels: dict[str, dict[str, str]]) -> lis
                 FlavorQuota(
                     cluster_queue=name,
                     flavor=flavor["name"],
-                    region=node_labels.get(REGION_LABEL, "?"),
-                    gpu_type=node_labels.get(GPU_TYPE_LABEL, "?"),
+                    region=node_labels.get(REGION_LABEL, ANY_REGION),
+                    gpu_type=node_labels.get(GPU_TYPE_LABEL, "any"),
                     nominal=gpus(gpu.get("nominalQuota", 0)),
                     borrowing_limit=gpus(gpu["borrowingLimit"]) if "borrowingLimit" in gpu else None,
                     lending_limit=gpus(gpu["lendingLimit"]) if "lendingLimit" in gpu else None,
@@ -316,7 +318,7 @@ def _with_positions(
 def read_state(api: KueueApi, team: str | None = None) -> QueueState:
     """Kueue's ClusterQueues (only the team's with `team`), their flavors and Workloads."""
     labels = {f["metadata"]["name"]: (f.get("spec") or {}).get("nodeLabels") or {} for f in api.resource_flavors()}
-    regions = {name: node.get(REGION_LABEL, "?") for name, node in labels.items()}
+    regions = {name: node.get(REGION_LABEL, ANY_REGION) for name, node in labels.items()}
     queues = api.cluster_queues()
     state = QueueState()
     for cq in queues:

@@ -196,3 +196,15 @@ def test_a_finetune_batch_is_judged_per_job_and_placed_for_all_its_branches(caps
         cluster, capsys, "finetune-batch", "--task", "sentiment", "--task", "ner", "--set", "training.job.workers=5"
     )
     assert code == EXIT_NO_CAPACITY and "needs 5 GPUs" in err
+
+
+def test_on_a_multikueue_manager_submit_says_the_workers_choose_the_region(capsys) -> None:
+    """The manager's ClusterQueue holds one accounting flavor without a region (pipelines/platform/multikueue.py):
+    the answer is a dispatch to the workers, in the team's region order, and the limit is the team's ceiling."""
+    cluster = KueueCluster.from_install(load_config(overrides=["cluster.multikueue=true"]))
+    cluster.workloads = [workload("nlp-a", priority_class="normal", priority=1000, admitted=("nlp", "multikueue"))]
+    code, out, _ = _submit(cluster, capsys)
+    assert code == EXIT_OK
+    assert "dispatched now to the worker clusters" in out and "holds 2 of 8 GPUs" in out and "cn-north, cn-east" in out
+    code, _, err = _submit(cluster, capsys, "--set", "training.job.workers=9")
+    assert code == EXIT_NO_CAPACITY and "multikueue: at most 8" in err

@@ -222,18 +222,12 @@ def test_workers_ask_to_share_one_network_block(mode: str) -> None:
     assert cfg.training.placement.topology_level in levels
 
 
-def test_multikueue_objects_reference_each_other() -> None:
-    objects = _kueue(_cfg("cluster.multikueue=true"))
-    (check,) = objects["AdmissionCheck"].values()
-    assert check["spec"]["controllerName"] == "kueue.x-k8s.io/multikueue"
-    config = objects["MultiKueueConfig"][check["spec"]["parameters"]["name"]]
-    assert check["spec"]["parameters"]["kind"] == "MultiKueueConfig"
-    assert set(config["spec"]["clusters"]) == set(objects["MultiKueueCluster"])
-    for cluster in objects["MultiKueueCluster"].values():
-        assert cluster["spec"]["clusterSource"]["kubeConfig"]["locationType"] == "Secret"
-    for cq in objects["ClusterQueue"].values():
-        assert cq["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check["metadata"]["name"]}]
-    assert "AdmissionCheck" not in _kueue(_cfg())
+def test_one_cluster_queues_have_no_multikueue_check() -> None:
+    """Without cluster.multikueue nothing waits for a MultiKueue check (the manager/worker split:
+    tests/test_upstream_multikueue.py)."""
+    objects = _kueue(_cfg())
+    assert "AdmissionCheck" not in objects and "MultiKueueConfig" not in objects
+    assert all("admissionChecksStrategy" not in cq["spec"] for cq in objects["ClusterQueue"].values())
 
 
 def test_the_namespace_quota_admits_what_kueue_admits() -> None:
