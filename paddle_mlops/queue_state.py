@@ -26,6 +26,7 @@ from typing import Any
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 GPU = "nvidia.com/gpu"
+TIMEOUT_S = 15
 TEAM_LABEL = "paddle-mlops/team"
 REGION_LABEL, GPU_TYPE_LABEL = "region", "gpu-type"
 # A flavor without a region label (a MultiKueue manager's accounting flavor): the worker clusters pick the region.
@@ -49,7 +50,8 @@ class KueueApi:
         return cls(client.CustomObjectsApi())
 
     def _list(self, plural: str) -> list[dict[str, Any]]:
-        return list(self.custom.list_cluster_custom_object(GROUP, VERSION, plural).get("items") or [])
+        listed = self.custom.list_cluster_custom_object(GROUP, VERSION, plural, _request_timeout=TIMEOUT_S)
+        return list(listed.get("items") or [])
 
     def cluster_queues(self) -> list[dict[str, Any]]:
         return self._list("clusterqueues")
@@ -61,23 +63,27 @@ class KueueApi:
         return self._list("workloads")
 
     def local_queues(self) -> list[dict[str, Any]]:
-        return list(self.custom.list_cluster_custom_object(GROUP, VERSION, "localqueues").get("items") or [])
+        return self._list("localqueues")
 
     def pending_workloads(self, cluster_queue: str) -> list[dict[str, Any]] | None:
         """The visibility API's summary of a ClusterQueue's pending Workloads; None where it is not served
         (no APIService: 404; APIService not available: 503; not allowed: 403)."""
         from kubernetes.client.exceptions import ApiException
 
+        api_client = self.custom.api_client
+        # The client has no method for this aggregated API's subresource: build the request as its generated
+        # methods do (param_serialize quotes the name into its own path segment), send, deserialize.
+        request = api_client.param_serialize(
+            method="GET",
+            resource_path=f"/apis/{VISIBILITY_GROUP}/{VERSION}/clusterqueues/{{name}}/pendingworkloads",
+            path_params={"name": cluster_queue},
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
         try:
-            summary = self.custom.api_client.call_api(
-                f"/apis/{VISIBILITY_GROUP}/{VERSION}/clusterqueues/{{name}}/pendingworkloads",
-                "GET",
-                path_params={"name": cluster_queue},
-                header_params={"Accept": "application/json"},
-                response_type="object",
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-            )
+            response = api_client.call_api(*request, _request_timeout=TIMEOUT_S)
+            response.read()
+            summary = api_client.response_deserialize(response, {"200": "object"}).data
         except ApiException as exc:
             if exc.status in (403, 404, 503):
                 return None

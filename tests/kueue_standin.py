@@ -22,9 +22,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.rest import RESTResponse
 from kubernetes.utils import parse_quantity
 
 from paddle_mlops.config import PipelineConfig
@@ -269,27 +272,35 @@ class KueueCluster:
         }
 
 
-class StandInApiClient:
-    """ApiClient.call_api for the paths the client has no method for (the visibility subresource)."""
+class StandInApiClient(ApiClient):
+    """The official ApiClient (it builds the request and deserializes the answer) with the HTTP call answered
+    from `cluster`: the visibility subresource, which the client has no method for."""
 
     def __init__(self, cluster: KueueCluster) -> None:
+        super().__init__(Configuration(host="https://kueue.stand-in"))
         self.c = cluster
 
-    def call_api(
-        self, resource_path: str, method: str, path_params: dict[str, str] | None = None, **kwargs: Any
-    ) -> Any:
-        assert method == "GET" and kwargs.get("response_type") == "object", kwargs
-        self.c.calls.append(f"GET {resource_path}")
-        if resource_path != VISIBILITY_PATH or not self.c.visibility:
-            exc = ApiException(status=404, reason="Not Found")
-            exc.body = json.dumps(
-                {"kind": "Status", "message": "the server could not find the requested resource", "code": 404}
-            )
-            raise exc
-        name = (path_params or {})["name"]
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, post_params: Any = None,
+                 _request_timeout: Any = None) -> RESTResponse:  # fmt: skip
+        path = urlsplit(url).path
+        self.c.calls.append(f"{method} {path}")
+        prefix, suffix = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/", "/pendingworkloads"
+        name = unquote(path[len(prefix) : -len(suffix)]) if path.startswith(prefix) and path.endswith(suffix) else None
+        if method != "GET" or name is None or "/" in path[len(prefix) : -len(suffix)] or not self.c.visibility:
+            return _response(404, {"kind": "Status", "message": "the server could not find the requested resource"})
         if name not in self.c.cluster_queues:
-            raise ApiException(status=404, reason="Not Found")
-        return self.c.pending_summary(name)
+            return _response(404, {"kind": "Status", "message": f'clusterqueues "{name}" not found'})
+        return _response(200, self.c.pending_summary(name))
+
+
+def _response(status: int, body: dict[str, Any]) -> RESTResponse:
+    raw = SimpleNamespace(
+        status=status,
+        reason="OK" if status == 200 else "Not Found",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    return RESTResponse(raw)
 
 
 class KueueCustomObjectsApi:

@@ -102,8 +102,7 @@ def test_pending_workloads_have_kueue_positions(capsys, visibility: bool) -> Non
         ("TrainJob/nlp-batch", 3, 100),
     ]
     assert all(w["flavor"] is None and w["gpus"] == 2 for w in pending)
-    asked = "GET /apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{name}/pendingworkloads"
-    assert asked in cluster.calls
+    assert "GET /apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/nlp/pendingworkloads" in cluster.calls
 
 
 def test_queue_table_and_help(capsys) -> None:
@@ -208,3 +207,52 @@ def test_on_a_multikueue_manager_submit_says_the_workers_choose_the_region(capsy
     assert "dispatched now to the worker clusters" in out and "holds 2 of 8 GPUs" in out and "cn-north, cn-east" in out
     code, _, err = _submit(cluster, capsys, "--set", "training.job.workers=9")
     assert code == EXIT_NO_CAPACITY and "multikueue: at most 8" in err
+
+
+def test_the_official_client_asks_the_api_server_for_the_kueue_paths() -> None:
+    """The same reads through kubernetes.client.CustomObjectsApi over HTTP (a local server answering from the
+    stand-in): the list paths of kueue.x-k8s.io/v1beta2 and the visibility subresource, the ClusterQueue's name
+    in the path (not %2F-quoted into one segment)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from kubernetes import client
+
+    cluster = full_state()
+    served = KueueCustomObjectsApi(cluster)
+    paths: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            paths.append(self.path)
+            parts = self.path.split("?")[0].strip("/").split("/")
+            if parts[:3] == ["apis", "kueue.x-k8s.io", "v1beta2"] and len(parts) == 4:
+                body, code = served.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", parts[3]), 200
+            elif parts[:4] == ["apis", "visibility.kueue.x-k8s.io", "v1beta2", "clusterqueues"] and parts[5:] == [
+                "pendingworkloads"
+            ]:
+                body, code = cluster.pending_summary(parts[4]), 200
+            else:
+                body, code = {"kind": "Status", "code": 404}, 404
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
+        api = KueueApi(client.CustomObjectsApi(client.ApiClient(config)))
+        over_http = read_state(api)
+    finally:
+        server.shutdown()
+    assert over_http == read_state(KueueApi(KueueCustomObjectsApi(full_state())))
+    assert "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/nlp/pendingworkloads" in paths
+    assert {"/apis/kueue.x-k8s.io/v1beta2/clusterqueues", "/apis/kueue.x-k8s.io/v1beta2/workloads"} <= set(paths)
