@@ -138,8 +138,11 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
         from paddle_mlops.compile import render_all
 
         files = render_all(cfg)
+    from pipelines.platform.multikueue import WORKERS_DIR
+
     req = Requirements()
-    sources = [(name, doc) for name, docs in files.items() for doc in docs]
+    # With cluster.multikueue the cluster checked is the manager; workers/<region>.yaml are other clusters' sets.
+    sources = [(name, doc) for name, docs in files.items() if not name.startswith(f"{WORKERS_DIR}/") for doc in docs]
     sources += [("(created by the rollout step)", doc) for doc in runtime_documents(cfg)]
     for file, outer in sources:
         outer_ns = (outer.get("metadata") or {}).get("namespace") or cfg.cluster.namespace
