@@ -7,7 +7,7 @@ Sources (kubernetes-sigs/kueue v0.19.2):
   every Workload holding quota, Usage only the admitted ones (a reserved Workload may still wait for an
   admission check such as MultiKueue's). Kueue reports what a queue borrows, not what it lends: `lent` is the
   others' borrowing in the flavor, shared among the queues that have unused lendable quota there in proportion
-  to it (exact when one queue lends, as in each region here); lendable as pkg/cache/scheduler/resource_node.go
+  to it (exact when one queue lends, as with two teams); lendable as pkg/cache/scheduler/resource_node.go
   counts it: `nominal - lendingLimit` stays with the queue, the rest is the cohort's.
 - Workload `status.admission.podSetAssignments[].flavors` / `resourceUsage` (the flavor given) and
   `spec.priority` / `spec.priorityClassRef` (apis/kueue/v1beta2/workload_types.go).
