@@ -258,7 +258,7 @@ def _flavor_mode(
     return (PREEMPT if any(v.queue == name for v in victims) else RECLAIM), borrow
 
 
-def _preferred(a: tuple[int, int], b: tuple[int, int], preference: str) -> bool:
+def is_preferred(a: tuple[int, int], b: tuple[int, int], preference: str) -> bool:
     """flavorassigner.go isPreferred."""
     if a[0] == NO_FIT:
         return False
@@ -326,7 +326,7 @@ def assign(
             skipped[name] = "insufficient quota"
         if not _try_next(mode, fungibility):
             return Assignment(name, _label(mode), skipped, tried)
-        if _preferred(mode, best[1], preference):
+        if is_preferred(mode, best[1], preference):
             best = (name, mode)
     if best[0] is None or best[1][0] == NO_CANDIDATES:
         return Assignment(None, "NoFit", skipped, tried)

@@ -338,3 +338,39 @@ def test_borrowing_over_preemption_decides_between_regions_by_priority() -> None
     for cq in (nlp, preempting):
         chosen = assign(cq, objects["ResourceFlavor"], queues, batch, admitted=state)
         assert (chosen.flavor, chosen.mode) == (east, "Borrow") and chosen.tried[north] == "NoCandidates"
+
+
+# kubernetes-sigs/kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner_test.go TestIsPreferred: Kueue's own
+# expectations for isPreferred, (preemption mode, borrowing level) a vs b under a preference, run on our model.
+_MODES = {"noFit": 0, "noPreemptionCandidates": 1, "preempt": 2, "reclaim": 3, "fit": 4}
+IS_PREFERRED_CASES = [
+    ("feature gate disabled prioritises preemption", ("fit", 0), ("preempt", 0), None, True),
+    ("explicit BorrowingOverPreemption prioritises borrowing distance", ("preempt", 1), ("fit", 2),
+     "BorrowingOverPreemption", False),
+    ("explicit PreemptionOverBorrowing prioritises lower preemption", ("preempt", 1), ("fit", 2),
+     "PreemptionOverBorrowing", True),
+    ("explicit PreemptionOverBorrowing breaks borrowing ties with preemption", ("preempt", 1), ("fit", 1),
+     "PreemptionOverBorrowing", False),
+    ("PreemptionOverBorrowing rejects no-candidate flavor before borrowing", ("noPreemptionCandidates", 1),
+     ("fit", 2), "PreemptionOverBorrowing", False),
+    ("PreemptionOverBorrowing prefers fit over shallower-borrowing no-candidate", ("fit", 2),
+     ("noPreemptionCandidates", 1), "PreemptionOverBorrowing", True),
+    ("no-candidate flavor remains preferable to no-fit flavor", ("noPreemptionCandidates", 1), ("noFit", 0), None,
+     True),
+    ("no-fit flavor remains worse than no-candidate flavor", ("noFit", 0), ("noPreemptionCandidates", 1), None,
+     False),
+    ("no-candidate flavors retain borrowing preference", ("noPreemptionCandidates", 1),
+     ("noPreemptionCandidates", 2), "PreemptionOverBorrowing", True),
+    ("no-candidate flavors retain borrowing preference in reverse", ("noPreemptionCandidates", 2),
+     ("noPreemptionCandidates", 1), "PreemptionOverBorrowing", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "a", "b", "preference", "want"), IS_PREFERRED_CASES, ids=[c[0] for c in IS_PREFERRED_CASES]
+)
+def test_the_model_prefers_flavors_as_kueues_own_tests_expect(name, a, b, preference, want) -> None:
+    from tests.kueue_admission import is_preferred
+
+    mode_a, mode_b = (_MODES[a[0]], a[1]), (_MODES[b[0]], b[1])
+    assert is_preferred(mode_a, mode_b, preference or "BorrowingOverPreemption") is want, name
