@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paddle_mlops.config import ConfigError, load_config
+from paddle_mlops.config.placement import refuse_run_time_placement, run_time_overrides
 from paddle_mlops.config.task_rules import missing_data
 
 
@@ -41,13 +42,16 @@ def batch_items(
     """The `tasks` parameter of finetune-batch; every task's configuration is loaded (and checked) first."""
     if len(set(tasks)) != len(tasks):
         raise ConfigError(f"--task lists a task twice ({', '.join(tasks)}); each task runs once per batch.")
+    # All branches run one compiled train template: a task of its own cannot have its own placement. Shared
+    # placement keys are the compiled template's (the caller compiles with them or refuses them).
+    refuse_run_time_placement([o.partition(":")[2] for o in overrides if ":" in o.split("=", 1)[0]], "--set NAME:")
     items = []
     for task, own in task_overrides(tasks, overrides).items():
         cfg = load_config(config, env, own, task=task)
         problem = missing_data(cfg)
         if problem:
             raise ConfigError(problem)
-        items.append({"task": task, "overrides": own})
+        items.append({"task": task, "overrides": run_time_overrides(own)})
     return items
 
 

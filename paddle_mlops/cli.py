@@ -262,7 +262,12 @@ DELEGATED = {
     ),
     "submit": (
         "paddle_mlops.submit",
-        "submit a Workflow from a WorkflowTemplate (after a GPU quota check); --dry-run prints it",
+        "submit a Workflow from a WorkflowTemplate, saying where Kueue would admit its training (exit 3 when it "
+        "never could); --dry-run prints it",
+    ),
+    "queue": (
+        "paddle_mlops.queue",
+        "show the Kueue training queues: quota, borrowing and lending per region, admitted and pending jobs",
     ),
     "report": ("paddle_mlops.report", "write an MLflow run's plots and an HTML summary to a local folder"),
     "weights": (

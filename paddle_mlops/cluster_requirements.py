@@ -54,6 +54,8 @@ class Requirements:
     event_bus: tuple[str, str, str] | None = None  # (name, namespace, argo file) of the install set's EventBus
     workflow_pod_contexts: list[dict[str, Any]] = field(default_factory=list)  # pod securityContext per template
     controller_file: str | None = None  # the argo/ file holding the workflow-controller ConfigMap
+    kueue_frameworks: tuple[str, ...] = ()  # Kueue integrations the generated jobs need enabled
+    multikueue: bool = False  # this cluster is a MultiKueue manager (cluster.multikueue)
 
 
 def plural(kind: str) -> str:
@@ -136,8 +138,11 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
         from paddle_mlops.compile import render_all
 
         files = render_all(cfg)
+    from pipelines.platform.multikueue import WORKERS_DIR
+
     req = Requirements()
-    sources = [(name, doc) for name, docs in files.items() for doc in docs]
+    # With cluster.multikueue the cluster checked is the manager; workers/<region>.yaml are other clusters' sets.
+    sources = [(name, doc) for name, docs in files.items() if not name.startswith(f"{WORKERS_DIR}/") for doc in docs]
     sources += [("(created by the rollout step)", doc) for doc in runtime_documents(cfg)]
     for file, outer in sources:
         outer_ns = (outer.get("metadata") or {}).get("namespace") or cfg.cluster.namespace
@@ -149,6 +154,11 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
     if cfg.serving.deployment_mode == "Serverless" and "kserve" in components:
         components.append("knative-serving")  # KServe's Serverless mode runs on Knative revisions
     req.components = components
+    if "kueue" in components and "kubeflow-trainer" in components:
+        from pipelines.platform.kueue_config import TRAINJOB_FRAMEWORK
+
+        req.kueue_frameworks = (TRAINJOB_FRAMEWORK,)
+    req.multikueue = cfg.cluster.multikueue
     return req
 
 

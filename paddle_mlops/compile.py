@@ -64,6 +64,7 @@ def write(out_dir: str | os.PathLike[str], cfg: PipelineConfig) -> list[Path]:
     written = []
     for name, docs in render_all(cfg).items():
         path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dump(docs), encoding="utf-8")
         written.append(path)
     return written
@@ -72,10 +73,10 @@ def write(out_dir: str | os.PathLike[str], cfg: PipelineConfig) -> list[Path]:
 def _generated_files(out: Path) -> set[str]:
     """Files in `out` that carry the generated header (hand-written install manifests do not)."""
     names = set()
-    for path in out.glob("*.yaml"):
+    for path in out.rglob("*.yaml"):  # also workers/<region>.yaml (cluster.multikueue)
         with path.open(encoding="utf-8") as fh:
             if fh.readline() == HEADER:
-                names.add(path.name)
+                names.add(path.relative_to(out).as_posix())
     return names
 
 

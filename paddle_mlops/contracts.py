@@ -26,9 +26,10 @@ FINAL_EXIT_CODES = (EXIT_USER_ERROR, EXIT_ROLLED_BACK)
 EXIT_USAGE = EXIT_USER_ERROR
 # `lint` and `preflight` ran and found something to fix.
 EXIT_FINDINGS = 1
-# `submit`: the namespace's GPU quota cannot hold the run; nothing was submitted.
+# `submit`: the run can never fit: no region it may use can ever hold its training job's GPUs in Kueue (nominal
+# quota plus borrowing limit), or, on a legacy backend, the namespace's GPU quota cannot hold it; nothing was submitted.
 EXIT_NO_CAPACITY = 3
-# `submit`: no credentials, or the Kubernetes API refused the request.
+# `submit`, `queue`: no credentials, the Kubernetes API refused the request, or the namespace has no LocalQueue.
 EXIT_API = 4
 
 # The model server's HTTP port in the predictor container (KServe's default container port).

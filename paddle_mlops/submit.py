@@ -1,8 +1,12 @@
 """`paddle-mlops submit`: start a run from a WorkflowTemplate, as `argo submit --from` does.
 
-Before submitting, the namespace's ResourceQuota is read: when fewer GPUs are free than the run's
-training jobs request (workers × gpus_per_worker, times the tasks of a finetune-batch, whose branches train at
-once), nothing is submitted and the message says how many are free and what to change. `--task NAME` sets the
+Before submitting, Kueue is read (paddle_mlops/queue_state.py, queue_placement.py): the ClusterQueue behind the
+namespace's LocalQueue, its flavors' quota and reservations, the pending Workloads. When no region the run may
+use can ever hold its training job's GPUs (workers × gpus_per_worker), nothing is submitted (exit 3, saying each
+region's limit and what to change); otherwise the run is submitted and the message says in which region it would
+be admitted now, or at which position it waits. A finetune-batch's branches train at once: each is one job, and
+the room now is counted for all of them. The legacy PaddleJob backends, which Kueue does not admit, are checked
+against the namespace's ResourceQuota instead. `--task NAME` sets the
 `task` parameter; `submit finetune-batch --task a --task b` builds its `tasks` list. `--dry-run` prints the
 Workflow without touching the cluster.
 """
@@ -20,8 +24,11 @@ import yaml
 
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops.config.placement import refuse_run_time_placement
 from paddle_mlops.config.tasks import DEFAULT_TASK
 from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_USAGE
+from paddle_mlops.queue_placement import NEVER, Placement, place
+from paddle_mlops.queue_state import KueueApi, read_state
 
 GROUP, VERSION, PLURAL = "argoproj.io", "v1alpha1", "workflows"
 GPU_QUOTA_KEY = "requests.nvidia.com/gpu"
@@ -30,7 +37,12 @@ QUOTA_NAME = "compute-quota"
 
 
 class QuotaExceeded(Exception):
-    """The namespace's GPU quota cannot hold the run; nothing was submitted."""
+    """The run can never be admitted (Kueue), or the namespace's GPU quota cannot hold it (legacy); nothing was
+    submitted."""
+
+
+class NoLocalQueue(Exception):
+    """The namespace has no Kueue LocalQueue for training: the install set is not applied there."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,7 @@ class KubernetesApi:
             config.load_incluster_config()
         self.core = client.CoreV1Api()
         self.custom = client.CustomObjectsApi()
+        self.kueue = KueueApi(self.custom)
 
     def read_namespaced_resource_quota(self, name: str, namespace: str) -> Any:
         return self.core.read_namespaced_resource_quota(name, namespace)
@@ -117,6 +130,37 @@ def check_gpu_quota(api: Any, namespace: str, gpus: int) -> GpuRoom | None:
     return room
 
 
+@dataclass(frozen=True)
+class KueueRun:
+    """What Kueue is asked about a run: one training job's GPUs, how many jobs start at once, where and how urgent."""
+
+    gpus: int
+    jobs: int
+    regions: list[str]
+    priority: int
+
+
+def check_kueue(api: Any, namespace: str, run: KueueRun) -> Placement | None:
+    """Where Kueue would put the run; raise QuotaExceeded when it never could. None for a run without GPUs."""
+    from pipelines.platform.kueue import LOCAL_QUEUE
+
+    if run.gpus <= 0:
+        return None
+    local = {(q["metadata"].get("namespace"), q["metadata"]["name"]): q for q in api.kueue.local_queues()}
+    queue = local.get((namespace, LOCAL_QUEUE))
+    if queue is None:
+        raise NoLocalQueue(
+            f"namespace {namespace} has no Kueue LocalQueue {LOCAL_QUEUE!r}, so its TrainJob would never be admitted. "
+            "Apply the install set (kubectl apply -f argo/kueue.yaml) or submit to a team namespace (-n)."
+        )
+    cluster_queue = queue["spec"]["clusterQueue"]
+    state = read_state(api.kueue)
+    one = place(state, cluster_queue, run.gpus, run.regions, run.priority)
+    if one.verdict == NEVER:
+        raise QuotaExceeded(one.message)
+    return place(state, cluster_queue, run.gpus * run.jobs, run.regions, run.priority) if run.jobs > 1 else one
+
+
 def submit(
     template: str,
     params: dict[str, str],
@@ -125,15 +169,21 @@ def submit(
     api: Any = None,
     *,
     gpus: int = 0,
-) -> dict[str, Any]:
-    """Create the Workflow (or only build it when `dry_run`); returns the created (or built) object."""
+    kueue: KueueRun | None = None,
+) -> tuple[dict[str, Any], Placement | None]:
+    """Create the Workflow (or only build it when `dry_run`): the created (or built) object, and where Kueue would
+    admit the run (`kueue`; without it the namespace ResourceQuota is checked for `gpus`)."""
     body = workflow(template, params, namespace)
     if dry_run:
-        return body
+        return body, None
     api = api or KubernetesApi()
-    check_gpu_quota(api, namespace, gpus)
+    placement = None
+    if kueue is not None:
+        placement = check_kueue(api, namespace, kueue)
+    else:
+        check_gpu_quota(api, namespace, gpus)
     created = api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-    return created if isinstance(created, dict) else body
+    return (created if isinstance(created, dict) else body), placement
 
 
 def requested_gpus(cfg: PipelineConfig) -> int:
@@ -155,8 +205,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="paddle-mlops submit",
         description=(
-            "Submit a run of a WorkflowTemplate (like `argo submit --from workflowtemplate/NAME`) after checking "
-            "the GPU quota."
+            "Submit a run of a WorkflowTemplate (like `argo submit --from workflowtemplate/NAME`). Kueue is read "
+            "first: the run is submitted with the region it would be admitted in now, or its position in the queue; "
+            "when no "
+            "region it may use can ever hold its GPUs nothing is submitted (exit 3). Legacy PaddleJob backends are "
+            "checked against the namespace ResourceQuota."
         ),
     )
     p.add_argument("template", nargs="?", default="train-deploy", help="WorkflowTemplate name (default train-deploy)")
@@ -185,6 +238,7 @@ def main(argv: Sequence[str] | None = None, api: Any = None) -> int:
     errors = (
         (ConfigError, EXIT_USAGE, "submit: {exc}"),
         (QuotaExceeded, EXIT_NO_CAPACITY, "submit: not submitted: {exc}"),
+        (NoLocalQueue, EXIT_API, "submit: not submitted: {exc}"),
         (
             ConfigException,
             EXIT_API,
@@ -223,19 +277,51 @@ def task_parameters(args: argparse.Namespace, params: dict[str, str]) -> tuple[d
     return params, 1
 
 
+def _refuse_placement(args: argparse.Namespace, params: dict[str, str]) -> None:
+    """A submitted run starts templates compiled earlier: --set and -p overrides cannot move its training."""
+    refuse_run_time_placement([o.split(":", 1)[-1] for o in args.overrides], "--set")
+    if "overrides" in params:
+        try:
+            listed = json.loads(params["overrides"])
+        except json.JSONDecodeError:
+            raise ConfigError(f"-p overrides={params['overrides']!r} is not a JSON list of 'a.b=c' strings.") from None
+        refuse_run_time_placement([str(o) for o in listed or []], "-p overrides")
+
+
 def _submit(args: argparse.Namespace, api: Any) -> int:
     plain = [o for o in args.overrides if ":" not in o.split("=", 1)[0]]
     task = args.tasks[0] if len(args.tasks) == 1 else None
     cfg = load_config(args.config, args.env, plain, task=task)
-    params, jobs = task_parameters(args, parse_params(args.params))
+    given = parse_params(args.params)
+    _refuse_placement(args, given)
+    params, jobs = task_parameters(args, given)
     namespace = args.namespace or cfg.cluster.namespace
-    result = submit(args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg) * jobs)
+    kueue = kueue_run(cfg, params, jobs) if cfg.training.backend == "trainjob" else None
+    result, placement = submit(
+        args.template, params, namespace, args.dry_run, api, gpus=requested_gpus(cfg) * jobs, kueue=kueue
+    )
     if args.dry_run:
         print(yaml.safe_dump(result, sort_keys=False), end="")
     else:
         name = (result.get("metadata") or {}).get("name") or result["metadata"].get("generateName", "")
         print(f"submitted workflow {name} in namespace {namespace}")
+        if placement is not None:
+            print(f"training: {placement.message}")
     return 0
+
+
+def kueue_run(cfg: PipelineConfig, params: dict[str, str], jobs: int) -> KueueRun:
+    """The run as Kueue sees it: the TrainJob's GPUs, its allowed regions and its priority class's value."""
+    from pipelines import k8s
+
+    priority = params.get("priority") or cfg.training.placement.priority
+    if priority not in cfg.cluster.priority_classes:
+        raise ConfigError(
+            f"-p priority={priority!r} is not one of cluster.priority_classes "
+            f"({', '.join(cfg.cluster.priority_classes)})."
+        )
+    regions = [r.name for r in k8s.training_regions(cfg)]
+    return KueueRun(requested_gpus(cfg), jobs, regions, cfg.cluster.priority_classes[priority])
 
 
 if __name__ == "__main__":

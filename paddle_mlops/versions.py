@@ -55,11 +55,11 @@ MATRIX: dict[str, Component] = {
         Component(
             "kubeflow-trainer",
             "Kubeflow Trainer v2 (TrainJob trainer.kubeflow.org/v1alpha1)",
-            "2.2.0",
+            "2.3.0",
             "2.3.0",
             "kubeflow/trainer",
             "TrainJob spec.runtimePatches (2.2 replaced podTemplateOverrides), Complete/Failed conditions, "
-            "status.jobsStatus",
+            "status.jobsStatus; 2.3 is the first release that installs JobSet 0.12 (2.2 ships 0.11)",
         ),
         Component(
             "jobset",
@@ -137,6 +137,12 @@ MATRIX: dict[str, Component] = {
         ),
     )
 }
+
+
+# The JobSet release each Trainer release installs and builds against (kubeflow/trainer
+# manifests/third-party/jobset/kustomization.yaml and go.mod sigs.k8s.io/jobset at the tag): the matrix's
+# Trainer minimum must bring at least the matrix's JobSet minimum.
+TRAINER_INSTALLS_JOBSET = {"2.2.0": "0.11.0", "2.3.0": "0.12.0"}
 
 
 @dataclass(frozen=True)

@@ -191,11 +191,15 @@ def train(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Resource:
     """Create the training job (TrainJob or PaddleJob) and wait for its success or failure condition; also defines the
     `delete-train-jobs` template its tasks' exit hook runs.
 
-    The template deadline covers the gang-scheduling wait plus the job's own deadline, so a job
-    stuck Pending fails the step instead of holding the workflow until the workflow deadline.
+    The template deadline is the longest wait before the job runs plus the job's own deadline
+    (`JobConfig.step_deadline_seconds`). A TrainJob's wait is its time in Kueue's queue, up to
+    `queue_timeout_seconds`, and Trainer starts `activeDeadlineSeconds` only when Kueue admits it (trainer v2.3.0
+    pkg/controller/trainjob_controller.go reconcileDeadline: from the Suspended=False transition), so a run
+    admitted within the queue budget is never cut by this deadline before its own; one still queued past it fails
+    the step and its exit hook deletes it from the queue. A legacy PaddleJob's wait is gang scheduling.
     """
     job = training_job(cfg, scope)
-    deadline = cfg.training.job.schedule_timeout_seconds + cfg.training.job.active_deadline_seconds
+    deadline = cfg.training.job.step_deadline_seconds(cfg.training.backend)
     template = TrainResource(
         name="train",
         action="create",

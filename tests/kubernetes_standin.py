@@ -180,6 +180,43 @@ def controller_config(versions: list[str]) -> client.V1ConfigMap:
     )
 
 
+# kueue v0.19.2 config/components/manager/controller_manager_config.yaml: what the release manifests enable
+# (a Helm or hand-written configuration without `integrations` gets batch/job alone, defaults.go).
+KUEUE_RELEASE_FRAMEWORKS = [
+    "batch/job",
+    "kubeflow.org/mpijob",
+    "ray.io/rayjob",
+    "ray.io/raycluster",
+    "ray.io/rayservice",
+    "jobset.x-k8s.io/jobset",
+    "workload.codeflare.dev/appwrapper",
+    "trainer.kubeflow.org/trainjob",
+    "pod",
+    "deployment",
+    "statefulset",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
+]
+
+
+def kueue_manager_config(frameworks: list[str] | None, multikueue: dict[str, Any] | None = None) -> client.V1ConfigMap:
+    """ConfigMap kueue-system/kueue-manager-config (config/default namePrefix kueue-, key
+    controller_manager_config.yaml) holding a Configuration config.kueue.x-k8s.io/v1beta2."""
+    config: dict[str, Any] = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "webhook": {"port": 9443},
+    }
+    if frameworks is not None:
+        config["integrations"] = {"frameworks": frameworks}
+    if multikueue is not None:
+        config["multiKueue"] = multikueue
+    return client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="kueue-manager-config", namespace="kueue-system"),
+        data={"controller_manager_config.yaml": yaml.safe_dump(config)},
+    )
+
+
 @dataclass
 class Cluster:
     """What the stand-in API serves; the API classes below read it."""
@@ -322,4 +359,5 @@ def ready_cluster() -> Cluster:
         metadata=client.V1ObjectMeta(name="config-features", namespace="knative-serving"),
         data={"kubernetes.podspec-nodeselector": "enabled", "kubernetes.podspec-tolerations": "Enabled"},
     )
+    cluster.config_maps[("kueue-system", "kueue-manager-config")] = kueue_manager_config(KUEUE_RELEASE_FRAMEWORKS)
     return cluster

@@ -45,3 +45,12 @@ def test_secret_references_are_found_by_shape() -> None:
     }
     found = {(name, key) for name, key, _ in cluster_requirements.secret_refs(doc)}
     assert found == {("pull", None), ("vol", "tls.crt"), ("proj", None), ("bulk", None), ("gh-token", "token")}
+
+
+def test_a_multikueue_manager_is_checked_against_its_own_set_not_the_workers() -> None:
+    from paddle_mlops.config import load_config
+
+    req = cluster_requirements.requirements(load_config(overrides=["cluster.multikueue=true"]))
+    assert req.multikueue and "multikueueconfigs.kueue.x-k8s.io" in req.crds
+    assert "cohorts.kueue.x-k8s.io" not in req.crds  # only the workers' queues borrow from each other
+    assert {file for _, file in req.namespaces.values()} <= {"tenancy.yaml"}

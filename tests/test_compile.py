@@ -90,3 +90,20 @@ def test_missing_and_leftover_files_are_reported(tmp_path: Path, cfg) -> None:
     assert len(problems) == 2
     assert any("rollout.yaml: missing" in p for p in problems)
     assert any("old-pipeline.yaml" in p and "no longer produced" in p for p in problems)
+
+
+def test_worker_sets_are_written_checked_and_reported_once_multikueue_is_off(tmp_path: Path) -> None:
+    """cluster.multikueue adds argo/workers/<region>.yaml; compile --check covers them, and flags them as leftovers
+    when the configuration turns MultiKueue off again."""
+    multi = load_config(overrides=["cluster.multikueue=true"])
+    compiler.write(tmp_path, multi)
+    assert sorted(p.name for p in (tmp_path / "workers").glob("*.yaml")) == ["cn-east.yaml", "cn-north.yaml"]
+    assert compiler.check(tmp_path, multi) == []
+    (tmp_path / "workers" / "cn-east.yaml").write_text(compiler.HEADER + "kind: Namespace\n", encoding="utf-8")
+    (stale,) = compiler.check(tmp_path, multi)
+    assert "workers/cn-east.yaml: stale" in stale
+    compiler.write(tmp_path, multi)
+    leftovers = compiler.check(tmp_path, load_config())
+    assert sum("no longer produced" in p for p in leftovers) == 2 and all(
+        "workers/" in p for p in leftovers if "no longer" in p
+    )

@@ -267,8 +267,9 @@ def test_train_template_has_conditions_owner_and_deadline(doc: dict) -> None:
     assert train["resource"]["action"] == "create"
     assert train["resource"]["setOwnerReference"] is True
     assert train["resource"]["successCondition"] and train["resource"]["failureCondition"]
-    # Scheduling wait + the job's own deadline: a job stuck Pending fails the step.
-    assert train["timeout"] == "23400s" and train["activeDeadlineSeconds"] == 23400
+    # Kueue queue budget (4 h) + the job's own deadline (6 h), which starts at admission: a job still queued after
+    # the budget fails the step; one admitted within it runs its whole deadline (tests/test_upstream_trainer.py).
+    assert train["timeout"] == "36000s" and train["activeDeadlineSeconds"] == 36000
 
 
 def test_unknown_region_is_a_clear_config_error() -> None:

@@ -26,6 +26,7 @@ from tests.kubernetes_standin import (
     controller_config,
     crd,
     deployment,
+    kueue_manager_config,
     ready_cluster,
 )
 
@@ -223,6 +224,22 @@ MISSING = [
         )
         for key in sorted(SECRETS)
     ),
+    *_same_finding(
+        "kueue-config",
+        "kueue-system/kueue-manager-config",
+        "- trainer.kubeflow.org/trainjob",
+        {
+            # No integrations at all: Kueue's Go default enables batch/job alone
+            # (kueue v0.19.2 apis/config/v1beta2/defaults.go defaultJobFrameworkName).
+            "kueue-default-frameworks": lambda c: c.config_maps.__setitem__(
+                ("kueue-system", "kueue-manager-config"), kueue_manager_config(None)
+            ),
+            "kueue-without-trainjob": lambda c: c.config_maps.__setitem__(
+                ("kueue-system", "kueue-manager-config"), kueue_manager_config(["batch/job", "jobset.x-k8s.io/jobset"])
+            ),
+            "kueue-no-config": _drop("config_maps", ("kueue-system", "kueue-manager-config")),
+        },
+    ),
     pytest.param(
         _drop("config_maps", ("argo-events", "argo-events-controller-config")),
         "eventbus",
@@ -376,3 +393,31 @@ def test_secret_values_are_never_requested_nor_printed(monkeypatch, capsys) -> N
         assert SECRET_VALUE not in out + err
     assert cluster.secret_reads
     assert all(r["headers"] == {"Accept": preflight.METADATA_ONLY} and not r["preload"] for r in cluster.secret_reads)
+
+
+def test_a_multikueue_manager_needs_the_incremental_dispatcher_one_cluster_a_round() -> None:
+    """Kueue's default dispatcher copies a run to every worker and the first to admit wins (kueue v0.19.2
+    apis/config/v1beta2/defaults.go: AllAtOnce; pkg/controller/admissionchecks/multikueue/workload.go
+    nominateAndSynchronizeWorkers); the region order holds only with Incremental, step 1
+    (pkg/controller/workloaddispatcher/incrementaldispatcher.go getNextNominatedWorkers)."""
+    from paddle_mlops.cluster_requirements import Requirements
+    from paddle_mlops.preflight.controller_settings import check_kueue_config
+
+    req = Requirements(kueue_frameworks=("trainer.kubeflow.org/trainjob",), multikueue=True)
+
+    def statuses(multikueue: dict[str, Any] | None) -> list[tuple[str, str]]:
+        cluster = ready_cluster()
+        cluster.config_maps[("kueue-system", "kueue-manager-config")] = kueue_manager_config(
+            ["trainer.kubeflow.org/trainjob"], multikueue
+        )
+        return [(r.status, r.fix) for r in check_kueue_config(api_for(cluster), req)]
+
+    default = statuses(None)
+    assert default[0][0] == "ok" and default[1][0] == "finding"
+    assert "dispatcherName: kueue.x-k8s.io/multikueue-dispatcher-incremental" in default[1][1]
+    assert "stepSize: 1" in default[1][1] and "rollout restart deployment/kueue-controller-manager" in default[1][1]
+    # Incremental with its default step (3 clusters a round) still races the first three regions.
+    incremental = {"dispatcherName": "kueue.x-k8s.io/multikueue-dispatcher-incremental"}
+    assert statuses(incremental)[1][0] == "finding"
+    one = {**incremental, "incrementalDispatcherConfig": {"stepSize": 1}}
+    assert [s for s, _ in statuses(one)] == ["ok", "ok"]

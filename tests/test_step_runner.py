@@ -201,3 +201,28 @@ def test_cluster_pods_are_quiet_from_the_start() -> None:
     for container in containers:
         env = {e["name"]: e.get("value") for e in container.get("env", [])}
         assert {k: env.get(k) for k in QUIET_LIBRARIES_ENV} == QUIET_LIBRARIES_ENV, container.get("name")
+
+
+def test_a_run_time_override_of_the_placement_is_refused_naming_the_compile_time_way() -> None:
+    """data.region and training.placement.* are compiled into the TrainJob's node affinity and the Kueue objects;
+    as a run's `overrides` parameter they would reach train.py and nothing else (issue 31 item 4)."""
+    import argparse
+    import json
+
+    import pytest
+
+    from paddle_mlops.config import ConfigError
+    from steps.runtime.runner import config_from_args
+
+    def args(overrides: list[str]) -> argparse.Namespace:
+        return argparse.Namespace(config=None, env=None, task=None, overrides=json.dumps(overrides))
+
+    for item in ("data.region=cn-east", "data.movable=false", "training.placement.exclude_regions=[cn-north]"):
+        with pytest.raises(ConfigError) as caught:
+            config_from_args(args(["training.epochs=1", item]))
+        message = str(caught.value)
+        assert item in message and "paddle-mlops compile --set" in message and "kubectl apply -k argo/" in message
+    with pytest.raises(ConfigError, match=r"-p priority=NAME"):
+        config_from_args(args(["training.placement.priority=urgent"]))
+    # Every other key is still a run-time override.
+    assert config_from_args(args(["training.epochs=1", "training.learning_rate=0.001"])).training.epochs == 1

@@ -1,5 +1,5 @@
-"""`paddle-mlops submit`: the Workflow `argo submit --from` would create, after a GPU quota check,
-against a stand-in Kubernetes API."""
+"""`paddle-mlops submit`: the Workflow `argo submit --from` would create, against a stand-in Kubernetes API; the
+namespace GPU quota check of the legacy PaddleJob backends. The Kueue check of TrainJob runs: test_queue.py."""
 
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ class NoApi:
 
 def test_submit_creates_the_workflow_from_the_template():
     api = FakeApi(hard="8", used="4")
-    created = sub.submit(
+    created, placement = sub.submit(
         "train-deploy", {"git-sha": "abc123", "git-branch": "main"}, "ml-pipelines", False, api, gpus=2
     )
+    assert placement is None
     assert api.calls == [
         ("read_quota", (sub.QUOTA_NAME, "ml-pipelines")),
         ("create", ("argoproj.io", "v1alpha1", "ml-pipelines", "workflows")),
@@ -108,12 +109,15 @@ def test_dry_run_prints_a_valid_workflow_without_api_calls(capsys):
     assert doc["metadata"] == {"generateName": "train-deploy-", "namespace": "ml-pipelines"}
 
 
+LEGACY = ["--set", "training.backend=kubeflow-paddlejob"]  # not admitted by Kueue: the namespace quota is checked
+
+
 def test_main_sizes_the_gpu_request_from_config(capsys):
     api = FakeApi(hard="8", used="6")
-    assert sub.main(["-p", "git-sha=abc", "--set", "training.job.workers=3"], api=api) == EXIT_NO_CAPACITY
+    assert sub.main(["-p", "git-sha=abc", "--set", "training.job.workers=3", *LEGACY], api=api) == EXIT_NO_CAPACITY
     err = capsys.readouterr().err
     assert "not submitted" in err and "needs 3" in err and "configs/teams/" in err
-    assert sub.main(["-p", "git-sha=abc", "-n", "team-nlp"], api=api) == EXIT_OK  # 2 workers × 1 GPU fit
+    assert sub.main(["-p", "git-sha=abc", "-n", "team-nlp", *LEGACY], api=api) == EXIT_OK  # 2 workers × 1 GPU fit
     assert "submitted workflow train-deploy-x7k2p in namespace team-nlp" in capsys.readouterr().out
 
 
@@ -124,7 +128,7 @@ def test_bad_parameter_is_a_usage_error(capsys):
 
 def test_api_refusal_is_reported_without_traceback(capsys):
     api = FakeApi(create_error=ApiException(status=403, reason="Forbidden"))
-    assert sub.main(["-p", "git-sha=abc"], api=api) == EXIT_API
+    assert sub.main(["-p", "git-sha=abc", *LEGACY], api=api) == EXIT_API
     assert "403 Forbidden" in capsys.readouterr().err
 
 
@@ -141,7 +145,7 @@ def test_finetune_batch_takes_its_tasks_from_the_command_line(capsys):
         {"task": "ner", "overrides": ["training.epochs=1", "model.max_seq_len=64"]},
     ]
     api = FakeApi(hard="8", used="5")  # 3 free; two tasks x 2 workers x 1 GPU = 4
-    assert sub.main(argv, api=api) == EXIT_NO_CAPACITY
+    assert sub.main([*argv, *LEGACY], api=api) == EXIT_NO_CAPACITY
     assert "needs 4" in capsys.readouterr().err
     assert sub.main(["train-deploy", "--task", "ner", "--dry-run"], api=NoApi()) == EXIT_OK
     assert {"name": "task", "value": "ner"} in yaml.safe_load(capsys.readouterr().out)["spec"]["arguments"][
@@ -149,3 +153,25 @@ def test_finetune_batch_takes_its_tasks_from_the_command_line(capsys):
     ]
     assert sub.main(["train-deploy", "--task", "ner", "--task", "sentiment", "--dry-run"], api=NoApi()) == EXIT_USAGE
     assert "finetune-batch" in capsys.readouterr().err
+
+
+def test_placement_cannot_be_set_for_one_submitted_run(capsys):
+    """The submitted template was compiled with its placement: --set, -p overrides and a batch task's own
+    --set NAME:data.region would reach the steps only, so they are refused with the compile-time way."""
+    cases = [
+        ["-p", "git-sha=abc", "--set", "data.region=cn-east"],
+        ["-p", 'overrides=["training.placement.exclude_regions=[cn-north]"]'],
+        ["finetune-batch", "--task", "sentiment", "--task", "ner", "--set", "ner:data.region=cn-east"],
+    ]
+    for argv in cases:
+        assert sub.main([*argv, "--dry-run"], api=NoApi()) == EXIT_USAGE, argv
+        err = capsys.readouterr().err
+        assert "paddle-mlops compile --set" in err and "cannot change it" in err, err
+    assert sub.main(["-p", 'overrides=["training.epochs=1"]', "--dry-run"], api=NoApi()) == EXIT_OK
+
+
+def test_a_local_batch_compiles_shared_placement_and_hands_the_steps_the_rest():
+    from paddle_mlops import batch
+
+    items = batch.batch_items(["sentiment", "ner"], ["data.region=cn-east", "training.epochs=1"])
+    assert [i["overrides"] for i in items] == [["training.epochs=1"], ["training.epochs=1"]]

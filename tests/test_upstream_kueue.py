@@ -19,7 +19,7 @@ from paddle_mlops.config import ConfigError, PipelineConfig, load_config, load_t
 from paddle_mlops.lint.trainjob import trainjob_pod_templates
 from pipelines import train_deploy, trainjob
 from pipelines.platform import kueue, tenancy
-from tests.kueue_admission import PodSet, assign, quantity
+from tests.kueue_admission import Admitted, Cohort, PodSet, assign, quantity
 
 
 def _cfg(*overrides: str) -> PipelineConfig:
@@ -222,18 +222,12 @@ def test_workers_ask_to_share_one_network_block(mode: str) -> None:
     assert cfg.training.placement.topology_level in levels
 
 
-def test_multikueue_objects_reference_each_other() -> None:
-    objects = _kueue(_cfg("cluster.multikueue=true"))
-    (check,) = objects["AdmissionCheck"].values()
-    assert check["spec"]["controllerName"] == "kueue.x-k8s.io/multikueue"
-    config = objects["MultiKueueConfig"][check["spec"]["parameters"]["name"]]
-    assert check["spec"]["parameters"]["kind"] == "MultiKueueConfig"
-    assert set(config["spec"]["clusters"]) == set(objects["MultiKueueCluster"])
-    for cluster in objects["MultiKueueCluster"].values():
-        assert cluster["spec"]["clusterSource"]["kubeConfig"]["locationType"] == "Secret"
-    for cq in objects["ClusterQueue"].values():
-        assert cq["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check["metadata"]["name"]}]
-    assert "AdmissionCheck" not in _kueue(_cfg())
+def test_one_cluster_queues_have_no_multikueue_check() -> None:
+    """Without cluster.multikueue nothing waits for a MultiKueue check (the manager/worker split:
+    tests/test_upstream_multikueue.py)."""
+    objects = _kueue(_cfg())
+    assert "AdmissionCheck" not in objects and "MultiKueueConfig" not in objects
+    assert all("admissionChecksStrategy" not in cq["spec"] for cq in objects["ClusterQueue"].values())
 
 
 def test_the_namespace_quota_admits_what_kueue_admits() -> None:
@@ -269,3 +263,114 @@ def test_multikueue_without_a_worker_cluster_is_a_config_error() -> None:
     regions = {name: r.model_copy(update={"worker_cluster": None}) for name, r in load_regions().items()}
     with pytest.raises(ConfigError, match=r"configs/regions/cn-\w+.yaml has no worker_cluster"):
         kueue.render(_cfg("cluster.multikueue=true"), regions=regions)
+
+
+GPU = "nvidia.com/gpu"
+
+
+def _gpus(queue: str, flavor: str, gpus: float, priority: int = 1000) -> Admitted:
+    return Admitted(queue, flavor, {GPU: gpus}, priority)
+
+
+def _gpu_job(gpus: float, priority: int) -> PodSet:
+    return PodSet(count=1, requests={GPU: gpus}, priority=priority)
+
+
+def test_quota_lent_to_another_team_is_reclaimed_only_when_no_region_fits() -> None:
+    """nlp lends half of cn-north (lendingLimit 2: it keeps localQuota 2, kueue v0.19.2
+    pkg/cache/scheduler/resource_node.go localQuota); search borrows it. nlp's next job is within nlp's nominal
+    quota but not within what is Available, so flavorassigner.go fitsResourceQuota runs the preemption oracle
+    (pkg/scheduler/preemption/preemption_oracle.go): the victims are all in search's queue, a Reclaim. With
+    whenCanPreempt: TryNextFlavor the search goes on, and a region that fits without preempting wins
+    (isPreferred: fit > reclaim); only when none does is the lent quota reclaimed."""
+    objects = _kueue(_cfg())
+    queues = list(objects["ClusterQueue"].values())
+    nlp = objects["ClusterQueue"]["nlp"]
+    north, east = "cn-north-a100", "cn-east-v100"
+    lent = [_gpus("nlp", north, 2), _gpus("search", north, 2)]  # search: 1 of its own + 1 of nlp's lent GPUs
+    pool = Cohort(queues, {("nlp", north): {GPU: 2}, ("search", north): {GPU: 2}})
+    assert pool.available("nlp", north, GPU) == 1  # 4 nominal, 2 used, 1 lent out and in use by search
+    assert pool.borrowing("search", north) and not pool.borrowing("nlp", north)
+    job = _gpu_job(2, priority=1000)
+    spill = assign(nlp, objects["ResourceFlavor"], queues, job, admitted=lent)
+    assert (spill.flavor, spill.mode) == (east, "Fit") and spill.tried[north] == "Reclaim"
+    east_full = [*lent, _gpus("nlp", east, 2), _gpus("search", east, 2)]
+    reclaim = assign(nlp, objects["ResourceFlavor"], queues, job, admitted=east_full)
+    assert (reclaim.flavor, reclaim.mode) == (north, "Reclaim")
+    # reclaimWithinCohort: Any: the borrower's priority does not protect it, a lower-priority job reclaims too.
+    assert assign(nlp, objects["ResourceFlavor"], queues, _gpu_job(2, 100), admitted=east_full).mode == "Reclaim"
+    # What nlp does not lend (localQuota 2) stays its own: search can never get more than nominal 1 + limit 1.
+    assert Cohort(queues, {}).potential("search", north, GPU) == 2
+    assert assign(objects["ClusterQueue"]["search"], objects["ResourceFlavor"], queues, _gpu_job(3, 1000)).mode == (
+        "NoFit"
+    )
+
+
+def test_borrowing_over_preemption_decides_between_regions_by_priority() -> None:
+    """cn-north is full of nlp's own batch-priority jobs; in cn-east nlp fits only by borrowing. The default
+    preference BorrowingOverPreemption (kueue v0.19.2 apis/kueue/v1beta2/clusterqueue_types.go
+    FlavorFungibility.preference; flavorassigner.go isPreferred) takes the borrowing region rather than
+    preempting; PreemptionOverBorrowing would preempt in cn-north. A job whose priority is not above the batch
+    jobs has no victims there (withinClusterQueue: LowerPriority) under either preference."""
+    objects = _kueue(_cfg())
+    queues = list(objects["ClusterQueue"].values())
+    nlp = objects["ClusterQueue"]["nlp"]
+    assert "preference" not in nlp["spec"]["flavorFungibility"]  # the default, BorrowingOverPreemption
+    north, east = "cn-north-a100", "cn-east-v100"
+    priorities = _cfg().cluster.priority_classes
+    state = [
+        _gpus("nlp", north, 2, priorities["batch"]),
+        _gpus("nlp", north, 2, priorities["batch"]),
+        _gpus("nlp", east, 1, priorities["normal"]),
+        _gpus("search", east, 1, priorities["normal"]),
+    ]
+    urgent = _gpu_job(2, priorities["urgent"])
+    chosen = assign(nlp, objects["ResourceFlavor"], queues, urgent, admitted=state)
+    assert (chosen.flavor, chosen.mode) == (east, "Borrow") and chosen.tried[north] == "Preempt"
+    preempting = {**nlp, "spec": {**nlp["spec"]}}
+    preempting["spec"]["flavorFungibility"] = {
+        **nlp["spec"]["flavorFungibility"],
+        "preference": "PreemptionOverBorrowing",
+    }
+    chosen = assign(preempting, objects["ResourceFlavor"], queues, urgent, admitted=state)
+    assert (chosen.flavor, chosen.mode) == (north, "Preempt")
+    batch = _gpu_job(2, priorities["batch"])
+    for cq in (nlp, preempting):
+        chosen = assign(cq, objects["ResourceFlavor"], queues, batch, admitted=state)
+        assert (chosen.flavor, chosen.mode) == (east, "Borrow") and chosen.tried[north] == "NoCandidates"
+
+
+# kubernetes-sigs/kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner_test.go TestIsPreferred: Kueue's own
+# expectations for isPreferred, (preemption mode, borrowing level) a vs b under a preference, run on our model.
+_MODES = {"noFit": 0, "noPreemptionCandidates": 1, "preempt": 2, "reclaim": 3, "fit": 4}
+IS_PREFERRED_CASES = [
+    ("feature gate disabled prioritises preemption", ("fit", 0), ("preempt", 0), None, True),
+    ("explicit BorrowingOverPreemption prioritises borrowing distance", ("preempt", 1), ("fit", 2),
+     "BorrowingOverPreemption", False),
+    ("explicit PreemptionOverBorrowing prioritises lower preemption", ("preempt", 1), ("fit", 2),
+     "PreemptionOverBorrowing", True),
+    ("explicit PreemptionOverBorrowing breaks borrowing ties with preemption", ("preempt", 1), ("fit", 1),
+     "PreemptionOverBorrowing", False),
+    ("PreemptionOverBorrowing rejects no-candidate flavor before borrowing", ("noPreemptionCandidates", 1),
+     ("fit", 2), "PreemptionOverBorrowing", False),
+    ("PreemptionOverBorrowing prefers fit over shallower-borrowing no-candidate", ("fit", 2),
+     ("noPreemptionCandidates", 1), "PreemptionOverBorrowing", True),
+    ("no-candidate flavor remains preferable to no-fit flavor", ("noPreemptionCandidates", 1), ("noFit", 0), None,
+     True),
+    ("no-fit flavor remains worse than no-candidate flavor", ("noFit", 0), ("noPreemptionCandidates", 1), None,
+     False),
+    ("no-candidate flavors retain borrowing preference", ("noPreemptionCandidates", 1),
+     ("noPreemptionCandidates", 2), "PreemptionOverBorrowing", True),
+    ("no-candidate flavors retain borrowing preference in reverse", ("noPreemptionCandidates", 2),
+     ("noPreemptionCandidates", 1), "PreemptionOverBorrowing", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "a", "b", "preference", "want"), IS_PREFERRED_CASES, ids=[c[0] for c in IS_PREFERRED_CASES]
+)
+def test_the_model_prefers_flavors_as_kueues_own_tests_expect(name, a, b, preference, want) -> None:
+    from tests.kueue_admission import is_preferred
+
+    mode_a, mode_b = (_MODES[a[0]], a[1]), (_MODES[b[0]], b[1])
+    assert is_preferred(mode_a, mode_b, preference or "BorrowingOverPreemption") is want, name

@@ -266,3 +266,38 @@ def test_a_malformed_claim_location_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="is not pvc://CLAIM/path"):
         load_config(overrides=["model.pretrained=pvc://Bad_Claim/x"])
+
+
+def _trainer_deadline(created: float, admitted: float | None, active_deadline: int) -> float | None:
+    """When Trainer fails a TrainJob for its deadline (trainer v2.3.0 pkg/controller/trainjob_controller.go
+    reconcileDeadline: no deadline while suspended; from the Suspended=False transition once Kueue admits it,
+    else from creation)."""
+    if admitted is None:
+        return None
+    return max(created, admitted) + active_deadline
+
+
+@pytest.mark.parametrize("queued_minutes", [0, 31, 45, 120, 239])
+def test_a_run_admitted_within_the_queue_budget_gets_its_whole_deadline(queued_minutes: int) -> None:
+    """Argo's template deadline runs from the train step's start (the TrainJob's creation), Trainer's from
+    admission: the step's deadline must be the queue budget plus the job's, so a run that waited 31 or 45 minutes
+    (longer than the old 30-minute schedule_timeout) is never cut before its own deadline ends it."""
+    from paddle_mlops.config import ConfigError
+
+    cfg = load_config()
+    job = cfg.training.job
+    train = next(t for t in train_deploy.build(cfg).to_dict()["spec"]["templates"] if t["name"] == "train")
+    step_deadline = int(train["timeout"].rstrip("s"))
+    assert step_deadline == train["activeDeadlineSeconds"] == job.queue_timeout_seconds + job.active_deadline_seconds
+    queued = queued_minutes * 60
+    assert queued <= job.queue_timeout_seconds
+    ends = _trainer_deadline(0, queued, job.active_deadline_seconds)
+    assert ends is not None and ends <= step_deadline  # Trainer's deadline comes first: the step reads Failed
+    # The sizing before issue 31 (schedule_timeout 30 min + the job's deadline) cut these runs short.
+    assert (queued > job.schedule_timeout_seconds) == (
+        ends > job.schedule_timeout_seconds + job.active_deadline_seconds
+    )
+    # And the workflow's own deadline outlives the step (checked at configuration load).
+    assert cfg.cluster.workflow_deadline_seconds >= step_deadline + cfg.cluster.step_deadline_seconds
+    with pytest.raises(ConfigError, match=r"queue_timeout_seconds \+ active_deadline_seconds = 36000"):
+        load_config(overrides=["cluster.workflow_deadline_seconds=36000"])

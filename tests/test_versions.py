@@ -65,3 +65,15 @@ def test_the_buildkit_daemon_and_client_images_are_supported_releases() -> None:
     )
     assert daemon_tag == client_tag
     assert versions.at_least(daemon_tag, versions.MATRIX["buildkit"].minimum), daemon_tag
+
+
+def test_the_trainer_minimum_installs_at_least_the_jobset_minimum() -> None:
+    """Trainer's install brings its own JobSet (kubeflow/trainer v2.2.0 and v2.3.0
+    manifests/third-party/jobset/kustomization.yaml: JobSet v0.11.0 and v0.12.0; go.mod sigs.k8s.io/jobset
+    v0.11.1 and v0.12.0), so a cluster on the Trainer minimum runs that JobSet: it must be a supported one."""
+    trainer, jobset = versions.MATRIX["kubeflow-trainer"], versions.MATRIX["jobset"]
+    assert versions.at_least(versions.TRAINER_INSTALLS_JOBSET[trainer.minimum], jobset.minimum)
+    assert versions.at_least(versions.TRAINER_INSTALLS_JOBSET[trainer.tested], jobset.tested)
+    # Trainer 2.2 would bring JobSet 0.11, under the JobSet minimum: it is not a supported Trainer.
+    assert not versions.at_least(versions.TRAINER_INSTALLS_JOBSET["2.2.0"], jobset.minimum)
+    assert not versions.at_least("2.2.1", trainer.minimum)

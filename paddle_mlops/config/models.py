@@ -140,8 +140,24 @@ class JobConfig(Strict):
     backoff_limit: int = Field(3, ge=0)
     active_deadline_seconds: int = Field(6 * 3600, gt=0)
     schedule_timeout_seconds: int = Field(
-        1800, gt=0, description="how long the job may wait for admission (Kueue) or gang scheduling"
+        1800,
+        gt=0,
+        description="legacy backends: how long a PaddleJob may wait for gang scheduling (its schedulingPolicy); "
+        "every backend: how long a training pod may stay unscheduled before an alert",
     )
+    queue_timeout_seconds: int = Field(
+        4 * 3600,
+        gt=0,
+        description="trainjob backend: how long a TrainJob may wait in Kueue's queue. The train step's deadline is "
+        "this plus active_deadline_seconds, which Trainer starts counting at admission, so a run admitted within "
+        "it always gets its whole deadline",
+    )
+
+    def step_deadline_seconds(self, backend: str) -> int:
+        """The train step's deadline: the longest wait before the job runs, plus the job's own deadline."""
+        wait = self.queue_timeout_seconds if backend == "trainjob" else self.schedule_timeout_seconds
+        return wait + self.active_deadline_seconds
+
     ttl_seconds_after_finished: int = Field(3600, ge=0)
     queue: str = Field("default", description="Volcano queue of the PaddleJob schedulingPolicy (legacy backends)")
     clean_pod_policy: Literal["None", "Running", "All"] = Field("Running", description="legacy backends")
@@ -443,6 +459,20 @@ class PipelineConfig(Strict):
     @model_validator(mode="after")
     def _task_consistent(self) -> PipelineConfig:
         task_rules.check(self)
+        return self
+
+    @model_validator(mode="after")
+    def _workflow_outlives_its_training(self) -> PipelineConfig:
+        train = self.training.job.step_deadline_seconds(self.training.backend)
+        need = train + self.cluster.step_deadline_seconds
+        if self.cluster.workflow_deadline_seconds < need:
+            wait = "queue_timeout_seconds" if self.training.backend == "trainjob" else "schedule_timeout_seconds"
+            raise ValueError(
+                f"cluster.workflow_deadline_seconds ({self.cluster.workflow_deadline_seconds}) would end the workflow "
+                f"before its train step may end: training.job.{wait} + active_deadline_seconds = {train}, plus one "
+                f"cluster.step_deadline_seconds ({self.cluster.step_deadline_seconds}) for the other steps, is {need}. "
+                f"Raise cluster.workflow_deadline_seconds to at least {need} or shorten the training deadlines."
+            )
         return self
 
     @model_validator(mode="after")

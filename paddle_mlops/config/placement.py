@@ -10,8 +10,44 @@ to change, instead of a job that waits in its queue forever.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from paddle_mlops.config.loader import ConfigError
 from paddle_mlops.config.models import PipelineConfig, RegionConfig, TeamConfig
+
+# Keys that decide where a run's training may be admitted. They are written into the TrainJob's node affinity and
+# the Kueue objects when the templates are compiled, so a run's `overrides` parameter (which only the steps read)
+# cannot change them: a run-time override would reach train.py and nothing else.
+COMPILE_TIME_KEYS = ("data.region", "data.movable", "training.placement.")
+
+
+def _placement_key(item: str) -> str | None:
+    key = item.split("=", 1)[0].strip()
+    return key if any(key == k or key.startswith(k) for k in COMPILE_TIME_KEYS) else None
+
+
+def run_time_overrides(overrides: Sequence[str]) -> list[str]:
+    """`overrides` without the placement keys (those a compiled template already holds)."""
+    return [o for o in overrides if _placement_key(o) is None]
+
+
+def refuse_run_time_placement(overrides: Sequence[str], where: str) -> None:
+    """Raise ConfigError naming the compile-time way when run-time `overrides` set a placement key."""
+    for item in overrides:
+        key = _placement_key(item)
+        if key is None:
+            continue
+        priority = (
+            " (the priority of one run is its workflow parameter: -p priority=NAME)"
+            if key.endswith(".priority")
+            else ""
+        )
+        raise ConfigError(
+            f"{where}: {item!r} sets {key}, which decides where training may be admitted: it is compiled into the "
+            "TrainJob's node affinity and the Kueue objects, so a run's overrides cannot change it" + priority + ". "
+            f"Set it at compile time instead: in configs/pipeline.yaml or an overlay of configs/env/, or "
+            f"`paddle-mlops compile --set {item}`; then apply argo/ (kubectl apply -k argo/) and submit again."
+        )
 
 
 def team_regions(team: TeamConfig, regions: dict[str, RegionConfig]) -> list[RegionConfig]:

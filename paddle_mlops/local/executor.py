@@ -26,6 +26,7 @@ from typing import Any
 from rich.console import Console
 
 from paddle_mlops.config import PipelineConfig
+from paddle_mlops.config.placement import run_time_overrides
 from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, HOME_ENV, TRACKING_URI_ENV, tracking_uri
 from paddle_mlops.local import fanout
 from paddle_mlops.local import summary as run_summary
@@ -166,7 +167,8 @@ class LocalExecutor:
                 "config": str(self.opts.config_path.resolve()),
                 "env": self.opts.env or "",
                 **({"task": self.opts.task} if self.opts.task else {}),
-                "overrides": json.dumps(self.opts.overrides),
+                # Placement keys went into the DAG this run compiled; the steps get only what they read at run time.
+                "overrides": json.dumps(run_time_overrides(self.opts.overrides)),
                 "workspace": str(self.workdir / "runs"),
             }
         )

@@ -1,6 +1,6 @@
 """Preflight's checks of controller settings the install set depends on: Knative's feature flags for
-the predictors' nodeSelector and tolerations, and the Argo Events controller's accepted JetStream
-versions (plus the state of the install set's EventBus)."""
+the predictors' nodeSelector and tolerations, Kueue's enabled integrations (and MultiKueue dispatcher),
+and the Argo Events controller's accepted JetStream versions (plus the state of the install set's EventBus)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,48 @@ def check_knative_features(api: KubernetesApi, req: Requirements) -> Iterator[Re
         yield Result("knative-features", subject, FINDING, message, "kubectl apply -f argo/knative.yaml")
     else:
         yield Result("knative-features", subject, OK, "nodeSelector and tolerations are allowed on predictors")
+
+
+def check_kueue_config(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
+    """Kueue admits only the kinds its `integrations.frameworks` enable (Go default: batch/job alone), and a
+    MultiKueue manager places runs in region order only with the Incremental dispatcher, one cluster a round."""
+    from pipelines.platform import kueue_config as kc
+
+    if not req.kueue_frameworks:
+        return
+    namespace = controller_namespace(api.deployments(), "kueue") or kc.NAMESPACE
+    subject = f"{namespace}/{kc.CONFIGMAP}"
+    restart = f"kubectl -n {namespace} rollout restart deployment/{kc.DEPLOYMENT}"
+    data = api.config_map_data(kc.CONFIGMAP, namespace)
+    config = kc.parse(data)
+    enabled = kc.frameworks(config)
+    missing = [f for f in req.kueue_frameworks if f not in enabled]
+    if missing:
+        where = "no such ConfigMap" if data is None else f"integrations.frameworks is [{', '.join(enabled)}]"
+        yield Result(
+            "kueue-config",
+            subject,
+            FINDING,
+            f"{where}: Kueue does not manage {', '.join(missing)}, so TrainJobs would never be admitted",
+            f"add `- {missing[0]}` under integrations.frameworks in key {kc.CONFIGMAP_KEY} "
+            f"(kubectl -n {namespace} edit configmap {kc.CONFIGMAP}), then {restart}",
+        )
+    else:
+        yield Result("kueue-config", subject, OK, f"integrations.frameworks enables {', '.join(req.kueue_frameworks)}")
+    if req.multikueue:
+        name, step = kc.dispatcher(config)
+        if name != kc.DISPATCHER_INCREMENTAL or step != 1:
+            yield Result(
+                "kueue-config",
+                subject,
+                FINDING,
+                f"multiKueue dispatcher {name} (step {step}) sends each run to several worker clusters at once, so "
+                "the first to admit wins instead of the team's region order",
+                f"set multiKueue.dispatcherName: {kc.DISPATCHER_INCREMENTAL} and "
+                f"multiKueue.incrementalDispatcherConfig.stepSize: 1 in key {kc.CONFIGMAP_KEY}, then {restart}",
+            )
+        else:
+            yield Result("kueue-config", subject, OK, "MultiKueue dispatches to one worker cluster at a time")
 
 
 def check_event_bus(api: KubernetesApi, req: Requirements) -> Iterator[Result]:

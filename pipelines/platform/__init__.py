@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, TeamConfig, load_teams
+from paddle_mlops.config import PipelineConfig, TeamConfig, load_regions, load_teams
 from pipelines.platform import (
     argo_controller,
     buildkit,
@@ -16,6 +16,7 @@ from pipelines.platform import (
     kueue,
     kyverno,
     mlflow_server,
+    multikueue,
     network,
     publish_events,
     rbac,
@@ -26,7 +27,7 @@ from pipelines.platform import (
 def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> dict[str, list[dict[str, Any]]]:
     """File name under argo/ → the documents it holds (teams default to `configs/teams/*.yaml`)."""
     teams = load_teams() if teams is None else teams
-    return {
+    files = {
         "argo-controller.yaml": argo_controller.render(cfg),
         "knative.yaml": knative.render(cfg),
         "tenancy.yaml": tenancy.render(cfg, teams),
@@ -38,6 +39,9 @@ def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = N
         "buildkit.yaml": buildkit.render(cfg),
         "kueue.yaml": kueue.render(cfg, teams),
     }
+    if cfg.cluster.multikueue:  # argo/ is the manager's; each region's worker cluster applies workers/<region>.yaml
+        files.update(multikueue.workers(cfg, teams, load_regions()))
+    return files
 
 
 __all__ = ["render_platform"]

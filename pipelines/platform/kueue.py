@@ -11,8 +11,9 @@ From `configs/regions/` and `configs/teams/`:
 - a LocalQueue `training` in every team namespace (and in the pipeline namespace, for cluster.team);
 - the WorkloadPriorityClasses a run picks with its `priority` parameter;
 - the Topology whose levels TrainJobs ask to share (Topology Aware Scheduling);
-- with `cluster.multikueue`: MultiKueueCluster per region worker cluster, MultiKueueConfig and the
-  AdmissionCheck every ClusterQueue runs (the manager cluster queues, workers run the pods).
+- with `cluster.multikueue` this file is the manager's: an accounting flavor and ClusterQueue per team, the
+  MultiKueueClusters, per team a MultiKueueConfig and AdmissionCheck; each region's worker cluster gets
+  argo/workers/<region>.yaml with the flavors and queues that place and run the jobs (multikueue.py says why).
 
 The namespace ResourceQuota and the PriorityClass (tenancy.py) stay for what Kueue does not
 manage (workflow pods, serving); docs/training.md says which limit applies where.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig, TeamConfig, load_regions, load_teams
+from paddle_mlops.config import PipelineConfig, RegionConfig, TeamConfig, load_regions, load_teams
 from paddle_mlops.config.placement import team_regions
 from pipelines.platform.meta import metadata
 from pipelines.platform.tenancy import scaled
@@ -86,8 +87,6 @@ def cluster_queue(cfg: PipelineConfig, team: TeamConfig, regions: dict[str, Regi
             "borrowWithinCohort": {"policy": "LowerPriority"},
         },
     }
-    if cfg.cluster.multikueue:
-        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": MULTIKUEUE_CHECK}]}
     return {
         "apiVersion": API,
         "kind": "ClusterQueue",
@@ -127,43 +126,6 @@ def topology(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def multikueue(cfg: PipelineConfig, regions: list[RegionConfig]) -> list[dict[str, Any]]:
-    """Manager-cluster objects: one MultiKueueCluster per region worker cluster (kubeconfig Secret by
-    name, in Kueue's namespace, key `kubeconfig`), the config listing them in preference order, the check."""
-    missing = [r.name for r in regions if r.worker_cluster is None]
-    if missing:
-        raise ConfigError(
-            f"cluster.multikueue is true but configs/regions/{missing[0]}.yaml has no worker_cluster (the Secret "
-            "in Kueue's namespace holding that region's worker-cluster kubeconfig, key `kubeconfig`); set it for "
-            "every region a team uses, or set cluster.multikueue: false"
-        )
-    clusters = list(dict.fromkeys(r.worker_cluster for r in regions if r.worker_cluster))
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": API,
-            "kind": "MultiKueueCluster",
-            "metadata": metadata(name),
-            "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": name}}},
-        }
-        for name in clusters
-    ]
-    docs.append(
-        {"apiVersion": API, "kind": "MultiKueueConfig", "metadata": metadata(COHORT), "spec": {"clusters": clusters}}
-    )
-    docs.append(
-        {
-            "apiVersion": API,
-            "kind": "AdmissionCheck",
-            "metadata": metadata(MULTIKUEUE_CHECK),
-            "spec": {
-                "controllerName": MULTIKUEUE_CONTROLLER,
-                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": COHORT},
-            },
-        }
-    )
-    return docs
-
-
 def render(
     cfg: PipelineConfig,
     teams: dict[str, TeamConfig] | None = None,
@@ -175,16 +137,24 @@ def render(
     docs: list[dict[str, Any]] = []
     if cfg.cluster.topology_levels:
         docs.append(topology(cfg))
-    docs += [resource_flavor(cfg, r) for r in used]
-    docs.append({"apiVersion": API, "kind": "Cohort", "metadata": metadata(COHORT), "spec": {}})
+    from pipelines.platform import multikueue
+
+    if cfg.cluster.multikueue:
+        docs.append(multikueue.manager_flavor(cfg))
+    else:
+        docs += [resource_flavor(cfg, r) for r in used]
+        docs.append({"apiVersion": API, "kind": "Cohort", "metadata": metadata(COHORT), "spec": {}})
     docs += priority_classes(cfg)
     for team in teams.values():
         if not team.regions:
             continue
-        docs.append(cluster_queue(cfg, team, regions))
+        if cfg.cluster.multikueue:
+            docs.append(multikueue.manager_cluster_queue(team, teams))
+        else:
+            docs.append(cluster_queue(cfg, team, regions))
         docs.append(local_queue(team, team.namespace))
         if team.name == cfg.cluster.team and cfg.cluster.namespace != team.namespace:
             docs.append(local_queue(team, cfg.cluster.namespace))
     if cfg.cluster.multikueue:
-        docs += multikueue(cfg, used)
+        docs += multikueue.manager(cfg, teams, regions)
     return docs

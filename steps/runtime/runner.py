@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops.config.placement import refuse_run_time_placement
 from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_USER_ERROR, OUTPUTS_FLAG, home_dir  # noqa: F401 (home_dir re-exported)
 
 log = logging.getLogger("steps")
@@ -130,6 +131,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
         raise ConfigError(f"--overrides must be a JSON list of 'a.b=c' strings: {exc}") from None
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise ConfigError("--overrides must be a JSON list of 'a.b=c' strings")
+    refuse_run_time_placement(overrides, "--overrides (the workflow parameter `overrides`)")
     return load_config(args.config, args.env or None, overrides, task=args.task or None)
 
 
