@@ -274,26 +274,37 @@ def task_parameters(args: argparse.Namespace, params: dict[str, str]) -> tuple[d
         raise ConfigError(f"several --task run as one batch: submit {finetune_batch.NAME}, not {args.template}.")
     if args.tasks:
         params = {"task": args.tasks[0], **params}
+    if args.overrides:  # --set reaches the run's steps (after any -p overrides), not only the GPU check
+        params = {**params, "overrides": json.dumps([*listed_overrides(params), *args.overrides])}
     return params, 1
+
+
+def listed_overrides(params: dict[str, str]) -> list[str]:
+    """The `-p overrides=[...]` list, [] when not given."""
+    if "overrides" not in params:
+        return []
+    try:
+        listed = json.loads(params["overrides"])
+    except json.JSONDecodeError:
+        listed = None
+    if not isinstance(listed, list):
+        raise ConfigError(f"-p overrides={params['overrides']!r} is not a JSON list of 'a.b=c' strings.")
+    return [str(o) for o in listed]
 
 
 def _refuse_placement(args: argparse.Namespace, params: dict[str, str]) -> None:
     """A submitted run starts templates compiled earlier: --set and -p overrides cannot move its training."""
     refuse_run_time_placement([o.split(":", 1)[-1] for o in args.overrides], "--set")
-    if "overrides" in params:
-        try:
-            listed = json.loads(params["overrides"])
-        except json.JSONDecodeError:
-            raise ConfigError(f"-p overrides={params['overrides']!r} is not a JSON list of 'a.b=c' strings.") from None
-        refuse_run_time_placement([str(o) for o in listed or []], "-p overrides")
+    refuse_run_time_placement(listed_overrides(params), "-p overrides")
 
 
 def _submit(args: argparse.Namespace, api: Any) -> int:
     plain = [o for o in args.overrides if ":" not in o.split("=", 1)[0]]
     task = args.tasks[0] if len(args.tasks) == 1 else None
-    cfg = load_config(args.config, args.env, plain, task=task)
     given = parse_params(args.params)
     _refuse_placement(args, given)
+    # The run's own configuration sizes the GPU check: -p overrides, then --set, as the steps will load it.
+    cfg = load_config(args.config, args.env, [*listed_overrides(given), *plain], task=task)
     params, jobs = task_parameters(args, given)
     namespace = args.namespace or cfg.cluster.namespace
     kueue = kueue_run(cfg, params, jobs) if cfg.training.backend == "trainjob" else None

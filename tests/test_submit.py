@@ -175,3 +175,14 @@ def test_a_local_batch_compiles_shared_placement_and_hands_the_steps_the_rest():
 
     items = batch.batch_items(["sentiment", "ner"], ["data.region=cn-east", "training.epochs=1"])
     assert [i["overrides"] for i in items] == [["training.epochs=1"], ["training.epochs=1"]]
+
+
+def test_set_reaches_the_submitted_run(capsys):
+    """--set of a single-task run goes into its `overrides` parameter after any -p overrides; it used to be read
+    by the GPU check only, and the steps trained with the template's settings."""
+    argv = ["train-deploy", "-p", 'overrides=["training.epochs=1"]', "--set", "training.learning_rate=0.00002"]
+    assert sub.main([*argv, "--dry-run"], api=NoApi()) == EXIT_OK
+    params = {p["name"]: p["value"] for p in yaml.safe_load(capsys.readouterr().out)["spec"]["arguments"]["parameters"]}
+    assert json.loads(params["overrides"]) == ["training.epochs=1", "training.learning_rate=0.00002"]
+    assert sub.main(["-p", "overrides={}", "--dry-run"], api=NoApi()) == EXIT_USAGE
+    assert "not a JSON list" in capsys.readouterr().err
