@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF
+from paddle_mlops.contracts import PART_OF, REGION_ENV
 from pipelines import k8s
 from pipelines.paddlejob import (
     KUBEFLOW_PORT,
@@ -81,9 +81,10 @@ def launch_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]
     ]  # fmt: skip
 
 
-def _node_pod(cfg: PipelineConfig) -> dict[str, Any]:
+def _node_pod(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
     """The runtime's pod: restricted, /dev/shm, no API token. No nodeSelector or tolerations: the
-    ResourceFlavor Kueue admits the job in sets them (region, GPU type, cost tier)."""
+    ResourceFlavor Kueue admits the job in sets them (region, GPU type, cost tier). `region`: a MultiKueue
+    worker's runtime, whose pods all run in that region, tells the train step so (its store holds the weights)."""
     job = cfg.training.job
     shm = k8s.shm_volume(job.shm_size)
     tmp = k8s.tmp_volume()
@@ -100,7 +101,10 @@ def _node_pod(cfg: PipelineConfig) -> dict[str, Any]:
             {
                 "name": "TRAINJOB_NAME",
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}},
-            }
+            },
+            # trainer v2.3.0 pkg/runtime/framework/plugins/jobset/builder.go Trainer(): the TrainJob's
+            # trainer.env is upserted by name into this list, so a runtime's own variables stay.
+            *([{"name": REGION_ENV, "value": region}] if region else []),
         ],
         "ports": ports,
         "resources": job_resources(cfg, job.gpus_per_worker),
@@ -126,7 +130,7 @@ def _node_pod(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def cluster_training_runtime(cfg: PipelineConfig) -> dict[str, Any]:
+def cluster_training_runtime(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
     """`paddle-distributed`: one Indexed Job of `numNodes` pods; a failed pod fails its Job
     (backoffLimit 0) and JobSet restarts the whole gang, up to `training.job.backoff_limit` times."""
     job = cfg.training.job
@@ -147,7 +151,7 @@ def cluster_training_runtime(cfg: PipelineConfig) -> dict[str, Any]:
                             "name": NODE,
                             "template": {
                                 "metadata": {"labels": {ANCESTOR_LABEL: ANCESTOR_TRAINER}},
-                                "spec": {"backoffLimit": 0, "template": _node_pod(cfg)},
+                                "spec": {"backoffLimit": 0, "template": _node_pod(cfg, region)},
                             },
                         }
                     ],

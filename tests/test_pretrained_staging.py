@@ -307,3 +307,27 @@ def test_with_download_allowed_an_unstaged_name_goes_through_paddlenlps_download
     exported = json.loads((ws / "model" / "model_config.json").read_text())
     assert exported["pretrained"] == NAME and exported["pretrained_uri"] == "paddlenlp-download"
     assert len(exported["pretrained_digest"]) == 64
+
+
+def test_a_pod_reads_the_resolved_digest_from_its_own_regions_store(
+    site: Path, endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare-data (on the manager) resolved the digest in cn-north's store; a training pod in cn-east
+    (PADDLE_MLOPS_REGION from its worker's runtime) reads the same digest from cn-east's: cn-north's copy is
+    damaged here, and training still verifies and runs."""
+    assert stage(site, save_tiny(tmp_path / "tiny", seed=1)) == 0
+    ws = tmp_path / "ws"
+    assert prepare(site, ws) == 0
+    record = json.loads((ws / "data" / PRETRAINED_RECORD).read_text())
+    assert record["region"] == "cn-north"
+    client = s3.client(endpoint)
+    for obj in client.list_objects_v2(Bucket="weights-north", Prefix="store/pretrained/objects/")["Contents"]:
+        client.put_object(Bucket="weights-north", Key=obj["Key"], Body=b"damaged")
+    shutil.rmtree(pretrained._cache_dir() / NAME / record["digest"], ignore_errors=True)
+    monkeypatch.setenv("PADDLE_MLOPS_REGION", "cn-east")
+    assert train.main([*config_args(site), "--workspace", str(ws)]) == 0
+    exported = json.loads((ws / "model" / "model_config.json").read_text())
+    assert (
+        exported["pretrained_uri"].startswith(f"{EAST}/pretrained/")
+        and exported["pretrained_digest"] == record["digest"]
+    )

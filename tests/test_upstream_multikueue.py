@@ -171,7 +171,8 @@ def test_the_remote_workload_finds_its_queue_and_priority_on_every_worker() -> N
         assert set(_named(objects["WorkloadPriorityClass"])) == set(cfg.cluster.priority_classes)
         assert (cfg.cluster.namespace, "paddle-mlops-train") in objects["ServiceAccount"]
         (runtime,) = objects["ClusterTrainingRuntime"].values()
-        assert runtime == trainjob.cluster_training_runtime(cfg)
+        region = name.removeprefix(f"{multikueue.WORKERS_DIR}/").removesuffix(".yaml")
+        assert runtime == trainjob.cluster_training_runtime(cfg, region)  # the manager's, and its region (below)
 
 
 def test_worker_queues_hold_the_teams_quota_in_that_region_and_the_manager_the_sum() -> None:
@@ -217,3 +218,24 @@ def test_the_runtime_is_installed_on_the_manager_too() -> None:
     kustomization = yaml.safe_load((root / "argo" / "kustomization.yaml").read_text(encoding="utf-8"))
     assert "training-runtime.yaml" in kustomization["resources"]
     assert not any(r.startswith(multikueue.WORKERS_DIR) for r in kustomization["resources"])
+
+
+def test_a_workers_runtime_tells_its_pods_their_region_and_the_trainjob_keeps_it() -> None:
+    """The train step reads pretrained weights from its region's store (steps/runtime/pretrained.py): a worker's
+    runtime sets PADDLE_MLOPS_REGION on the node container. kubeflow/trainer v2.3.0
+    pkg/runtime/framework/plugins/jobset/builder.go Trainer() upserts the TrainJob's trainer.env into the
+    runtime container's env by name, so the variable stays unless the TrainJob names it too, which ours never does;
+    the manager's runtime (one for every region) sets none."""
+    from paddle_mlops.contracts import REGION_ENV
+
+    def node_env(runtime: dict[str, Any]) -> dict[str, Any]:
+        job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+        (node,) = [c for c in job["template"]["spec"]["template"]["spec"]["containers"] if c["name"] == trainjob.NODE]
+        return {e["name"]: e.get("value") for e in node.get("env", [])}
+
+    cfg = _cfg()
+    for name, docs in _workers(cfg).items():
+        (runtime,) = [d for d in docs if d["kind"] == "ClusterTrainingRuntime"]
+        assert node_env(runtime)[REGION_ENV] == name.removeprefix(f"{multikueue.WORKERS_DIR}/").removesuffix(".yaml")
+    assert REGION_ENV not in node_env(trainjob.cluster_training_runtime(cfg))
+    assert REGION_ENV not in {e["name"] for e in trainjob.trainjob(cfg).manifest["spec"]["trainer"]["env"]}

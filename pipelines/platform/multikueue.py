@@ -189,7 +189,8 @@ def worker(
     """What one region's worker cluster needs to admit and run the copies the manager sends: the job namespaces
     (team label for the queues' namespaceSelector, restricted Pod Security), the training pods' ServiceAccount,
     the region's flavor, per team a ClusterQueue with its quota here (no admission check) and the LocalQueue of the
-    same name as on the manager, the priority classes, the Topology, and the ClusterTrainingRuntime."""
+    same name as on the manager, the priority classes, the Topology, and the ClusterTrainingRuntime (whose pods get
+    PADDLE_MLOPS_REGION: the train step reads pretrained weights from this region's store)."""
     from pipelines import trainjob
 
     here = {name: t for name, t in teams.items() if any(q.region == region.name for q in t.regions)}
@@ -213,7 +214,7 @@ def worker(
     for ns, team in job_namespaces(cfg, teams).items():
         if team.name in only_here:
             docs.append(kueue.local_queue(team, ns))
-    docs.append(trainjob.cluster_training_runtime(cfg))
+    docs.append(trainjob.cluster_training_runtime(cfg, region.name))  # its pods know their region's store
     return docs
 
 

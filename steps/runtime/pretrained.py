@@ -264,9 +264,27 @@ def _verified_copy(target: Path, doc: dict[str, Any], uri: str) -> bool:
     return True
 
 
-def materialize(record: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+def _nearest(cfg: PipelineConfig | None, record: dict[str, Any]) -> tuple[WeightsStore, Staged | None]:
+    """The store to read the resolved digest from: this pod's region's (`$PADDLE_MLOPS_REGION`, set by a
+    MultiKueue worker's runtime) when it holds the same digest, else the one prepare-data resolved it in."""
+    name, digest = record["name"], record["digest"]
+    resolved = WeightsStore(record["store"], record.get("endpoint_url"), record.get("region"))
+    here = os.environ.get(REGION_ENV)
+    if cfg is not None and here and here != resolved.region:
+        local = region_stores(cfg, here)[0]
+        if local.uri != resolved.uri or local.endpoint_url != resolved.endpoint_url:
+            staged = _staged(local, name, digest)
+            if staged is not None:
+                return local, staged
+            log.warning("%s %s is not staged in region %s (%s); reading it from %s, where prepare-data found it",
+                        name, digest[:12], here, local.uri, resolved.uri)  # fmt: skip
+    return resolved, _staged(resolved, name, digest)
+
+
+def materialize(record: dict[str, Any], cfg: PipelineConfig | None = None) -> tuple[Path, dict[str, Any]]:
     """A local directory of the weights `record` names, every file checked against the staged manifest, and the
-    provenance to record (name, digest, PaddleNLP version). Several processes of one job share one copy."""
+    provenance to record (name, digest, PaddleNLP version). Read from this region's store where it holds the same
+    digest (content-addressed: the same bytes). Several processes of one job share one copy."""
     name = record["name"]
     cache = _cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -274,8 +292,7 @@ def materialize(record: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the job's other processes wait for one fetch instead of racing it
         if record.get("download"):
             return _downloaded(name, cache)
-        store = WeightsStore(record["store"], record.get("endpoint_url"), record.get("region"))
-        staged = _staged(store, name, record["digest"])
+        store, staged = _nearest(cfg, record)
         uri = store.version_uri(name, record["digest"])
         if staged is None:
             raise StepError(

@@ -138,7 +138,7 @@ class Trainer:
             log.warning("training the small model from scratch: %s (model.scratch_if_unstaged)", record["from_scratch"])
             self.provenance = {"pretrained": None, "pretrained_unstaged": mcfg.pretrained_name}
             return None
-        directory, self.provenance = pretrained.materialize(record)
+        directory, self.provenance = pretrained.materialize(record, self.cfg)
         log.info("fine-tuning %s (digest %s)", mcfg.pretrained_name, self.provenance["pretrained_digest"][:12])
         return directory
 
