@@ -210,16 +210,7 @@ class KueueCluster:
                     out.append({"name": f["name"], "resources": resources})
             return out
 
-        local = {
-            (q["metadata"]["namespace"], q["metadata"]["name"])
-            for q in self.local_queues
-            if q["spec"]["clusterQueue"] == name
-        }
-        pending = [
-            w
-            for w in self.workloads
-            if not w["status"].get("admission") and (w["metadata"]["namespace"], w["spec"]["queueName"]) in local
-        ]
+        pending = self._pending(name)
         return {
             "conditions": [
                 {
@@ -238,17 +229,21 @@ class KueueCluster:
             "admittedWorkloads": len([w for w in mine if _is(w, "Admitted")]),
         }
 
-    def pending_summary(self, name: str) -> dict[str, Any]:
+    def _pending(self, name: str) -> list[dict[str, Any]]:
+        """The Workloads not admitted yet in the LocalQueues that feed ClusterQueue `name`."""
         local = {
             (q["metadata"]["namespace"], q["metadata"]["name"])
             for q in self.local_queues
             if q["spec"]["clusterQueue"] == name
         }
-        pending = [
+        return [
             w
             for w in self.workloads
             if not w["status"].get("admission") and (w["metadata"]["namespace"], w["spec"]["queueName"]) in local
         ]
+
+    def pending_summary(self, name: str) -> dict[str, Any]:
+        pending = self._pending(name)
         pending.sort(key=lambda w: (-w["spec"]["priority"], w["metadata"]["creationTimestamp"], w["metadata"]["uid"]))
         items, per_local = [], {}
         for i, w in enumerate(pending):
