@@ -61,6 +61,10 @@ class DynamicBatcher:
         """
         return self._executor.submit(fn, *args)
 
+    def close(self) -> None:
+        """Stop the model thread once what it was given has run (a batcher that serves no more requests)."""
+        self._executor.shutdown(wait=False)
+
     def _ensure_worker(self) -> asyncio.Queue[Pending]:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._worker is None or self._worker.done():
