@@ -92,6 +92,10 @@ def test_the_selection_ranks_by_served_speed_and_says_so() -> None:
     selected, ranking, why = choose(cfg, table)
     assert selected == "openvino-bf16" and ranking == ["openvino-bf16", "onnx-int8", "paddle-fp32"]
     assert ranked_by(table) == RANKED_BY_SERVED and "fastest served (95.1 texts/s, 16 clients)" in why
+    # A variant that failed when served is never chosen, however fast it was in process.
+    broken = _table({"paddle-fp32": (0.812, 35.0, 34.0), "onnx-int8": (0.812, 110.0, None)})
+    broken["onnx-int8"].status, broken["onnx-int8"].reason = "unavailable", "failed when served: answered 500"
+    assert choose(cfg, broken)[:2] == ("paddle-fp32", ["paddle-fp32"]) and broken["onnx-int8"].status == "unavailable"
     # Without a served figure for every allowed variant the in-process one ranks, and the table says so.
     table["onnx-int8"].served_texts_per_s = None
     selected, _, why = choose(cfg, table)

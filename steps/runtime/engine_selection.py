@@ -153,14 +153,14 @@ def _batches(model: Any, rows: list[dict[str, Any]], size: int) -> tuple[timing.
 
 
 def gate(cfg: PipelineConfig, table: dict[str, Measured]) -> list[str]:
-    """Mark each measured row allowed or refused (its metric at most `max_metric_drop` below Paddle fp32's); the
-    allowed variants."""
+    """Mark each measured row allowed or refused (its metric at most `max_metric_drop` below Paddle fp32's; a row
+    already unavailable stays so); the allowed variants."""
     base = reference(cfg)
     reference_metric = table[base].metric
     assert reference_metric is not None, f"{base} always runs"
     floor = reference_metric - cfg.serving.max_metric_drop
     for row in table.values():
-        if row.metric is None:
+        if row.metric is None or row.status == "unavailable":
             continue
         if row.metric >= floor:
             row.status = "allowed"
@@ -210,7 +210,7 @@ def _served(
     cfg: PipelineConfig, models: dict[str, Any], rows: list[dict[str, Any]], table: dict[str, Measured]
 ) -> None:
     """Every allowed variant served over loopback HTTP (test rows as the requests): `served_texts_per_s` in `table`;
-    a variant whose serving failed keeps none, and says why."""
+    a variant whose answers failed when served is unavailable (never served), and says why."""
     from steps.runtime.serving.loopback import served_speeds
 
     allowed = {name: models[name] for name in gate(cfg, table) if name in models}
@@ -220,7 +220,7 @@ def _served(
     for name, speed in speeds.items():
         table[name].served_texts_per_s = speed.texts_per_s
         if speed.error:
-            table[name].reason = f"served over loopback HTTP: {speed.error}"
+            table[name].status, table[name].reason = "unavailable", f"failed when served: {speed.error}"
             log.warning("%s failed when served: %s", name, speed.error)
 
 
