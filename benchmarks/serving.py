@@ -8,9 +8,11 @@ vocabulary 40 000, random weights) at sequence length 64 it measures, in one run
   (b) throughput of 16 concurrent keep-alive clients, against the in-process predictor's best
       batched throughput over batch sizes 1..32 (the machine's limit) -> `throughput ratio`
   (c) both figures for the plain one-request-one-inference `kserve.Model` a user would write.
+  (d) batch-1 latency of the floor: a bare ASGI app around the same predictor under the same uvicorn (read the
+      body, call the model, write the answer)                 -> `latency ratio against the floor`
 
-All three use ONE loaded predictor: a host process loads the model once and serves it through our
-server and through the plain kserve.Model (both on one event loop in one thread, each on its own
+All of them use ONE loaded predictor: a host process loads the model once and serves it through our
+server, the plain kserve.Model and the bare app (all on one event loop in one thread, each on its own
 127.0.0.1 socket); the in-process batch-1 calls are handed to that same thread, so every batch-1
 call runs on one thread, and the in-process batches run on our server's model thread, where its
 batches run. This process only sends commands and HTTP requests. Separate processes loading the
@@ -417,6 +419,26 @@ class Host:
         return self._reply()
 
 
+def bare_app(clf: Any) -> Any:
+    """The floor: read the JSON body, call the model, write the JSON answer; nothing else. The least any Python ASGI
+    server adds to a model call under uvicorn, httptools and uvloop (#32: the batch-1 target is against it)."""
+    import orjson
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        answer = orjson.dumps({"predictions": clf.predict(orjson.loads(body)["instances"])})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+    return app
+
+
 def _baseline_server(clf: object, port: int) -> Any:
     """The plain predictor a user would write, on kserve's own REST server: one request, one inference.
 
@@ -461,7 +483,7 @@ def _wait_http(url: str, timeout: float = 120) -> None:
 
 @dataclass
 class Servers:
-    """What the host process serves: one predictor, through ours and the baseline, on one event loop."""
+    """What the host process serves: one predictor, through ours, the baseline and the floor, on one event loop."""
 
     clf: Any  # the ExportedModel both servers call
     ours: Any  # our serving.ErnieModel around `clf`
@@ -491,7 +513,7 @@ def _host_serving_config(args: argparse.Namespace) -> ServingConfig:
 
 
 def _start_servers(args: argparse.Namespace) -> Servers:
-    """Load the predictor once and serve it as ours and as the baseline, once both are listening."""
+    """Load the predictor once and serve it as ours, as the baseline and as the floor, once all are listening."""
     from steps.runtime import openmp, serving
     from steps.runtime.ernie import ExportedModel
 
@@ -500,10 +522,12 @@ def _start_servers(args: argparse.Namespace) -> Servers:
     ours = serving.ErnieModel(MODEL_NAME, cfg, model_dir=args.host_model, classifier_factory=lambda _d, _c: clf)
     ours.load()
     sock = serving.bind_socket("127.0.0.1", 0)
-    started = threading.Event()
+    started, floor_started = threading.Event(), threading.Event()
     ours_server = serving.uvicorn_server(serving.create_app([ours], cfg.max_request_bytes))
     base_port = free_port()
     base_server = _baseline_server(clf, base_port)
+    floor_sock = serving.bind_socket("127.0.0.1", 0)
+    floor_server = serving.uvicorn_server(bare_app(clf))
     loop_ready: list[asyncio.AbstractEventLoop] = []
 
     # Both servers on one event loop in one thread; the in-process batch-1 calls are handed to
@@ -519,7 +543,11 @@ def _start_servers(args: argparse.Namespace) -> Servers:
         # our model thread's), where the runtime would otherwise drop it to 0 on this thread.
         openmp.set_blocktime(OPENMP_DEFAULT_SPIN_MS)
         loop_ready.append(asyncio.get_running_loop())
-        await asyncio.gather(serving.run_server(ours_server, sock, started.set), base_server.start())
+        await asyncio.gather(
+            serving.run_server(ours_server, sock, started.set),
+            base_server.start(),
+            serving.run_server(floor_server, floor_sock, floor_started.set),
+        )
 
     def run_loop() -> None:
         with asyncio.Runner(loop_factory=ours_server.config.get_loop_factory()) as runner:
@@ -528,9 +556,13 @@ def _start_servers(args: argparse.Namespace) -> Servers:
     threading.Thread(target=run_loop, name="servers", daemon=True).start()
     # Ours is listening (with its model loaded) once `started` is set; kserve's server only
     # says so over HTTP.
-    if not started.wait(120):
-        raise RuntimeError("our server did not start within 120 s")
-    urls = {"ours": f"http://127.0.0.1:{sock.getsockname()[1]}", "baseline": f"http://127.0.0.1:{base_port}"}
+    if not started.wait(120) or not floor_started.wait(120):
+        raise RuntimeError("our server or the floor did not start within 120 s")
+    urls = {
+        "ours": f"http://127.0.0.1:{sock.getsockname()[1]}",
+        "baseline": f"http://127.0.0.1:{base_port}",
+        "floor": f"http://127.0.0.1:{floor_sock.getsockname()[1]}",
+    }
     _wait_http(f"{urls['baseline']}/v1/models/{BASELINE_NAME}")
     return Servers(clf, ours, loop_ready[0], urls)
 
@@ -631,11 +663,13 @@ def rotated(items: Sequence[T], r: int) -> list[T]:
     return [*items[k:], *items[:k]]
 
 
-def warm_up(inproc: InProcess, ours: HttpContender, base: HttpContender, texts: list[str], clients: int) -> None:
+def warm_up(
+    inproc: InProcess, ours: HttpContender, base: HttpContender, floor: HttpContender, texts: list[str], clients: int
+) -> None:
     """The first runs of every batch shape on every calling thread allocate and pick kernels
     (oneDNN caches are per thread). Our server sees batches of up to `clients` texts here; every
     contender runs one such batch too, so all carry the same history into the batch-1 timings."""
-    for contender in (inproc, ours, base):
+    for contender in (inproc, ours, base, floor):
         contender.open(texts[0])
         for text in texts[1:4]:
             contender.time_one(text)
@@ -649,7 +683,7 @@ def measure_latency(
     contenders: Sequence[tuple[str, Any]], results: dict[str, Result], texts: list[str], requests: int
 ) -> None:
     """Batch-1 latency one request at a time, each contender in turn (the order rotating), so that
-    the machine's slow spells (seconds long on a shared host) fall on all three alike. Every call
+    the machine's slow spells (seconds long on a shared host) fall on all of them alike. Every call
     runs on the host's one loop thread with its OpenMP team still spinning from the call before,
     whichever contender made it: the steady state of back-to-back requests."""
     for _, contender in contenders:
@@ -720,6 +754,8 @@ def measure_throughput(
         + ", ".join(f"<={size}: {n}" for size, n in sorted(ours_batches.items()) if n)
     )
     best = max(sizes, key=lambda size: limit[size].throughput)
+    # The batch our server forms under `clients` clients, on its own (#32: the throughput target is against it).
+    results["in-process@batch"] = replace(limit[server_batch], name=f"in-process@{server_batch}")
     results["in-process"] = replace(
         limit[best],
         name="in-process",
@@ -741,11 +777,13 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path 
         urls = host.ready()
         inproc = InProcess(host)
         ours, base = HttpContender(urls["ours"], MODEL_NAME), HttpContender(urls["baseline"], BASELINE_NAME)
-        stack.callback(ours.close)
-        stack.callback(base.close)
-        results = {name: Result(name) for name in ("in-process", "ours", "baseline")}
-        warm_up(inproc, ours, base, texts, args.clients)
-        measure_latency((("in-process", inproc), ("ours", ours), ("baseline", base)), results, texts, args.requests)
+        floor = HttpContender(urls["floor"], MODEL_NAME)
+        for contender in (ours, base, floor):
+            stack.callback(contender.close)
+        results = {name: Result(name) for name in ("in-process", "ours", "baseline", "floor")}
+        warm_up(inproc, ours, base, floor, texts, args.clients)
+        latency = (("in-process", inproc), ("ours", ours), ("baseline", base), ("floor", floor))
+        measure_latency(latency, results, texts, args.requests)
         rates = batch_rates(inproc, texts, args.quick)
         print("in-process texts/s by batch size: " + ", ".join(f"{b}: {v:.1f}" for b, v in rates.items()), flush=True)
         measure_throughput(args, texts, rates, (inproc, ours, base), results, urls["ours"])
@@ -754,7 +792,8 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path 
 
 
 def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], rates: dict[int, float]) -> dict:
-    inproc, ours, base = results["in-process"], results["ours"], results["baseline"]
+    inproc, ours, base, floor = results["in-process"], results["ours"], results["baseline"], results["floor"]
+    at_batch = results["in-process@batch"]
     print(
         f"model: {shape.describe()}; engine {args.engine or 'paddle-fp32'}; cpu_threads {args.cpu_threads}; "
         f"{os.cpu_count()} CPUs; {args.requests} requests x {args.rounds} rounds; {args.clients} clients"
@@ -765,7 +804,14 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
             f"  {r.name:<11} batch-1 p50 {r.p50 * 1e3:7.2f} ms  p99 {r.pct(99) * 1e3:7.2f} ms  "
             f"throughput {r.throughput:7.2f} texts/s (all rounds together {r.total_throughput:6.2f}){extra}"
         )
+    print(
+        f"  {floor.name:<11} batch-1 p50 {floor.p50 * 1e3:7.2f} ms  p99 {floor.pct(99) * 1e3:7.2f} ms  "
+        "(the bare ASGI app around the same predictor under the same uvicorn)"
+    )
     figures = {
+        "floor_latency_ratio": ours.p50 / floor.p50,
+        "floor_over_in_process_latency": floor.p50 / inproc.p50,
+        "batch_throughput_ratio": ours.paired_ratio(at_batch),
         "latency_ratio": ours.p50 / inproc.p50,
         "throughput_ratio": ours.paired_ratio(inproc),
         "baseline_latency_ratio": base.p50 / inproc.p50,
@@ -791,6 +837,14 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
         f"throughput ratio of all rounds together: {figures['total_throughput_ratio']:.3f}  "
         f"(baseline {figures['baseline_total_throughput_ratio']:.3f})"
     )
+    print(
+        f"latency ratio against the floor: {figures['floor_latency_ratio']:.3f}  (target <= 1.02; floor / in-process "
+        f"{figures['floor_over_in_process_latency']:.3f})"
+    )
+    print(
+        f"throughput ratio against {at_batch.name}: {figures['batch_throughput_ratio']:.3f}  "
+        "(target >= 0.95; the largest batch the clients form)"
+    )
     print(f"baseline latency ratio: {figures['baseline_latency_ratio']:.3f}")
     print(f"baseline throughput ratio: {figures['baseline_throughput_ratio']:.3f}")
     return {
@@ -811,7 +865,8 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
                 "texts_per_s_by_round": r.per_round,
             }
             for r in (inproc, ours, base)
-        },
+        }
+        | {floor.name: {"p50_ms": floor.p50 * 1e3, "p99_ms": floor.pct(99) * 1e3}},
         **figures,
     }
 

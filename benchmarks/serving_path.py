@@ -35,7 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
-from benchmarks.serving import MEDIUM, MODEL_NAME, ROOT, TINY, HttpContender, _env, export_model, make_texts, rotated
+from benchmarks.serving import (
+    MEDIUM,
+    MODEL_NAME,
+    ROOT,
+    TINY,
+    HttpContender,
+    _env,
+    bare_app,
+    export_model,
+    make_texts,
+    rotated,
+)
 from steps.runtime.processes import stop_group
 
 SERVERS = ("ours", "floor")
@@ -86,25 +97,6 @@ class StampedPredictor:
 
     def __getattr__(self, name: str) -> Any:  # task_type, labels, engine_name, ... of the real one
         return getattr(self._clf, name)
-
-
-def bare_app(clf: Any) -> Any:
-    """The floor: read the JSON body, call the model, write the JSON answer; nothing else."""
-    import orjson
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-        answer = orjson.dumps({"predictions": clf.predict(orjson.loads(body)["instances"])})
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
-
-    return app
 
 
 def stamped(app: Any, records: list[dict[str, float]], current: list[dict[str, float]], every: dict) -> Any:

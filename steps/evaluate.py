@@ -1,11 +1,12 @@
 """evaluate: choose the engine that will serve the exported model, score it on the held-out test split and decide
 the promotion gate.
 
-First every engine variant (Paddle fp32/bf16, ONNX Runtime fp32/int8, OpenVINO bf16) is built beside the export
-and measured on this host: the fastest whose gate metric is within `serving.max_metric_drop` of Paddle fp32 is the
-one that serves (`engine.json`, published with the model; steps/runtime/engine_selection.py). Then the model is
-scored as that variant answers, so the gate judges what clients will get: the configured metric must reach
-`gate.threshold` AND be no worse than the current champion (MLflow registered-model alias `champion`) by more than
+First every engine variant (Paddle fp32/bf16, ONNX Runtime fp32/int8, OpenVINO bf16/int8) is built beside the
+export and measured on this host, in process and then served over loopback HTTP: the fastest served whose gate
+metric is within `serving.max_metric_drop` of Paddle fp32 is the one that serves (`engine.json`, published with
+the model, says which figure ranked them; steps/runtime/engine_selection.py). Then the model is scored as that
+variant answers, so the gate judges what clients will get: the configured metric must reach `gate.threshold` AND
+be no worse than the current champion (MLflow registered-model alias `champion`) by more than
 `gate.tolerance`. A failed gate is a result, not an error: the step exits 0 and writes `false`.
 """
 
@@ -57,11 +58,11 @@ def log_to_mlflow(
     }
     engine = metrics.get("engine") or {}
     for variant, row in (engine.get("variants") or {}).items():
-        for key in ("metric", "batch1_p50_ms", "batch_texts_per_s"):
+        for key in ("metric", "batch1_p50_ms", "batch_texts_per_s", "served_texts_per_s"):
             if row.get(key) is not None:
                 values[f"engine_{variant}_{key}"] = row[key]
     tags |= {"engine.selected": engine.get("selected", ""), "engine.served": engine.get("served", ""),
-             "engine.reason": engine.get("reason", "")}  # fmt: skip
+             "engine.reason": engine.get("reason", ""), "engine.ranked_by": engine.get("ranked_by", "")}  # fmt: skip
     client.log_batch(
         run_id,
         metrics=[Metric(_mlflow_key(k), float(v), now, 0) for k, v in values.items()],
@@ -109,7 +110,9 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         model_dir, workspace.join(ws, "model"), cfg.storage.endpoint_url, only=written, removed=set(before) - set(after)
     )
     metrics, run_id = evaluation.evaluate(cfg, model_dir, data_dir)
-    metrics["engine"] |= {k: selection[k] for k in ("selected", "reason", "ranking", "max_metric_drop", "variants")}
+    metrics["engine"] |= {
+        k: selection[k] for k in ("selected", "reason", "ranking", "ranked_by", "max_metric_drop", "variants")
+    }
 
     from mlflow import MlflowClient
 

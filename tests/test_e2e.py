@@ -104,6 +104,9 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"] if s not in cluster_only)
     assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0 and 0.0 <= summary["metrics"]["macro_f1"] <= 1.0
     assert summary["gate"]["passed"] is True
+    # The variant the selection ranked first by served texts/s is the one that serves.
+    engine = summary["engine"]
+    assert engine["ranked_by"].startswith("served texts/s") and engine["served"] == engine["selected"]
     assert Path(summary["model_uri"], "manifest.json").is_file()
     assert summary["mlflow_run_id"] and summary["serving_url"].startswith("http://127.0.0.1:")
     for step in names:  # streamed logs carry the step name

@@ -99,6 +99,12 @@ def test_select_measures_every_variant_and_writes_the_choice(trained: Path, monk
         assert row["status"] in ("allowed", "refused", "unavailable")
         if row["status"] != "unavailable":
             assert row["batch1_p50_ms"] > 0
+        if row["status"] == "allowed":  # served over loopback HTTP, and ranked by that (#32 item 3)
+            assert row["served_texts_per_s"] > 0
+    assert record["ranked_by"] == engine_selection.RANKED_BY_SERVED
+    served = [record["variants"][name]["served_texts_per_s"] for name in record["ranking"]]
+    assert served == sorted(served, reverse=True) and "fastest served" in record["reason"]
+    assert engine_selection.table_lines(record)[-1] == f"ranked by {engine_selection.RANKED_BY_SERVED}"
     # A variant that loses more than the allowed drop is never served, however fast it is.
     real = engine_selection._metrics
 

@@ -10,7 +10,7 @@ from fixtures_ernie import common, make_exported_model, prepared_workspace
 
 from paddle_mlops.contracts import CHAMPION
 from steps import evaluate
-from steps.runtime import gate
+from steps.runtime import engine_selection, gate
 
 MODEL_NAME = "ernie-sentiment"
 
@@ -95,6 +95,10 @@ def test_gate_passes_threshold_without_champion(workspace: Path, client, tmp_pat
     assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
     assert "test_macro_f1" in run.data.metrics and "test_positive_f1" in run.data.metrics
     assert run.data.tags["gate.passed"] == "true" and "threshold" in run.data.tags["gate.reason"]
+    # The engine table in MLflow says which figure ranked it, and carries the served figure it ranked by.
+    assert run.data.tags["engine.ranked_by"] == metrics["engine"]["ranked_by"] == engine_selection.RANKED_BY_SERVED
+    selected = metrics["engine"]["selected"]
+    assert run.data.metrics[f"engine_{selected}_served_texts_per_s"] > 0
 
 
 def test_gate_fails_below_threshold_without_error(workspace: Path, client, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

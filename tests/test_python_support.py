@@ -62,6 +62,22 @@ def test_python_3_10_is_refused_at_install() -> None:
     assert Version("3.10.14") not in requires_python()
 
 
+# Locked, binary-only packages without a wheel for 3.13 (checked with `pip download --only-binary :all:
+# --python-version 3.13`): widening requires-python past 3.12 needs them first.
+NO_CP313_WHEEL = {"paddle2onnx": "2.0.1", "tool-helpers": "0.1.2"}
+
+
+def test_python_3_13_is_refused_while_locked_packages_have_no_wheel_for_it() -> None:
+    locked = {p["name"]: p for p in tomllib.loads((ROOT / "uv.lock").read_text(encoding="utf-8"))["package"]}
+    for name, version in NO_CP313_WHEEL.items():
+        package = locked[name]
+        if package["version"] != version or "sdist" in package:
+            continue  # another version or a source build: the note above is stale, look again
+        assert Version("3.13.0") not in requires_python(), f"{name} {version} has no wheel for 3.13"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(f"{name} {version}" in readme for name, version in NO_CP313_WHEEL.items()), "README names them"
+
+
 def test_running_interpreter_is_supported() -> None:
     running = Version(".".join(map(str, sys.version_info[:3])))
     assert running in requires_python(), f"Python {running} is outside requires-python {requires_python()}"

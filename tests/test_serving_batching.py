@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import httpx
@@ -59,6 +60,35 @@ def test_a_lone_request_runs_without_waiting_for_companions() -> None:
         return loop.time() - start
 
     assert asyncio.run(go()) < 1.0
+
+
+def test_a_lone_request_calls_the_model_in_its_own_task_and_a_wave_at_once_is_still_one_batch() -> None:
+    """A lone client's request runs the model in its own task after one turn of the loop (no hand-over to the
+    worker and back: serving item 14); requests that arrive together after lone traffic are one batch, not the
+    first alone and the rest after it, and a request during a batch waits for the worker."""
+    tasks: list[tuple[int, asyncio.Task[Any] | None]] = []
+
+    def run(texts: list[str]) -> list[dict[str, Any]]:
+        tasks.append((len(texts), asyncio.current_task() if threading.current_thread() is main else None))
+        return [{"label": t} for t in texts]
+
+    main = threading.current_thread()
+    batcher = serving.DynamicBatcher(run, max_batch_size=16, max_wait_ms=50)
+
+    async def go() -> list[asyncio.Task[Any] | None]:
+        callers = []
+        await batcher.submit(["first"])  # the worker starts, and runs it
+        for text in ("one", "two"):  # a lone client, twice
+            task = asyncio.create_task(batcher.submit([text]))
+            callers.append(task)
+            await task
+        await asyncio.gather(*[batcher.submit([f"w{i}"]) for i in range(16)])  # a wave at once
+        return callers
+
+    callers = asyncio.run(go())
+    assert [size for size, _ in tasks] == [1, 1, 1, 16]
+    assert [task for _, task in tasks[1:3]] == callers  # each lone request in its own task, on the loop thread
+    assert tasks[3][1] is None  # the wave on the model thread
 
 
 def recording_batcher(max_batch_size: int, max_wait_ms: float) -> tuple[serving.DynamicBatcher, list[int]]:

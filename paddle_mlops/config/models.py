@@ -288,8 +288,8 @@ class ServingConfig(Strict):
         "paddle-gpu-fp32", "paddle-gpu-fp16", "paddle-trt-fp16",
     ] = Field(
         "auto",
-        description="auto: the fastest variant within max_metric_drop of Paddle fp32, measured at evaluate; or a "
-        "variant to serve (still measured and gated)",
+        description="auto: the fastest variant served within max_metric_drop of Paddle fp32, measured at evaluate; "
+        "or a variant to serve (still measured and gated)",
     )  # fmt: skip
     quantization: bool = Field(True, description="false: int8 variants are never built or served")
     max_metric_drop: float = Field(

@@ -105,10 +105,12 @@ def _model(workspace: Path) -> str | None:
 
 
 def _engine(engine: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Which variant serves and why, and every variant's gate metric and speed (evaluate's engine selection)."""
+    """Which variant serves and why, every variant's gate metric and speeds, and which speed ranked them (evaluate's
+    engine selection)."""
     if not engine or "selected" not in engine:
         return None
-    return {key: engine.get(key) for key in ("selected", "served", "reason", "max_metric_drop", "variants")}
+    keys = ("selected", "served", "reason", "ranked_by", "max_metric_drop", "variants")
+    return {key: engine.get(key) for key in keys}
 
 
 def _branch(branch: Any, scopes: list[Any]) -> dict[str, Any]:

@@ -1,11 +1,15 @@
-"""Which engine variant serves a model: every variant measured on the evaluation host, and the fastest whose gate
-metric is within `serving.max_metric_drop` of Paddle fp32 chosen — by measurement, not by faith.
+"""Which engine variant serves a model: every variant measured on the evaluation host, and the fastest served
+whose gate metric is within `serving.max_metric_drop` of Paddle fp32 chosen — by measurement, not by faith.
 
 evaluate calls `select` on the exported model: the variants' files are written beside the export
 (steps/runtime/engines), each variant this host can run answers the held-out test split (the task's gate metric)
-and is timed at batch 1 and at `serving.max_batch_size` in interleaved rounds, so a slow spell of a shared machine
-falls on all of them alike. The choice, the ranking the predictor falls back along on a node that lacks a CPU
-feature, and the whole table go to `engine.json` in the export: upload publishes it with the model, the predictor
+and is timed in process at batch 1 and at `serving.max_batch_size` in interleaved rounds, so a slow spell of a
+shared machine falls on all of them alike. Each variant the gate allows is then served through the real serving
+stack on a loopback port (steps/runtime/serving/loopback.py) and driven by `serving.max_batch_size` concurrent
+clients, also in interleaved rounds and bounded in time: the variants are ranked by those served texts/s, which
+the HTTP work per request can reorder against the in-process figures (docs/benchmarks.md). The choice, the
+ranking the predictor falls back along on a node that lacks a CPU feature, the whole table and which figure ranked
+it (`ranked_by`) go to `engine.json` in the export: upload publishes it with the model, the predictor
 (ernie.ExportedModel) reads it, evaluate logs it to MLflow. `serving.engine` pins a variant (still measured and
 gated); `serving.quantization: false` keeps int8 out. The statically quantised variant (openvino-int8) fixes its
 activations' ranges on a sample of the dev split, never on the test split it is then judged on.
@@ -55,7 +59,16 @@ class Measured:
     batch1_p50_ms: float | None = None
     batch1_texts_per_s: float | None = None
     batch_texts_per_s: float | None = None
+    served_texts_per_s: float | None = None
     reason: str = ""
+
+
+# What the ranking ranks by (engine.json's `ranked_by`): served texts/s, or in-process texts/s at the batch size where
+# no served figure exists (benchmarks/engines.py's in-process selection, a variant the loopback serving failed).
+RANKED_BY_SERVED = "served texts/s, max_batch_size clients over loopback HTTP"
+RANKED_BY_IN_PROCESS = "in-process texts/s at max_batch_size"
+SERVED_ROUNDS = 3
+SERVED_BUDGET_S = 20.0  # the served rounds stop after this long (each variant gets one): a slow model on a slow node
 
 
 def reference(cfg: PipelineConfig) -> str:
@@ -139,32 +152,76 @@ def _batches(model: Any, rows: list[dict[str, Any]], size: int) -> tuple[timing.
     return batch(1), batch(size)
 
 
-def choose(cfg: PipelineConfig, table: dict[str, Measured]) -> tuple[str, list[str], str]:
-    """(the variant to serve, the ranking to fall back along, why): the fastest at batch size whose metric is at
-    most `max_metric_drop` below Paddle fp32's; a pinned variant when it could be measured."""
+def gate(cfg: PipelineConfig, table: dict[str, Measured]) -> list[str]:
+    """Mark each measured row allowed or refused (its metric at most `max_metric_drop` below Paddle fp32's; a row
+    already unavailable stays so); the allowed variants."""
     base = reference(cfg)
     reference_metric = table[base].metric
     assert reference_metric is not None, f"{base} always runs"
     floor = reference_metric - cfg.serving.max_metric_drop
     for row in table.values():
-        if row.metric is None:
+        if row.metric is None or row.status == "unavailable":
             continue
         if row.metric >= floor:
             row.status = "allowed"
         else:
             row.status, row.reason = "refused", f"{cfg.gate.metric} {row.metric:.4f} < {floor:.4f}"
-    allowed = sorted((r for r in table.values() if r.status == "allowed"), key=lambda r: -(r.batch_texts_per_s or 0.0))
+    return [name for name, row in table.items() if row.status == "allowed"]
+
+
+def ranked_by(table: dict[str, Measured]) -> str:
+    """Served texts/s when every allowed variant has that figure, else in-process texts/s at the batch size."""
+    allowed = [r for r in table.values() if r.status == "allowed"]
+    return RANKED_BY_SERVED if allowed and all(r.served_texts_per_s for r in allowed) else RANKED_BY_IN_PROCESS
+
+
+def choose(cfg: PipelineConfig, table: dict[str, Measured]) -> tuple[str, list[str], str]:
+    """(the variant to serve, the ranking to fall back along, why): the fastest (served where every allowed variant
+    was served, `ranked_by`) whose metric is at most `max_metric_drop` below Paddle fp32's; a pinned variant when it
+    could be measured."""
+    base = reference(cfg)
+    gate(cfg, table)
+    served = ranked_by(table) == RANKED_BY_SERVED
+
+    def speed(row: Measured) -> float:
+        return (row.served_texts_per_s if served else row.batch_texts_per_s) or 0.0
+
+    allowed = sorted((r for r in table.values() if r.status == "allowed"), key=lambda r: -speed(r))
     ranking = [r.variant for r in allowed] + ([base] if table[base].status != "allowed" else [])
     pinned = cfg.serving.engine
     if pinned != "auto" and table.get(pinned) and table[pinned].metric is not None:
         why = f"pinned by serving.engine ({cfg.gate.metric} {table[pinned].metric:.4f})"
         return pinned, [pinned, *[r for r in ranking if r != pinned]], why
     best = table[ranking[0]]
+    how = (
+        f"fastest served ({speed(best):.1f} texts/s, {cfg.serving.max_batch_size} clients)"
+        if served
+        else f"fastest at batch {cfg.serving.max_batch_size} ({speed(best):.1f} texts/s)"
+    )
+    reference_metric = table[base].metric
     why = (
-        f"fastest at batch {cfg.serving.max_batch_size} ({best.batch_texts_per_s:.1f} texts/s) with {cfg.gate.metric} "
-        f"{best.metric:.4f} within {cfg.serving.max_metric_drop} of {base}'s {reference_metric:.4f}"
+        f"{how} with {cfg.gate.metric} {best.metric:.4f} within {cfg.serving.max_metric_drop} of {base}'s "
+        f"{reference_metric:.4f}"
     )
     return best.variant, ranking, why
+
+
+def _served(
+    cfg: PipelineConfig, models: dict[str, Any], rows: list[dict[str, Any]], table: dict[str, Measured]
+) -> None:
+    """Every allowed variant served over loopback HTTP (test rows as the requests): `served_texts_per_s` in `table`;
+    a variant whose answers failed when served is unavailable (never served), and says why."""
+    from steps.runtime.serving.loopback import served_speeds
+
+    allowed = {name: models[name] for name in gate(cfg, table) if name in models}
+    clients = cfg.serving.max_batch_size
+    instances = [models[reference(cfg)].task.instance(r) for r in rows[: 2 * clients]]
+    speeds = served_speeds(allowed, cfg.serving, instances, clients, SERVED_ROUNDS, SETTLE_S, SERVED_BUDGET_S)
+    for name, speed in speeds.items():
+        table[name].served_texts_per_s = speed.texts_per_s
+        if speed.error:
+            table[name].status, table[name].reason = "unavailable", f"failed when served: {speed.error}"
+            log.warning("%s failed when served: %s", name, speed.error)
 
 
 def select(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> dict[str, Any]:
@@ -196,12 +253,14 @@ def select(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> dict[str, An
     for name, speed in speeds.items():
         table[name] = Measured(name, "measured", metrics[name], speed.batch1_p50_ms, speed.batch1_texts_per_s,
                                speed.batchN_texts_per_s)  # fmt: skip
+    _served(cfg, models, rows, table)
     selected, ranking, why = choose(cfg, table)
     flags = cpu_flags()
     record = {
         "selected": selected,
         "reason": why,
         "ranking": ranking,
+        "ranked_by": ranked_by(table),
         "metric": cfg.gate.metric,
         "max_metric_drop": cfg.serving.max_metric_drop,
         "batch_size": size,
@@ -215,14 +274,33 @@ def select(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> dict[str, An
 
 
 def table_lines(record: dict[str, Any]) -> list[str]:
-    """The variants table as text lines (the evaluate log, last-run.json's readers)."""
-    lines = [f"{'variant':<14} {'status':<12} {record['metric']:>9} {'b1 p50 ms':>10} {'b1 /s':>8} {'batch /s':>9}"]
+    """The variants table as text lines (the evaluate log, last-run.json's readers), and what ranked them."""
+    lines = [
+        f"{'variant':<14} {'status':<12} {record['metric']:>9} {'b1 p50 ms':>10} {'b1 /s':>8} {'batch /s':>9}"
+        f" {'served /s':>10}"
+    ]
     for name, row in record["variants"].items():
         cells = [row["metric"], row["batch1_p50_ms"], row["batch1_texts_per_s"], row["batch_texts_per_s"]]
+        cells.append(row.get("served_texts_per_s"))
         shown = ["-" if c is None else f"{c:.4f}" if i == 0 else f"{c:.1f}" for i, c in enumerate(cells)]
         mark = "*" if name == record["selected"] else " "
-        lines.append(f"{mark}{name:<13} {row['status']:<12} {shown[0]:>9} {shown[1]:>10} {shown[2]:>8} {shown[3]:>9}")
+        lines.append(
+            f"{mark}{name:<13} {row['status']:<12} {shown[0]:>9} {shown[1]:>10} {shown[2]:>8} {shown[3]:>9}"
+            f" {shown[4]:>10}"
+        )
+    lines.append(f"ranked by {record.get('ranked_by', RANKED_BY_IN_PROCESS)}")
     return lines
 
 
-__all__ = ["ENGINE_FILE", "Measured", "candidates", "choose", "select", "table_lines"]
+__all__ = [
+    "ENGINE_FILE",
+    "RANKED_BY_IN_PROCESS",
+    "RANKED_BY_SERVED",
+    "Measured",
+    "candidates",
+    "choose",
+    "gate",
+    "ranked_by",
+    "select",
+    "table_lines",
+]

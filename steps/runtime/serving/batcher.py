@@ -27,8 +27,12 @@ class DynamicBatcher:
     16 clients whose answers all went out together are gathered into one batch again instead of
     alternating between a batch of 1 and a batch of 15. Batches run in one dedicated model thread
     so the loop keeps accepting requests (and answering health checks) meanwhile; a lone request on
-    an idle server (`inline_lone`) runs on the loop thread, which is quicker by two thread wake-ups.
-    Only the worker task calls the model, so the predictor never sees two calls at once.
+    an idle server (`inline_lone`) runs on the loop thread, which is quicker by two thread wake-ups,
+    and in its own task: after one turn of the loop, in which any request that came in with it
+    reaches the queue (and then they go to the worker together), it calls the model itself instead
+    of handing over to the worker and being woken with the answer. The model is only ever called by
+    the worker or, while the worker waits on an empty queue, by a lone request on the loop thread,
+    so the predictor never sees two calls at once.
     """
 
     def __init__(
@@ -48,6 +52,8 @@ class DynamicBatcher:
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._expected = 1  # texts in the previous batch: how many to wait for
+        self._idle = False  # the worker waits on an empty queue, no batch in flight
+        self._lone_pending = False  # a lone request is taking its turn of the loop before it runs
         self._inline_lone = inline_lone
         self._thread_initializer = thread_initializer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model", initializer=thread_initializer)
@@ -61,6 +67,10 @@ class DynamicBatcher:
         """
         return self._executor.submit(fn, *args)
 
+    def close(self) -> None:
+        """Stop the model thread once what it was given has run (a batcher that serves no more requests)."""
+        self._executor.shutdown(wait=False)
+
     def _ensure_worker(self) -> asyncio.Queue[Pending]:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._worker is None or self._worker.done():
@@ -73,16 +83,45 @@ class DynamicBatcher:
         return self._queue
 
     async def submit(self, texts: list[str]) -> Results:
+        queue = self._ensure_worker()
+        if self._inline_lone and len(texts) == 1 and self._alone(queue) and not self._lone_pending:
+            self._lone_pending = True
+            try:
+                await asyncio.sleep(0)  # one turn: requests parsed with this one reach the queue
+            finally:
+                self._lone_pending = False
+            if self._alone(queue):
+                return self._run_lone(texts)
         future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
-        await self._ensure_worker().put((texts, future))
+        queue.put_nowait((texts, future))
         return await future
+
+    def _alone(self, queue: asyncio.Queue[Pending]) -> bool:
+        """Nothing queued or running, and the previous batch held one text (a lone client)."""
+        return self._idle and self._expected == 1 and queue.empty()
+
+    def _run_lone(self, texts: list[str]) -> Results:
+        """A lone request's model call, on the loop thread, in the request's own task (docs/benchmarks.md, serving
+        items 6 and 14)."""
+        results = self._run_batch(texts)
+        if len(results) != len(texts):
+            raise RuntimeError(f"model returned {len(results)} results for {len(texts)} texts")
+        # Counted once this turn of the loop is over: the answer has been written by then.
+        asyncio.get_running_loop().call_soon(BATCH_SIZE.observe, 1)
+        return results
 
     async def _work(self, queue: asyncio.Queue[Pending]) -> None:
         carry: Pending | None = None
         loop = asyncio.get_running_loop()
         while True:
-            first = carry or await queue.get()
-            carry = None
+            if carry is None:
+                self._idle = True
+                try:
+                    first = await queue.get()
+                finally:
+                    self._idle = False
+            else:
+                first, carry = carry, None
             batch = [first]
             size = len(first[0])
             # Wait for companions only while the batch is smaller than the previous one: a lone

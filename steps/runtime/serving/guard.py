@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,6 +20,22 @@ def _protocol_of(path: str) -> str | None:
     if path.startswith("/v2/models/") and path.endswith("/infer"):
         return "v2"
     return None
+
+
+# Each series' child, looked up once (prometheus_client's labels() validates and locks on every call).
+@functools.cache
+def _requests(protocol: str, code: int) -> Any:
+    return REQUESTS.labels(protocol=protocol, code=str(code))
+
+
+@functools.cache
+def _latency(protocol: str) -> Any:
+    return LATENCY.labels(protocol=protocol)
+
+
+@functools.cache
+def _errors(reason: str) -> Any:
+    return ERRORS.labels(reason=reason)
 
 
 class GuardMiddleware:
@@ -53,10 +71,10 @@ class GuardMiddleware:
             await self.app(scope, replay(body, receive), send_and_record)
         if protocol is not None:
             code = status.get("code", 500)
-            REQUESTS.labels(protocol=protocol, code=str(code)).inc()
-            LATENCY.labels(protocol=protocol).observe(time.perf_counter() - start)
+            _requests(protocol, code).inc()
+            _latency(protocol).observe(time.perf_counter() - start)
             if code >= 400:
-                ERRORS.labels(reason=_REASONS.get(code, "inference_error" if code >= 500 else "bad_request")).inc()
+                _errors(_REASONS.get(code, "inference_error" if code >= 500 else "bad_request")).inc()
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         for key, value in scope.get("headers", []):

@@ -75,6 +75,7 @@ class V1Predict:
         if model is None:
             await self.app(scope, receive, send)
             return
+        timed: list[float] = []  # the seconds of each stage that completed
         try:
             if not model.ready:
                 raise kerrors.ModelNotReady(model.name)
@@ -86,22 +87,25 @@ class V1Predict:
             if isinstance(payload, dict) and is_structured_cloudevent(payload):
                 await self.app(scope, replay(body, receive), send)
                 return
-            response = Response(orjson.dumps(await self._infer(model, payload)), media_type="application/json")
+            response = Response(orjson.dumps(await self._infer(model, payload, timed)), media_type="application/json")
         except Exception as exc:  # noqa: BLE001 — answered by the app's handler for its type, as the app would
             response = await self._handler(exc)(None, exc)
         await response(scope, receive, send)
+        # The stages' histograms once the answer is out: off the path between the model call and the client.
+        for timer, seconds in zip(self._stage_timers(model.name), timed, strict=False):
+            timer.observe(seconds)
 
-    async def _infer(self, model: ErnieModel, payload: Any) -> Any:
-        pre, predict, post = self._stage_timers(model.name)
+    async def _infer(self, model: ErnieModel, payload: Any, timed: list[float]) -> Any:
+        """preprocess, predict, postprocess; each stage that completed appends its seconds to `timed`."""
         start = time.perf_counter()
         texts = await model.preprocess(payload)
         mid = time.perf_counter()
-        pre.observe(mid - start)
+        timed.append(mid - start)
         result = await model.predict(texts)
         end = time.perf_counter()
-        predict.observe(end - mid)
+        timed.append(end - mid)
         result = await model.postprocess(result)
-        post.observe(time.perf_counter() - end)
+        timed.append(time.perf_counter() - end)
         return result
 
     def _handler(self, exc: Exception) -> Callable[[Any, Exception], Any]:
