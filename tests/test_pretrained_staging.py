@@ -331,3 +331,20 @@ def test_a_pod_reads_the_resolved_digest_from_its_own_regions_store(
         exported["pretrained_uri"].startswith(f"{EAST}/pretrained/")
         and exported["pretrained_digest"] == record["digest"]
     )
+
+
+def test_a_sequence_longer_than_the_weights_positions_is_refused_before_training(
+    site: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tiny weights have 64 positions: max_seq_len 128 would index past them (Paddle's embedding kernel fails
+    mid-training); prepare-data refuses it from the staged manifest, the train step from the loaded config."""
+    source = save_tiny(tmp_path / "tiny", seed=1)
+    assert stage(site, source) == 0
+    ws = tmp_path / "ws"
+    capsys.readouterr()
+    assert prepare(site, ws, "model.max_seq_len=128") == 2
+    assert "max_position_embeddings 64" in capsys.readouterr().err
+    assert prepare(site, ws) == 0  # 32
+    assert train.main([*config_args(site, "model.max_seq_len=128"), "--workspace", str(ws)]) == 2
+    assert "set model.max_seq_len to at most 64" in capsys.readouterr().err
+    assert not (ws / "model").exists()

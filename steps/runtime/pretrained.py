@@ -144,9 +144,12 @@ def stage(
         local = save_weights(name, source, Path(tmp) / name)
         files = manifest.file_entries(local)
         digest = manifest.content_digest(files)
+        config = json.loads((local / "config.json").read_text(encoding="utf-8"))
         metadata = {
             "kind": KIND,
             "pretrained": name,
+            # what a run may ask of it before fetching it: inputs longer than this have no position embedding
+            "max_position_embeddings": config.get("max_position_embeddings"),
             "paddlenlp_version": paddlenlp_version(),
             "source": str(source) if source is not None else "paddlenlp",
             "staged_by": getpass.getuser(),
@@ -200,6 +203,7 @@ def resolve(cfg: PipelineConfig) -> dict[str, Any] | None:
     for store in stores:
         staged = newest(store, name)
         if staged is not None:
+            check_length(cfg, name, staged.manifest.get("max_position_embeddings"))
             return {
                 "name": name,
                 "digest": staged.digest,
@@ -221,6 +225,15 @@ def resolve(cfg: PipelineConfig) -> dict[str, Any] | None:
         "(or add --from DIR for a copy saved with save_pretrained), or set model.allow_download: true where the "
         "training pods may download"
     )
+
+
+def check_length(cfg: PipelineConfig, name: str, positions: Any) -> None:
+    """StepError when model.max_seq_len is longer than the pretrained model has position embeddings for."""
+    if isinstance(positions, int) and cfg.model.max_seq_len > positions:
+        raise StepError(
+            f"model.max_seq_len {cfg.model.max_seq_len} is longer than {name} has positions for "
+            f"(max_position_embeddings {positions}); set model.max_seq_len to at most {positions}"
+        )
 
 
 def write_record(data_dir: Path, record: dict[str, Any] | None) -> None:

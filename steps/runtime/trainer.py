@@ -108,9 +108,11 @@ class Trainer:
         mcfg = self.cfg.model
         directory = self._pretrained_dir()
         if directory is not None:
-            return self.ernie.load_tokenizer(directory), self.ernie.load_pretrained(
-                directory, len(self.labels), mcfg.dropout, mcfg.task
-            )
+            from steps.runtime import pretrained
+
+            model = self.ernie.load_pretrained(directory, len(self.labels), mcfg.dropout, mcfg.task)
+            pretrained.check_length(self.cfg, str(mcfg.pretrained), model.config.max_position_embeddings)
+            return self.ernie.load_tokenizer(directory), model
         vocab = self.data_dir / "vocab.txt"
         if not vocab.is_file():
             raise StepError(f"{vocab} does not exist; prepare-data writes it when model.pretrained is null.")
