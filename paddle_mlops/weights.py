@@ -22,10 +22,7 @@ from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.config.loader import default_config_path
 from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, HOME_ENV
-
-
-class StoreUnreachable(Exception):
-    """The object store refused or could not be reached; no manifest was written, so nothing is staged."""
+from paddle_mlops.publish import StoreUnreachable  # the store refused: no manifest written, nothing staged
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -128,7 +128,7 @@ def test_stage_twice_sends_nothing_the_second_time(
     site: Path,
     endpoint: str,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = save_tiny(tmp_path / "tiny", seed=1)
     assert stage(site, source) == 0
@@ -148,7 +148,7 @@ def test_staged_name_resolves_in_the_run_region_fine_tunes_and_serves(
     site: Path,
     endpoint: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from steps.runtime.ernie import ExportedModel
 
@@ -215,7 +215,7 @@ def test_a_corrupted_staged_file_is_refused_by_name_and_restaging_repairs_it(
     site: Path,
     endpoint: str,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = save_tiny(tmp_path / "tiny", seed=1)
     assert stage(site, source, "--to", EAST) == 0
@@ -348,3 +348,15 @@ def test_a_sequence_longer_than_the_weights_positions_is_refused_before_training
     assert train.main([*config_args(site, "model.max_seq_len=128"), "--workspace", str(ws)]) == 2
     assert "set model.max_seq_len to at most 64" in capsys.readouterr().err
     assert not (ws / "model").exists()
+
+
+def test_a_store_that_refuses_is_exit_1_and_stages_nothing(
+    site: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = save_tiny(tmp_path / "tiny", seed=1)
+    capsys.readouterr()
+    assert stage(site, source, "--to", "s3://no-such-bucket/store") == 1
+    err = capsys.readouterr().err
+    assert "paddle-mlops weights:" in err and "bucket exists" in err and "Traceback" not in err
+    assert weights.main(["list", "--config", str(site), "--env", "local"]) == 0
+    assert "nothing staged" in capsys.readouterr().out
