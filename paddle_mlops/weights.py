@@ -88,6 +88,11 @@ def _stage(args: argparse.Namespace, console: Console) -> int:
     except ValueError as exc:
         raise ConfigError(f"weights stage: {exc}") from None
     stores = _stores(args)
+    from paddlenlp.utils.log import logger as paddlenlp_log
+
+    paddlenlp_log.set_level(
+        "WARNING"
+    )  # its INFO line per file loaded and saved; the result lines below say what was done
     results = _store_errors(lambda: pretrained.stage(args.name, stores, args.source, progress=sys.stderr.isatty()))
     for store, result in results:
         where = f" (region {store.region})" if store.region else ""

@@ -357,6 +357,9 @@ def test_a_store_that_refuses_is_exit_1_and_stages_nothing(
     capsys.readouterr()
     assert stage(site, source, "--to", "s3://no-such-bucket/store") == 1
     err = capsys.readouterr().err
-    assert "paddle-mlops weights:" in err and "bucket exists" in err and "Traceback" not in err
+    # one line saying what to check, not botocore's traceback (the suite's earlier in-process steps may leave a
+    # logging handler on a closed capture stream, whose own "Logging error" report is not ours)
+    assert any(line.startswith("paddle-mlops weights: ") and "bucket exists" in line for line in err.splitlines())
+    assert "raise error_class" not in err
     assert weights.main(["list", "--config", str(site), "--env", "local"]) == 0
     assert "nothing staged" in capsys.readouterr().out
