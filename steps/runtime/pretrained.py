@@ -28,7 +28,7 @@ from paddle_mlops.config.pretrained_names import paddlenlp_version
 from paddle_mlops.contracts import PRETRAINED_PREFIX, PRETRAINED_RECORD, REGION_ENV
 from steps.runtime import workspace
 from steps.runtime.objectstore import fetching, manifest
-from steps.runtime.objectstore.backends import open_backend, resolve_root
+from steps.runtime.objectstore.backends import Backend, open_backend, resolve_root
 from steps.runtime.objectstore.manifest import IntegrityError
 from steps.runtime.objectstore.publishing import PublishResult, publish
 from steps.runtime.runner import StepError
@@ -164,9 +164,12 @@ def stage(
 # --- listing and resolution ------------------------------------------------------------------------------------
 
 
-def _staged(store: WeightsStore, name: str, digest: str) -> Staged | None:
+def _staged(store: WeightsStore, name: str, digest: str, backend: Backend | None = None) -> Staged | None:
+    """The staged copy `digest` of `name` in `store` (read through `backend` when the caller has one open), None
+    when its manifest is absent."""
     uri = store.version_uri(name, digest)
-    raw = open_backend(store.uri, store.endpoint_url).read(manifest.manifest_key(name, digest))
+    backend = backend or open_backend(store.uri, store.endpoint_url)
+    raw = backend.read(manifest.manifest_key(name, digest))
     if raw is None:
         return None  # objects without a manifest: a stage that never finished, not a staged copy
     doc = manifest.parse(raw, uri)
@@ -177,7 +180,7 @@ def list_staged(store: WeightsStore, name: str | None = None) -> list[Staged]:
     """Every staged copy in `store` (of `name` only, when given), oldest first."""
     backend = open_backend(store.uri, store.endpoint_url)
     names = [name] if name else [n for n in backend.children("") if n != manifest.OBJECTS.split("/")[0]]
-    found = [s for n in names for d in backend.children(n) if (s := _staged(store, n, d)) is not None]
+    found = [s for n in names for d in backend.children(n) if (s := _staged(store, n, d, backend)) is not None]
     return sorted(found, key=lambda s: (s.name, s.created, s.digest))
 
 
