@@ -158,12 +158,14 @@ class DynamicBatcher:
 
     async def _run(self, batch: list[Pending], size: int, inline: bool) -> None:
         texts = [t for item, _ in batch for t in item]
-        BATCH_SIZE.observe(size)
         try:
             if inline:
+                BATCH_SIZE.observe(size)
                 results = self._run_batch(texts)
             else:
-                results = await asyncio.get_running_loop().run_in_executor(self._executor, self._run_batch, texts)
+                running = asyncio.get_running_loop().run_in_executor(self._executor, self._run_batch, texts)
+                BATCH_SIZE.observe(size)  # while the model thread starts on the batch
+                results = await running
             if len(results) != len(texts):
                 raise RuntimeError(f"model returned {len(results)} results for {len(texts)} texts")
         except Exception as exc:  # noqa: BLE001 — every waiting request must learn of the failure

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import time
@@ -38,6 +39,13 @@ def _errors(reason: str) -> Any:
     return ERRORS.labels(reason=reason)
 
 
+def _record(protocol: str, code: int, seconds: float) -> None:
+    _requests(protocol, code).inc()
+    _latency(protocol).observe(seconds)
+    if code >= 400:
+        _errors(_REASONS.get(code, "inference_error" if code >= 500 else "bad_request")).inc()
+
+
 class GuardMiddleware:
     """Reject oversized bodies before anything parses them, and count every inference request.
 
@@ -70,11 +78,10 @@ class GuardMiddleware:
         else:
             await self.app(scope, replay(body, receive), send_and_record)
         if protocol is not None:
-            code = status.get("code", 500)
-            _requests(protocol, code).inc()
-            _latency(protocol).observe(time.perf_counter() - start)
-            if code >= 400:
-                _errors(_REASONS.get(code, "inference_error" if code >= 500 else "bad_request")).inc()
+            # Recorded once this turn of the loop is over: a batch's answers all resume in one turn, and each one's
+            # records would otherwise hold back the next one's answer (docs/benchmarks.md, serving item 15).
+            seconds = time.perf_counter() - start
+            asyncio.get_running_loop().call_soon(_record, protocol, status.get("code", 500), seconds)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         for key, value in scope.get("headers", []):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -91,8 +92,12 @@ class V1Predict:
         except Exception as exc:  # noqa: BLE001 — answered by the app's handler for its type, as the app would
             response = await self._handler(exc)(None, exc)
         await response(scope, receive, send)
-        # The stages' histograms once the answer is out: off the path between the model call and the client.
-        for timer, seconds in zip(self._stage_timers(model.name), timed, strict=False):
+        # The stages' histograms once this turn of the loop is over: after this answer and the others of its batch
+        # are out, off the path between the model call and the clients (docs/benchmarks.md, serving item 15).
+        asyncio.get_running_loop().call_soon(self._observe, model.name, timed)
+
+    def _observe(self, name: str, timed: list[float]) -> None:
+        for timer, seconds in zip(self._stage_timers(name), timed, strict=False):
             timer.observe(seconds)
 
     async def _infer(self, model: ErnieModel, payload: Any, timed: list[float]) -> Any:
