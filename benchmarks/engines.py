@@ -27,7 +27,9 @@ process. The last lines:
 
     selected variant: NAME
     served / best in-process throughput: R     (target >= 0.95; in process at batch 16, the largest batch 16
-                                                clients form, in the same rotating rounds)
+                                                clients form, in the same rotating rounds; the clients:
+                                                benchmarks/load.py's)
+    served / best in-process throughput, aiohttp clients: R
     served / today's served throughput: R      (target >= 2.5)
     batch-1 p50 served / in-process: R
     batch-1 p50 served / floor: R              (target <= 1.02; the floor: a bare ASGI app around the same
@@ -335,6 +337,7 @@ def serve_selected(args: argparse.Namespace, shape: Shape, work: Path, results: 
     chosen, today = runs[selected], runs[PADDLE_FP32]
     ratios = {
         "served_over_best_in_process": chosen["batch_throughput_ratio"],
+        "served_aiohttp_over_best_in_process": chosen["aiohttp_batch_throughput_ratio"],
         "served_over_today": chosen["contenders"]["ours"]["texts_per_s"] / today["contenders"]["ours"]["texts_per_s"],
         "latency_ratio": chosen["latency_ratio"],
         "floor_latency_ratio": chosen["floor_latency_ratio"],
@@ -343,6 +346,7 @@ def serve_selected(args: argparse.Namespace, shape: Shape, work: Path, results: 
     print(f"{selected} served: {chosen['contenders']['ours']['texts_per_s']:.1f} texts/s")
     print(f"selected variant: {selected}")
     print(f"served / best in-process throughput: {ratios['served_over_best_in_process']:.3f}")
+    print(f"served / best in-process throughput, aiohttp clients: {ratios['served_aiohttp_over_best_in_process']:.3f}")
     print(f"served / today's served throughput: {ratios['served_over_today']:.3f}")
     print(f"batch-1 p50 served / in-process: {ratios['latency_ratio']:.3f}")
     print(f"batch-1 p50 served / floor: {ratios['floor_latency_ratio']:.3f}")

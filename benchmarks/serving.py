@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from benchmarks import load
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
 from paddle_mlops.config.models import ServingConfig
 from steps.runtime.processes import stop_group
@@ -242,9 +243,12 @@ class InProcess:
 class HttpContender:
     """A load generator that costs the shared CPUs as little as possible.
 
-    Batch-1 latency uses one keep-alive `http.client` connection (the leanest client in Python; its
-    CPU cost per request is in docs/benchmarks.md); throughput uses aiohttp with one keep-alive
-    connection per concurrent client. Both send the body in one write with the headers.
+    Batch-1 latency uses one keep-alive `http.client` connection (its CPU cost per request is in
+    docs/benchmarks.md); throughput uses benchmarks/load.py's closed loop (one keep-alive asyncio
+    connection per concurrent client, requests encoded before the clock starts, answers parsed by
+    httptools), and `throughput_aiohttp` the same loop with aiohttp, the client evaluate's selection uses
+    (steps/runtime/serving/loopback.py), which costs the shared CPUs more per request. All send the body
+    in one write with the headers.
     """
 
     def __init__(self, url: str, model_name: str) -> None:
@@ -294,6 +298,13 @@ class HttpContender:
         return start, time.perf_counter()
 
     def throughput(self, texts: Sequence[str], clients: int) -> tuple[int, float]:
+        """`texts`, one per request, from `clients` closed-loop keep-alive clients: (answered, seconds)."""
+        requests = [load.post_request(self.host, self.port, self.path, self.body(text)) for text in texts]
+        ready = load.get_request(self.host, self.port, urllib.parse.urlsplit(self.ready_url).path)
+        return load.run_closed_loop(self.host, self.port, requests, clients, ready)
+
+    def throughput_aiohttp(self, texts: Sequence[str], clients: int) -> tuple[int, float]:
+        """`throughput` with aiohttp clients."""
         import uvloop
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -740,6 +751,7 @@ def measure_throughput(
     measured: list[tuple[Result, Callable[[list[str]], tuple[int, float]]]] = [
         *((limit[size], lambda c, size=size: inproc.throughput(c, size)) for size in sizes),
         (results["ours"], lambda c: ours.throughput(c, args.clients)),
+        (results["ours-aiohttp"], lambda c: ours.throughput_aiohttp(c, args.clients)),
         (results["baseline"], lambda c: base.throughput(c, args.clients)),
     ]
 
@@ -747,10 +759,11 @@ def measure_throughput(
         return [texts[(r * tp_round + i) % len(texts)] for i in range(tp_round)]
 
     ours_batches = throughput_rounds(args, measured, round_texts, (ours, base), ours_url)
-    # Each round is tp_round / clients waves; a wave that is not gathered into one batch shows here.
+    # Each round is tp_round / clients waves (two rounds per rotation: either client); a wave that is not
+    # gathered into one batch shows here.
     results["ours"].note = (
         f"{args.clients} clients; {sum(ours_batches.values())} model calls for "
-        f"{args.rounds * tp_round // args.clients} waves; sizes "
+        f"{2 * args.rounds * tp_round // args.clients} waves of either client; sizes "
         + ", ".join(f"<={size}: {n}" for size, n in sorted(ours_batches.items()) if n)
     )
     best = max(sizes, key=lambda size: limit[size].throughput)
@@ -780,7 +793,7 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path 
         floor = HttpContender(urls["floor"], MODEL_NAME)
         for contender in (ours, base, floor):
             stack.callback(contender.close)
-        results = {name: Result(name) for name in ("in-process", "ours", "baseline", "floor")}
+        results = {name: Result(name) for name in ("in-process", "ours", "ours-aiohttp", "baseline", "floor")}
         warm_up(inproc, ours, base, floor, texts, args.clients)
         latency = (("in-process", inproc), ("ours", ours), ("baseline", base), ("floor", floor))
         measure_latency(latency, results, texts, args.requests)
@@ -793,25 +806,33 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path 
 
 def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], rates: dict[int, float]) -> dict:
     inproc, ours, base, floor = results["in-process"], results["ours"], results["baseline"], results["floor"]
-    at_batch = results["in-process@batch"]
+    at_batch, ours_aiohttp = results["in-process@batch"], results["ours-aiohttp"]
+    ours_aiohttp.note = f"{args.clients} aiohttp clients"
     print(
         f"model: {shape.describe()}; engine {args.engine or 'paddle-fp32'}; cpu_threads {args.cpu_threads}; "
         f"{os.cpu_count()} CPUs; {args.requests} requests x {args.rounds} rounds; {args.clients} clients"
     )
-    for r in (inproc, ours, base):
+    for r in (inproc, ours, ours_aiohttp, base):
         extra = f" ({r.note})" if r.note else f" ({args.clients} clients)"
+        if r is ours_aiohttp:
+            print(
+                f"  {r.name:<12} throughput {r.throughput:7.2f} texts/s (all rounds together "
+                f"{r.total_throughput:6.2f}){extra}"
+            )
+            continue
         print(
-            f"  {r.name:<11} batch-1 p50 {r.p50 * 1e3:7.2f} ms  p99 {r.pct(99) * 1e3:7.2f} ms  "
+            f"  {r.name:<12} batch-1 p50 {r.p50 * 1e3:7.2f} ms  p99 {r.pct(99) * 1e3:7.2f} ms  "
             f"throughput {r.throughput:7.2f} texts/s (all rounds together {r.total_throughput:6.2f}){extra}"
         )
     print(
-        f"  {floor.name:<11} batch-1 p50 {floor.p50 * 1e3:7.2f} ms  p99 {floor.pct(99) * 1e3:7.2f} ms  "
+        f"  {floor.name:<12} batch-1 p50 {floor.p50 * 1e3:7.2f} ms  p99 {floor.pct(99) * 1e3:7.2f} ms  "
         "(the bare ASGI app around the same predictor under the same uvicorn)"
     )
     figures = {
         "floor_latency_ratio": ours.p50 / floor.p50,
         "floor_over_in_process_latency": floor.p50 / inproc.p50,
         "batch_throughput_ratio": ours.paired_ratio(at_batch),
+        "aiohttp_batch_throughput_ratio": ours_aiohttp.paired_ratio(at_batch),
         "latency_ratio": ours.p50 / inproc.p50,
         "throughput_ratio": ours.paired_ratio(inproc),
         "baseline_latency_ratio": base.p50 / inproc.p50,
@@ -845,6 +866,10 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
         f"throughput ratio against {at_batch.name}: {figures['batch_throughput_ratio']:.3f}  "
         "(target >= 0.95; the largest batch the clients form)"
     )
+    print(
+        f"the same with aiohttp clients: {figures['aiohttp_batch_throughput_ratio']:.3f}  "
+        "(a client that costs the shared CPUs more per request)"
+    )
     print(f"baseline latency ratio: {figures['baseline_latency_ratio']:.3f}")
     print(f"baseline throughput ratio: {figures['baseline_throughput_ratio']:.3f}")
     return {
@@ -865,6 +890,14 @@ def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], r
                 "texts_per_s_by_round": r.per_round,
             }
             for r in (inproc, ours, base)
+        }
+        | {
+            ours_aiohttp.name: {
+                "texts_per_s": ours_aiohttp.throughput,
+                "all_rounds_texts_per_s": ours_aiohttp.total_throughput,
+                "note": ours_aiohttp.note,
+                "texts_per_s_by_round": ours_aiohttp.per_round,
+            }
         }
         | {floor.name: {"p50_ms": floor.p50 * 1e3, "p99_ms": floor.pct(99) * 1e3}},
         **figures,

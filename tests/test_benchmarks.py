@@ -40,9 +40,13 @@ def test_upload_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_serving_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     figures, printed = run_quick(serving, ["--requests", "8", "--rounds", "2", "--clients", "4"], tmp_path, capsys)
     assert "latency ratio: " in printed and "throughput ratio: " in printed
-    assert set(figures["contenders"]) == {"in-process", "ours", "baseline", "floor"}
+    assert set(figures["contenders"]) == {"in-process", "ours", "ours-aiohttp", "baseline", "floor"}
     for name, contender in figures["contenders"].items():
-        assert contender["p50_ms"] > 0 and (name == "floor" or contender["texts_per_s"] > 0)  # the floor: batch 1
+        # the floor: batch 1 only; ours with aiohttp clients: throughput only
+        assert name == "ours-aiohttp" or contender["p50_ms"] > 0
+        assert name == "floor" or contender["texts_per_s"] > 0
+    assert figures["aiohttp_batch_throughput_ratio"] > 0
+    assert "the same with aiohttp clients: " in printed
     assert figures["latency_ratio"] > 0 and figures["throughput_ratio"] > 0
     assert figures["floor_latency_ratio"] > 0 and figures["batch_throughput_ratio"] > 0
     assert "latency ratio against the floor: " in printed
