@@ -766,6 +766,7 @@ def measure_throughput(
         f"{2 * args.rounds * tp_round // args.clients} waves of either client; sizes "
         + ", ".join(f"<={size}: {n}" for size, n in sorted(ours_batches.items()) if n)
     )
+    results["ours-aiohttp"].note = f"{args.clients} aiohttp clients"
     best = max(sizes, key=lambda size: limit[size].throughput)
     # The batch our server forms under `clients` clients, on its own (#32: the throughput target is against it).
     results["in-process@batch"] = replace(limit[server_batch], name=f"in-process@{server_batch}")
@@ -807,23 +808,20 @@ def measure(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path 
 def report(args: argparse.Namespace, shape: Shape, results: dict[str, Result], rates: dict[int, float]) -> dict:
     inproc, ours, base, floor = results["in-process"], results["ours"], results["baseline"], results["floor"]
     at_batch, ours_aiohttp = results["in-process@batch"], results["ours-aiohttp"]
-    ours_aiohttp.note = f"{args.clients} aiohttp clients"
     print(
         f"model: {shape.describe()}; engine {args.engine or 'paddle-fp32'}; cpu_threads {args.cpu_threads}; "
         f"{os.cpu_count()} CPUs; {args.requests} requests x {args.rounds} rounds; {args.clients} clients"
     )
-    for r in (inproc, ours, ours_aiohttp, base):
+    for r in (inproc, ours, base):
         extra = f" ({r.note})" if r.note else f" ({args.clients} clients)"
-        if r is ours_aiohttp:
-            print(
-                f"  {r.name:<12} throughput {r.throughput:7.2f} texts/s (all rounds together "
-                f"{r.total_throughput:6.2f}){extra}"
-            )
-            continue
         print(
             f"  {r.name:<12} batch-1 p50 {r.p50 * 1e3:7.2f} ms  p99 {r.pct(99) * 1e3:7.2f} ms  "
             f"throughput {r.throughput:7.2f} texts/s (all rounds together {r.total_throughput:6.2f}){extra}"
         )
+    print(
+        f"  {ours_aiohttp.name:<12} throughput {ours_aiohttp.throughput:7.2f} texts/s (all rounds together "
+        f"{ours_aiohttp.total_throughput:6.2f}) ({ours_aiohttp.note})"
+    )
     print(
         f"  {floor.name:<12} batch-1 p50 {floor.p50 * 1e3:7.2f} ms  p99 {floor.pct(99) * 1e3:7.2f} ms  "
         "(the bare ASGI app around the same predictor under the same uvicorn)"

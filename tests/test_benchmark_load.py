@@ -9,8 +9,6 @@ import pytest
 
 from benchmarks import load
 
-Answer = Callable[[bytes], bytes]
-
 
 def ok(body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
