@@ -7,8 +7,9 @@ The baseline is the loop a user would write: `ernie.build_model` with the same c
 same tokenised texts in the same `LengthGroupedBatchSampler` batches, `paddle.optimizer.AdamW`,
 forward / cross-entropy / backward / step / clear_grad and nothing else.
 
-The two are measured in alternating rounds (best round of each kept), so a change in background
-load on a shared machine hits both alike.
+The bare loop runs twice per round: on Paddle's default (strided) dygraph kernels, and on the dense
+ones `steps.train` uses on CPU (steps/runtime/dygraph.py); the three are measured in alternating
+rounds (best round of each kept), so a change in background load on a shared machine hits all alike.
 
     python -m benchmarks.train_throughput                 # pipeline's model config, 60 steps × 3 rounds
     python -m benchmarks.train_throughput --steps 20 --rounds 1
@@ -26,7 +27,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pipeline.yaml"
@@ -80,13 +83,14 @@ def run_step(ws: Path, overrides: list[str]) -> float:
     return float(json.loads((ws / "model" / "training.json").read_text())["train_samples_per_second"])
 
 
-def run_bare(ws: Path, overrides: list[str], steps: int) -> float:
+def run_bare(ws: Path, overrides: list[str], steps: int, dense: bool = False) -> float:
+    """The bare loop's samples/s: on Paddle's default kernels, or (`dense`) on the trainer's dense CPU kernels
+    (steps/runtime/dygraph.py)."""
     import numpy as np
     import paddle
-    import paddle.nn.functional as F
 
     from paddle_mlops.config import loader
-    from steps.runtime import data, ernie
+    from steps.runtime import data, dygraph, ernie
     from steps.runtime.sampler import LengthGroupedBatchSampler
 
     cfg = loader.load_config(CONFIG, env="local", overrides=overrides)
@@ -99,12 +103,23 @@ def run_bare(ws: Path, overrides: list[str], steps: int) -> float:
     optimizer = paddle.optimizer.AdamW(learning_rate=cfg.training.learning_rate, parameters=model.parameters())
     sampler = LengthGroupedBatchSampler([len(i) for i in ids], cfg.training.batch_size, seed=cfg.training.seed)
     model.train()
+    with dygraph.dense_kernels_on_cpu(use_gpu=False) if dense else nullcontext():
+        return _bare_loop(model, optimizer, sampler, ids, labels, tokenizer.pad_token_id, steps)
+
+
+def _bare_loop(model: Any, optimizer: Any, sampler: Any, ids: list[list[int]], labels: Any, pad: int,
+               steps: int) -> float:  # fmt: skip
+    import paddle
+    import paddle.nn.functional as F
+
+    from steps.runtime import ernie
+
     done, samples, started = 0, 0, time.perf_counter()
     epoch = 0
     while done < steps:
         sampler.set_epoch(epoch)
         for indices in sampler:
-            input_ids, token_type_ids = ernie.pad_batch([ids[i] for i in indices], tokenizer.pad_token_id)
+            input_ids, token_type_ids = ernie.pad_batch([ids[i] for i in indices], pad)
             logits = model(paddle.to_tensor(input_ids), token_type_ids=paddle.to_tensor(token_type_ids))
             loss = F.cross_entropy(logits, paddle.to_tensor(labels[indices])).mean()
             loss.backward()
@@ -142,17 +157,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             "training.nproc=1", "training.epochs=1", f"training.batch_size={args.batch_size}",
             f"training.max_steps={args.steps}", f"training.metrics_port={_free_port()}", *args.overrides,
         ]  # fmt: skip
-        step_rates, bare_rates = [], []
+        step_rates, bare_rates, dense_rates = [], [], []
         for _ in range(args.rounds):
             bare_rates.append(run_bare(base / "ws", overrides, args.steps))
+            dense_rates.append(run_bare(base / "ws", overrides, args.steps, dense=True))
             step_rates.append(run_step(base / "ws", overrides))
             print(
-                f"round: steps.train {step_rates[-1]:.1f} samples/s, bare loop {bare_rates[-1]:.1f} samples/s",
+                f"round: steps.train {step_rates[-1]:.1f} samples/s, bare loop {bare_rates[-1]:.1f} samples/s, "
+                f"bare loop on dense kernels {dense_rates[-1]:.1f} samples/s",
                 flush=True,
             )
-        ratio = max(step_rates) / max(bare_rates)
-        print(f"steps.train: {max(step_rates):.1f} samples/s; bare Paddle loop: {max(bare_rates):.1f} samples/s")
-        print(f"throughput ratio: {ratio:.2f}")
+        print(
+            f"steps.train: {max(step_rates):.1f} samples/s; bare Paddle loop: {max(bare_rates):.1f} samples/s; "
+            f"bare loop on dense kernels: {max(dense_rates):.1f} samples/s"
+        )
+        print(f"throughput ratio: {max(step_rates) / max(bare_rates):.2f}  (steps.train / the bare loop)")
+        print(f"dense kernels ratio: {max(dense_rates) / max(bare_rates):.2f}  (the bare loop, dense / strided)")
+        print(f"overhead ratio: {max(step_rates) / max(dense_rates):.2f}  (steps.train / the bare loop, both dense)")
     return 0
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import PRETRAINED_RECORD
-from steps.runtime import data, optimization, tasks, train_tracking
+from steps.runtime import data, dygraph, optimization, tasks, train_tracking
 from steps.runtime.checkpoints import Checkpoints, check_layout, rng_state
 from steps.runtime.runner import StepError
 from steps.runtime.sampler import LengthGroupedBatchSampler
@@ -193,7 +193,7 @@ class Trainer:
 
         # Optimizer accumulators are named when first used; a fresh name scope makes the names in a
         # checkpoint match however many optimizers this process created before (tests, notebooks).
-        with paddle.utils.unique_name.guard():
+        with paddle.utils.unique_name.guard(), dygraph.dense_kernels_on_cpu(self.use_gpu):
             return self._train_loop(run_id)
 
     def _train_loop(self, run_id: str | None) -> dict[str, Any]:
