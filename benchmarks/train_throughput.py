@@ -29,7 +29,6 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pipeline.yaml"
@@ -88,6 +87,7 @@ def run_bare(ws: Path, overrides: list[str], steps: int, dense: bool = False) ->
     (steps/runtime/dygraph.py)."""
     import numpy as np
     import paddle
+    import paddle.nn.functional as F
 
     from paddle_mlops.config import loader
     from steps.runtime import data, dygraph, ernie
@@ -104,32 +104,22 @@ def run_bare(ws: Path, overrides: list[str], steps: int, dense: bool = False) ->
     sampler = LengthGroupedBatchSampler([len(i) for i in ids], cfg.training.batch_size, seed=cfg.training.seed)
     model.train()
     with dygraph.dense_kernels_on_cpu(use_gpu=False) if dense else nullcontext():
-        return _bare_loop(model, optimizer, sampler, ids, labels, tokenizer.pad_token_id, steps)
-
-
-def _bare_loop(model: Any, optimizer: Any, sampler: Any, ids: list[list[int]], labels: Any, pad: int,
-               steps: int) -> float:  # fmt: skip
-    import paddle
-    import paddle.nn.functional as F
-
-    from steps.runtime import ernie
-
-    done, samples, started = 0, 0, time.perf_counter()
-    epoch = 0
-    while done < steps:
-        sampler.set_epoch(epoch)
-        for indices in sampler:
-            input_ids, token_type_ids = ernie.pad_batch([ids[i] for i in indices], pad)
-            logits = model(paddle.to_tensor(input_ids), token_type_ids=paddle.to_tensor(token_type_ids))
-            loss = F.cross_entropy(logits, paddle.to_tensor(labels[indices])).mean()
-            loss.backward()
-            optimizer.step()
-            optimizer.clear_grad()
-            done, samples = done + 1, samples + len(indices)
-            if done >= steps:
-                break
-        epoch += 1
-    float(loss)  # wait for the device queue, as the step's epoch-end loss does
+        done, samples, started = 0, 0, time.perf_counter()
+        epoch = 0
+        while done < steps:
+            sampler.set_epoch(epoch)
+            for indices in sampler:
+                input_ids, token_type_ids = ernie.pad_batch([ids[i] for i in indices], tokenizer.pad_token_id)
+                logits = model(paddle.to_tensor(input_ids), token_type_ids=paddle.to_tensor(token_type_ids))
+                loss = F.cross_entropy(logits, paddle.to_tensor(labels[indices])).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.clear_grad()
+                done, samples = done + 1, samples + len(indices)
+                if done >= steps:
+                    break
+            epoch += 1
+        float(loss)  # wait for the device queue, as the step's epoch-end loss does
     return samples / (time.perf_counter() - started)
 
 
