@@ -142,6 +142,20 @@ def tracking_uri(configured: str | None = None, home: Path | None = None) -> str
     return os.environ.get(TRACKING_URI_ENV) or configured or f"sqlite:///{(home or home_dir()) / 'mlflow.db'}"
 
 
+# MLflow's client-side SQLite store puts a new experiment's artifacts under `./mlruns` of whatever directory the
+# process runs in (mlflow/store/tracking/__init__.py DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH): a run from the checkout
+# would write there, outside the workdir. Experiments we create keep them beside the database instead.
+ARTIFACTS_DIR = "mlruns"
+
+
+def artifact_root(uri: str) -> Path | None:
+    """Where the experiments of a local SQLite tracking store keep their artifacts (`<db folder>/mlruns`); None for
+    a tracking server, whose own artifact root (`mlflow server --artifacts-destination`) decides."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///") :]).resolve().parent / ARTIFACTS_DIR
+
+
 # The MLflow 3 UI lays an experiment out by its `workflowType`: the URL parameter, else the browser's last
 # choice, else GenAI (traces overview). Every link to an experiment we print asks for the model-training view.
 MLFLOW_UI_VIEW = "workflowType=machine_learning"
