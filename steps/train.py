@@ -22,7 +22,7 @@ if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
         os.environ.setdefault(_var, "1")
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
-from steps.runtime import runner, s3, workspace  # noqa: E402
+from steps.runtime import reuse, runner, s3, workspace  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
 from steps.runtime.trainer import Trainer  # noqa: E402
 
@@ -33,6 +33,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--dump-params", type=Path, default=None, metavar="NPZ",
         help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
     )  # fmt: skip
+    parser.add_argument(
+        "--step-cache", default="", metavar="URI",
+        help="step cache root: the exported model is recorded under the key train-cache left in the workspace",
+    )  # fmt: skip
+    parser.add_argument("--train-key", default="", help="the content key train-cache computed (docs/caching.md)")
 
 
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
@@ -61,6 +66,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         for area in ("model", "checkpoints"):
             if (local / area).is_dir():
                 workspace.stage_out(local / area, workspace.join(ws, area), cfg.storage.endpoint_url)
+    if rank0 and args.step_cache and args.train_key:
+        reuse.record_key_file(args.step_cache, ws, {"model": local / "model"}, cfg.storage.endpoint_url)
 
 
 STEP = runner.Step("train", __doc__, run, _arguments)

