@@ -15,7 +15,7 @@ from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
 from tests.argo_conditions import parse as parse_selector
 from tests.conftest import PROJECT_ROOT
 
-DAG_ORDER = ["build-image", "prepare-data", "train", "evaluate", "upload"]
+DAG_ORDER = ["build-image", "prepare-data", "train-cache", "train", "evaluate", "upload"]
 # What the published model's notification starts (pipelines/rollout_template.py).
 RELEASE_ORDER = ["validate", "register", "rollout"]
 ALLOWED_EXPRESSION = re.compile(
@@ -107,6 +107,8 @@ def test_workflow_parameters_and_defaults(doc: dict) -> None:
         "task": "sentiment",
         "overrides": "[]",
         "workspace": "s3://paddle-mlops/runs",
+        "step-cache": "s3://paddle-mlops/step-cache",
+        "rerun": "",
         "region": "cn-north",
         "priority": "normal",
     }
@@ -161,7 +163,8 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
         "git-sha": "/tmp/outputs/git-sha",
     }
     assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics"}
-    assert set(declared["upload"]) == {"model-uri", "manifest-digest"}
+    assert set(declared["upload"]) == {"model-uri", "manifest-digest", "cache"}
+    assert set(declared["train-cache"]) == {"reused", "key", "cache"}
     release = _templates(rollout_template.build(_cfg()).to_dict())
     declared |= {
         name: {p["name"]: p["valueFrom"]["path"] for p in t.get("outputs", {}).get("parameters", [])}
