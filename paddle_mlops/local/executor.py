@@ -190,10 +190,22 @@ class LocalExecutor:
                 "overrides": json.dumps(run_time_overrides(self.opts.overrides)),
                 "workspace": str(self.workdir / "runs"),
                 STEP_CACHE_PARAMETER: str(self.workdir / STEP_CACHE_DIR),
-                RERUN_PARAMETER: RERUN_ALL if self.opts.no_cache else ",".join(self.opts.rerun),
+                RERUN_PARAMETER: self._rerun(),
             }
         )
         return params
+
+    def _rerun(self) -> str:
+        """The steps computed even when the step cache holds their outputs: `--rerun`, all with `--no-cache`, and the
+        steps `--only`/`--from` ask to run again (a rerun the user asked for is never served from the cache)."""
+        if self.opts.no_cache:
+            return RERUN_ALL
+        asked = list(self.opts.rerun)
+        if self.opts.only:
+            asked.append(self.opts.only)
+        elif self.opts.start_from:
+            asked += self.order[self.order.index(self.opts.start_from) :]
+        return ",".join(dict.fromkeys(asked))
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -344,10 +356,17 @@ class LocalExecutor:
             return True
         index = self.order.index(task.name)
         if self.opts.only:
-            return task.name == self.opts.only
+            return task.name in (self.opts.only, self._lookup_of(self.opts.only))
         if self.opts.start_from:
-            return index >= self.order.index(self.opts.start_from)
+            start = self._lookup_of(self.opts.start_from)
+            return index >= min(self.order.index(start), self.order.index(self.opts.start_from))
         return True
+
+    def _lookup_of(self, step: str) -> str:
+        """The step's cache lookup task (train-cache for train) when it has one, else the step: running the step again
+        runs its lookup too, or the lookup's earlier answer (`reused`) would skip it."""
+        lookup = f"{step}{CACHE_LOOKUP_SUFFIX}"
+        return lookup if lookup in self.order else step
 
     def _run_tasks(self, tasks: list[Task], results: list[TaskResult]) -> TaskResult | None:
         """Run `tasks` in the current scope, appending to `results`; the first that failed, if any. After a failure
