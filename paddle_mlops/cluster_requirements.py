@@ -13,6 +13,7 @@ from typing import Any
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.lint import ARGO_WORKFLOW_KINDS, resource_manifest, workflow_spec
+from paddle_mlops.release_overlay import unpinned_repositories
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 # argoproj.io holds both Argo Workflows and Argo Events kinds; these are Argo Events'.
@@ -56,6 +57,8 @@ class Requirements:
     controller_file: str | None = None  # the argo/ file holding the workflow-controller ConfigMap
     kueue_frameworks: tuple[str, ...] = ()  # Kueue integrations the generated jobs need enabled
     multikueue: bool = False  # this cluster is a MultiKueue manager (cluster.multikueue)
+    digest_overlay: str | None = None  # images.require_digest: the overlay that pins the install set by digest
+    tagged_images: tuple[str, ...] = ()  # the repositories the install set runs by tag (the overlay must pin them)
 
 
 def plural(kind: str) -> str:
@@ -143,6 +146,9 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
     req = Requirements()
     # With cluster.multikueue the cluster checked is the manager; workers/<region>.yaml are other clusters' sets.
     sources = [(name, doc) for name, docs in files.items() if not name.startswith(f"{WORKERS_DIR}/") for doc in docs]
+    if cfg.images.require_digest:  # the rollout's InferenceServices run the serving image by digest, always
+        req.digest_overlay = cfg.images.digest_overlay
+        req.tagged_images = tuple(unpinned_repositories(doc for _, doc in sources))
     sources += [("(created by the rollout step)", doc) for doc in runtime_documents(cfg)]
     for file, outer in sources:
         outer_ns = (outer.get("metadata") or {}).get("namespace") or cfg.cluster.namespace

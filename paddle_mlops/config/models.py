@@ -362,7 +362,16 @@ class ImagesConfig(Strict):
     serve: str = "registry.example.com/paddle-mlops/serve:0.1.0"
     tools: str = "registry.example.com/paddle-mlops/tools:0.1.0"
     buildkit: str = "moby/buildkit:v0.32.2-rootless"
-    require_digest: bool = Field(False, description="prod: images must be pinned by digest")
+    require_digest: bool = Field(
+        False,
+        description="every image this environment's pods run must be pinned by a real digest: the tags above are "
+        "the release names, and `digest_overlay`'s `images:` pins each by digest (lint --env and preflight check it)",
+    )
+    digest_overlay: str | None = Field(
+        None,
+        description="the kustomize overlay (a directory of the checkout, e.g. overlays/prod) whose `images:` "
+        "pin the install set by digest; `paddle-mlops pin-images` fills it at release",
+    )
 
     @field_validator("train", "serve", "tools", "buildkit")
     @classmethod
@@ -476,11 +485,12 @@ class PipelineConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _digest_when_required(self) -> PipelineConfig:
-        if self.images.require_digest:
-            for name in ("train", "serve", "tools", "buildkit"):
-                if "@sha256:" not in getattr(self.images, name):
-                    raise ValueError(f"images.{name} must be pinned by digest (images.require_digest is true)")
+    def _digests_have_an_overlay(self) -> PipelineConfig:
+        if self.images.require_digest and not self.images.digest_overlay:
+            raise ValueError(
+                "images.require_digest needs images.digest_overlay: the kustomize overlay whose images: pin the "
+                "install set by digest (overlays/prod)"
+            )
         return self
 
 
