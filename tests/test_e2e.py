@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from paddle_mlops.contracts import (
     TRAIN_SAMPLES_PER_SECOND,
     TRAIN_STEP,
 )
+from paddle_mlops.local.library_lines import library_of
 from tests.s3server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -112,6 +114,17 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     for step in names:  # streamed logs carry the step name
         assert f"[{step}]" in first_run["output"]
     assert "build-image: skipped" in first_run["output"]
+
+
+def test_the_terminal_shows_our_lines_and_the_step_logs_keep_the_libraries(first_run: dict) -> None:
+    """Paddle's launch banner and FLAGS dump, PaddleNLP's INFO lines, Paddle2ONNX's progress, ONNX Runtime's
+    quantization advice, httpx's per-request lines and MLflow's INFO lines go to step.log only (library_lines.py)."""
+    terminal = [re.sub(r"^\[[\w/-]+\] ", "", line, count=1) for line in first_run["output"].splitlines()]
+    assert [line for line in terminal if library_of(line)] == []
+    logs = {s["name"]: Path(s["log"]).read_text(encoding="utf-8") for s in first_run["summary"]["steps"] if s["log"]}
+    in_logs = {library_of(line) for text in logs.values() for line in text.splitlines()}
+    assert {"paddle-launch", "paddle-flags", "paddlenlp", "paddle2onnx", "httpx"} <= in_logs, in_logs
+    assert "epoch 2: train_loss" in first_run["output"] and "promoted; serving at" in first_run["output"]
 
 
 def test_mlflow_has_the_run_and_the_champion(first_run: dict) -> None:
