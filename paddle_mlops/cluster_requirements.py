@@ -57,6 +57,8 @@ class Requirements:
     controller_file: str | None = None  # the argo/ file holding the workflow-controller ConfigMap
     kueue_frameworks: tuple[str, ...] = ()  # Kueue integrations the generated jobs need enabled
     multikueue: bool = False  # this cluster is a MultiKueue manager (cluster.multikueue)
+    networking_layer: str = "istio"  # serving.networking_layer: the Knative ingress class the policies expect
+    gateway_namespaces: tuple[str, ...] | None = None  # serving.gateway_namespaces when set by hand
     digest_overlay: str | None = None  # images.require_digest: the overlay that pins the install set by digest
     tagged_images: tuple[str, ...] = ()  # the repositories the install set runs by tag (the overlay must pin them)
 
@@ -165,6 +167,7 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
 
         req.kueue_frameworks = (TRAINJOB_FRAMEWORK,)
     req.multikueue = cfg.cluster.multikueue
+    req.networking_layer, req.gateway_namespaces = cfg.serving.networking_layer, cfg.serving.gateway_namespaces
     return req
 
 

@@ -445,3 +445,41 @@ def test_release_digests_in_prod(monkeypatch, capsys, tmp_path) -> None:
     code, items = results(ready_cluster(), monkeypatch, capsys, "--env", "prod")
     (released,) = [r for r in items if r["check"] == "release-digests"]
     assert released["status"] == "ok", released
+
+
+def _config_network(cluster: Cluster, data: dict[str, str]) -> None:
+    from kubernetes import client
+
+    meta = client.V1ObjectMeta(name="config-network", namespace="knative-serving")
+    cluster.config_maps[("knative-serving", "config-network")] = client.V1ConfigMap(metadata=meta, data=data)
+
+
+KOURIER = "kourier.ingress.networking.knative.dev"
+
+
+@pytest.mark.parametrize(
+    ("data", "args", "status"),
+    [
+        ({}, (), "ok"),  # no key: Istio's class, the default layer
+        ({"ingress-class": KOURIER}, (), "finding"),
+        ({"ingress.class": KOURIER}, (), "finding"),  # the legacy key is read too
+        ({"ingress.class": KOURIER, "ingress-class": "istio.ingress.networking.knative.dev"}, (), "ok"),  # new wins
+        ({"ingress-class": KOURIER}, ("--set", "serving.networking_layer=kourier"), "ok"),
+        ({"ingress-class": "gateway-api.ingress.networking.knative.dev"}, (), "finding"),
+        (
+            {"ingress-class": "gateway-api.ingress.networking.knative.dev"},
+            ("--set", "serving.gateway_namespaces=[envoy-gateway-system]"),
+            "ok",
+        ),
+    ],
+)
+def test_the_networking_layer_knative_uses_is_the_one_the_policy_admits(monkeypatch, capsys, data, args, status):
+    """knative/networking release-1.15..1.21 pkg/config/config.go NewConfigFromMap: `ingress.class` (legacy), then
+    `ingress-class` (wins); neither: Istio. A mismatch means the predictor NetworkPolicy drops the gateway's traffic."""
+    cluster = ready_cluster()
+    _config_network(cluster, data)
+    code, items = results(cluster, monkeypatch, capsys, *args)
+    (network,) = [r for r in items if r["check"] == "knative-network"]
+    assert network["status"] == status, network
+    if status == "finding" and "kourier" in str(data):
+        assert "serving.networking_layer: kourier" in network["fix"] and "kourier-system" in network["fix"]

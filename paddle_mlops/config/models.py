@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from paddle_mlops.config import pretrained_names, task_rules
+from paddle_mlops.config.networking import ACTIVATOR_NAMESPACE, GATEWAY_NAMESPACES, NetworkingLayer
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
 from paddle_mlops.contracts import pvc_location
 
@@ -326,11 +327,38 @@ class ServingConfig(Strict):
         "null: the task type's own",
     )
     deployment_mode: Literal["Serverless", "RawDeployment"] = "Serverless"
+    networking_layer: NetworkingLayer = Field(
+        "istio",
+        description="Knative's networking layer (its config-network ingress class): where the gateway pods that "
+        "send requests to the predictors run (paddle_mlops/config/networking.py)",
+    )
+    gateway_namespaces: tuple[str, ...] | None = Field(
+        None,
+        description="namespaces whose pods may send requests to the predictors, besides Knative's activator; "
+        "null: the networking layer's own (istio-system; kourier-system; contour-external, contour-internal)",
+    )
     canary_percent: int = Field(10, ge=1, le=99)
     canary_window_seconds: int = Field(300, ge=0)
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_p99_latency_ms: float = Field(500.0, gt=0)
     regions: tuple[str, ...] = Field((), description="regions rolled out in order; empty: the run's region only")
+
+    @field_validator("gateway_namespaces")
+    @classmethod
+    def _namespace_names(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for name in v or ():
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+                raise ValueError(f"gateway namespace {name!r} is not a namespace name (lower case, digits, '-')")
+        return v
+
+    def ingress_namespaces(self) -> tuple[str, ...]:
+        """Where the predictors' requests come from: Knative's activator and the gateway namespaces."""
+        gateways = (
+            self.gateway_namespaces
+            if self.gateway_namespaces is not None
+            else GATEWAY_NAMESPACES[self.networking_layer]
+        )
+        return tuple(dict.fromkeys((ACTIVATOR_NAMESPACE, *gateways)))
 
     @model_validator(mode="after")
     def _engine_fits_the_device(self) -> ServingConfig:
