@@ -14,6 +14,7 @@ from typing import Any
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.lint import ARGO_WORKFLOW_KINDS, resource_manifest, workflow_spec
 from paddle_mlops.release_overlay import unpinned_repositories
+from pipelines.platform.kyverno import KEY_NAMESPACE as KYVERNO_NAMESPACE
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 # argoproj.io holds both Argo Workflows and Argo Events kinds; these are Argo Events'.
@@ -105,6 +106,9 @@ def _embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield manifest
 
 
+# Kyverno's verifyImages reads imageRegistryCredentials.secrets in its own namespace; registry credentials hold
+# their docker config under this key.
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
 # Argo Events SecretKeySelector fields: webhookSecret, authSecret, apiToken, the minio source's accessKey/secretKey.
 _SELECTOR_KEY = re.compile(r"(Secret|Token|^accessKey|^secretKey)$")
 
@@ -130,6 +134,10 @@ def secret_refs(node: Any) -> Iterator[tuple[str, str | None, str | None]]:
             yield value["name"], value.get("key"), value.get("namespace")
         elif _SELECTOR_KEY.search(key) and isinstance(value.get("name"), str) and "key" in value:
             yield value["name"], value["key"], None
+        elif key == "imageRegistryCredentials":  # Kyverno verifyImages: Secrets of the Kyverno namespace
+            for ref in value.get("secrets") or []:
+                namespace, _, name = str(ref).rpartition("/")
+                yield name, DOCKER_CONFIG_KEY, namespace or KYVERNO_NAMESPACE
         else:
             yield from secret_refs(value)
     for ref in node.get("imagePullSecrets") or []:

@@ -390,6 +390,13 @@ class ImagesConfig(Strict):
     serve: str = "registry.example.com/paddle-mlops/serve:0.1.0"
     tools: str = "registry.example.com/paddle-mlops/tools:0.1.0"
     buildkit: str = "moby/buildkit:v0.32.2-rootless"
+    registry_secret: str = Field(
+        "registry-push-credentials",
+        pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+        description="Secret of type kubernetes.io/dockerconfigjson with the registry's credentials: the build step "
+        "pushes with it (pipeline namespace), Kyverno reads image signatures with it (a copy in the kyverno "
+        "namespace: verifyImages imageRegistryCredentials)",
+    )
     require_digest: bool = Field(
         False,
         description="every image this environment's pods run must be pinned by a real digest: the tags above are "
