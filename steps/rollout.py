@@ -34,6 +34,7 @@ from steps.runtime.champion import SERVED_IMAGE, MlflowRegistry, Registry, recor
 from steps.runtime.health import HttpProbe
 from steps.runtime.kserve_rollout import KServeRollout, kubernetes_api, kubernetes_apps_api
 from steps.runtime.local_server import rollout_local
+from steps.runtime.region_stores import replicate_to
 from steps.runtime.rollout_outcome import PROMOTED, Outcome
 from steps.runtime.runner import StepError
 
@@ -123,7 +124,9 @@ def _kserve(
     raw = cfg.serving.deployment_mode == "RawDeployment"
     apps = api if api is not None else (kubernetes_apps_api() if raw else None)
     machine = KServeRollout(cfg, custom, probe or HttpProbe(), apps=apps)
-    return machine.run(regions, uri, version, image)
+    # Each region's predictors read the model from the region's own store: copy it there first (nothing is changed
+    # in any region until every copy is complete; a failed copy is an error a retry may clear, not a verdict).
+    return machine.run(regions, uri, version, image, replicate_to(cfg, uri, regions))
 
 
 def run(

@@ -197,6 +197,12 @@ class TrainingConfig(Strict):
     amp: Literal["off", "fp16", "bf16"] = "off"
     grad_accumulation: int = Field(1, ge=1)
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port on rank 0; 0 disables")
+    canary_steps: int = Field(
+        20,
+        ge=1,
+        description="a training image no run has trained on yet first runs this many steps on the run's prepared "
+        "data in the first region it may use, before any other region pulls it (pipelines/training_canary.py)",
+    )
     backend: Backend = Field(
         "trainjob",
         description="trainjob: Kubeflow Trainer v2 TrainJob admitted by Kueue; kubeflow-paddlejob (Trainer v1 "
@@ -603,9 +609,14 @@ class RegionConfig(Strict):
     store: str | None = Field(
         None,
         description="this region's object store (s3://bucket/prefix, or a directory): pretrained weights are "
-        "staged to and read from it by runs that train here; null: storage.uri",
+        "staged to and read from it by runs that train here, and the rollout replicates each model it serves here "
+        "into it; null: storage.uri",
     )
-    store_endpoint_url: str | None = Field(None, description="S3 endpoint of `store`; null: storage.endpoint_url")
+    store_endpoint_url: str | None = Field(
+        None,
+        description="S3 endpoint of `store` (the region's own MinIO), used as named whatever S3_ENDPOINT_URL says; "
+        "null: storage.endpoint_url",
+    )
 
     @property
     def flavor(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
@@ -266,7 +266,16 @@ class KServeRollout:
             self._apply(previous)
         log.warning("rolled back region %s (%s)", region.name, "previous revision restored" if previous else "deleted")
 
-    def run(self, regions: Sequence[RegionConfig], model_uri: str, version: str, image: str) -> Outcome:
+    def run(
+        self,
+        regions: Sequence[RegionConfig],
+        model_uri: str,
+        version: str,
+        image: str,
+        placed: Mapping[str, str] | None = None,
+    ) -> Outcome:
+        """`placed`: region name → the URI of the model's copy in that region's store (steps/runtime/region_stores.py
+        replicate_to); a region not in it reads `model_uri`."""
         changed: list[tuple[RegionConfig, dict[str, Any] | None]] = []
         url = ""
         for region in regions:
@@ -274,7 +283,7 @@ class KServeRollout:
             changed.append((region, previous))
             try:
                 log.info("region %s: rolling out model version %s", region.name, version)
-                url = self._rollout_region(region, model_uri, version, image)
+                url = self._rollout_region(region, (placed or {}).get(region.name, model_uri), version, image)
             except Exception as exc:  # noqa: BLE001 — any failure, checks or API, must roll back
                 reason = f"region {region.name}: {exc}"
                 for done_region, done_previous in reversed(changed):
