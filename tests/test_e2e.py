@@ -93,17 +93,22 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     assert first_run["code"] == 0, first_run["output"][-3000:]
     summary = first_run["summary"]
     assert summary["status"] == "succeeded"
-    # The image pre-pull is for the cluster's GPU nodes: skipped here, and said so.
-    cluster_only = [s for s in summary["steps"] if s["status"] == "Skipped"]
-    assert [s["name"] for s in cluster_only] == ["prepull-image", "release-prepull"]
-    assert all(s["reason"].startswith("cluster only: ") for s in cluster_only)
-    names = [s["name"] for s in summary["steps"] if s not in cluster_only]
+    # The image pre-pulls are for the cluster's GPU nodes: skipped here, and said so. The image trained here is the
+    # installed project (build-image's digest `local`), allowed as it is: no canary (pipelines/training_canary.py).
+    skipped = [s for s in summary["steps"] if s["status"] == "Skipped"]
+    canary = ["prepull-canary", "train-canary", "allow-training-image"]
+    assert [s["name"] for s in skipped] == [*canary, "prepull-image", "release-prepull"]
+    cluster_only = [s for s in skipped if s["reason"].startswith("cluster only: ")]
+    assert [s["name"] for s in cluster_only] == ["prepull-canary", "prepull-image", "release-prepull"]
+    assert all(s["reason"] == "when: true == false" for s in skipped if s not in cluster_only)
+    names = [s["name"] for s in summary["steps"] if s not in skipped]
     # train-deploy ends at upload; the published manifest's notification starts the rollout workflow.
-    assert names == ["build-image", "prepare-data", "train", "evaluate", "upload", "validate", "register", "rollout"]
+    train_deploy = ["build-image", "prepare-data", "training-image", "train", "evaluate", "upload"]
+    assert names == [*train_deploy, "validate", "register", "rollout"]
     assert [w.rsplit("-", 2)[0] for w in summary["workflows"]] == ["train-deploy", "rollout"]
     assert summary["rollout_parameters"]["event-key"].endswith("%2Fmanifest.json")
     assert summary["validation"]["verdict"] == "passed"
-    assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"] if s not in cluster_only)
+    assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"] if s not in skipped)
     assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0 and 0.0 <= summary["metrics"]["macro_f1"] <= 1.0
     assert summary["gate"]["passed"] is True
     # The variant the selection ranked first by served texts/s is the one that serves.
@@ -225,7 +230,11 @@ def test_bad_data_fails_the_run_and_registers_nothing(tmp_path: Path) -> None:
     # (it is not fail-fast), are listed as skipped, as they always are locally.
     ran = [s["name"] for s in summary["steps"] if s["status"] != "Skipped"]
     assert ran == ["build-image", "prepare-data"]
-    assert {s["name"] for s in summary["steps"] if s["status"] == "Skipped"} <= {"prepull-image", "release-prepull"}
+    assert {s["name"] for s in summary["steps"] if s["status"] == "Skipped"} <= {
+        "prepull-canary",
+        "prepull-image",
+        "release-prepull",
+    }
     assert summary["model_version"] is None and summary["serving_url"] is None
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}")
     assert client.search_registered_models() == []
