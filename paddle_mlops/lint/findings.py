@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.lint.documents import LintInputError, document_name, load, yaml_files
 from paddle_mlops.lint.executor import controller_executor
 from paddle_mlops.lint.pods import pods_of
@@ -31,8 +32,6 @@ def digests_required(env: str | None) -> bool:
     pinned by digest; no environment wants nothing more than a pinned tag."""
     if env is None:
         return False
-    from paddle_mlops.config import ConfigError, load_config
-
     try:
         return load_config(env=env).images.require_digest
     except ConfigError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from paddle_mlops.cluster_requirements import Requirements
+from paddle_mlops.config import networking
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controllers import controller_namespace
 from paddle_mlops.preflight.results import FINDING, OK, Result, install_fix
@@ -38,7 +39,6 @@ def check_knative_features(api: KubernetesApi, req: Requirements) -> Iterator[Re
 def check_knative_network(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
     """The networking layer Knative routes through (config-network's ingress class) must be the one the predictor
     NetworkPolicy admits the gateway pods of (serving.networking_layer, or serving.gateway_namespaces)."""
-    from paddle_mlops.config import networking
     from pipelines.platform import knative
 
     if "knative-serving" not in req.components:
