@@ -301,6 +301,8 @@ class LocalExecutor:
 
     def _reused(self, task: Task) -> TaskResult:
         prev = next((s for s in (self.previous or {}).get("steps", []) if s["name"] == task.name), None)
+        if prev and prev.get("status") == "Skipped":  # its `when` said no then, as it would now (the canary's)
+            return TaskResult(task.name, "Skipped", reason=prev.get("reason"))
         if not prev or prev.get("status") not in ("Succeeded", "Reused"):
             raise DagError(f"--only/--from: step {task.name!r} did not succeed in the previous run; run it first")
         return TaskResult(task.name, "Reused", 0.0, outputs=dict(prev.get("outputs") or {}))

@@ -10,12 +10,10 @@ pretrained weights under `<store>/pretrained/`, bodies content-addressed under `
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.models import RegionConfig
-from paddle_mlops.contracts import REGION_ENV
 from steps.runtime import s3
 from steps.runtime.objectstore.backends import resolve_root
 from steps.runtime.objectstore.manifest import split_model_uri
@@ -30,16 +28,6 @@ class RegionStore(Place):
 
     region: str | None = None
 
-    def model_uri(self, published_uri: str) -> str:
-        """Where a version published at `published_uri` (in any store) lives in this one."""
-        _, model, version = split_model_uri(published_uri)
-        return f"{self.root.rstrip('/')}/{model}/{version}"
-
-
-def default_store(cfg: PipelineConfig) -> RegionStore:
-    """The pipeline's own store (`storage.uri`), where models are published."""
-    return RegionStore(resolve_root(cfg.storage.uri), cfg.storage.endpoint_url)
-
 
 def of_region(cfg: PipelineConfig, region: RegionConfig) -> RegionStore:
     own_endpoint = region.store_endpoint_url is not None
@@ -49,12 +37,6 @@ def of_region(cfg: PipelineConfig, region: RegionConfig) -> RegionStore:
         exact=own_endpoint,
         region=region.name,
     )
-
-
-def here(cfg: PipelineConfig, regions: dict[str, RegionConfig]) -> RegionStore:
-    """The store of the region this process runs in ($PADDLE_MLOPS_REGION), else the pipeline's own."""
-    name = os.environ.get(REGION_ENV)
-    return of_region(cfg, regions[name]) if name in regions else default_store(cfg)
 
 
 def place_of(
