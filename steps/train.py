@@ -29,6 +29,12 @@ from steps.runtime.trainer import Trainer  # noqa: E402
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
+    parser.add_argument("--data", default=None, help="the prepared data area (default: <workspace>/data)")
+    parser.add_argument(
+        "--canary-steps", type=int, default=0, metavar="N",
+        help="the training image's canary run (pipelines/training_canary.py): N steps, one epoch at most, and "
+        "nothing left in the workspace",
+    )  # fmt: skip
     parser.add_argument(
         "--dump-params", type=Path, default=None, metavar="NPZ",
         help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
@@ -41,8 +47,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    if args.canary_steps:
+        canary = {"max_steps": args.canary_steps, "epochs": 1}
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update=canary)})
     ws = args.workspace
-    data_uri = workspace.join(ws, "data")
+    data_uri = args.data or workspace.join(ws, "data")
     try:
         data_dir = workspace.stage_in(data_uri, endpoint_url=cfg.storage.endpoint_url)
     except FileNotFoundError as exc:
@@ -62,7 +71,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri)
         trainer.run()
         rank0 = trainer.rank == 0
-    if rank0 and s3.is_s3(ws):
+    if rank0 and s3.is_s3(ws) and not args.canary_steps:
         for area in ("model", "checkpoints"):
             if (local / area).is_dir():
                 workspace.stage_out(local / area, workspace.join(ws, area), cfg.storage.endpoint_url)

@@ -1,4 +1,4 @@
-"""The step cache: content keys (steps/runtime/cache_keys.py), the store (step_cache.py), how a step uses it (reuse.py)."""
+"""The step cache: content keys (steps/runtime/cache_keys.py), its store (step_cache.py), and steps (reuse.py)."""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ VALUES = {
     "{{outputs.parameters.gate-passed}}": ("true", "false"),
     "{{tasks.evaluate.outputs.parameters.gate-passed}}": ("true", "false"),
     "{{tasks.train-cache.outputs.parameters.reused}}": ("true", "false"),
+    "{{tasks.training-image.outputs.parameters.allowed}}": ("true", "false"),  # steps/training_image.py
     "{{status}}": ("Succeeded", "Failed", "Error"),
 }
 _OPERAND = re.compile(r"^('[^']*'|\"[^\"]*\"|[A-Za-z_][A-Za-z0-9_]*)$")
