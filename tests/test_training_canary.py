@@ -123,6 +123,10 @@ def test_the_canary_is_the_runs_trainjob_pinned_to_the_first_region(cfg: Any) ->
     assert command[command.index("--workspace") + 1] == f"{ws}/training-canary"
     assert command[command.index("--data") + 1] == f"{ws}/data"
     assert command[command.index("--canary-steps") + 1] == str(cfg.training.canary_steps)
+    # the run's training records its model in the step cache; a canary's few steps never do
+    real_command = real["spec"]["trainer"]["command"]
+    assert "--step-cache" in real_command and "--train-key" in real_command
+    assert "--step-cache" not in command and "--train-key" not in command
     env = {e["name"]: e.get("value") for e in canary["spec"]["trainer"]["env"]}
     assert env["MLFLOW_TRACKING_URI"] == training_canary.CANARY_TRACKING_URI  # no run in the real experiment
     pull = _resource(doc, "prepull-canary")
