@@ -196,6 +196,13 @@ class TrainingConfig(Strict):
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0 disables")
     amp: Literal["off", "fp16", "bf16"] = "off"
     grad_accumulation: int = Field(1, ge=1)
+    distill_weight: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="text classification and matching: weight of the cheap baseline's cross-fitted probabilities "
+        "in the soft targets (distillation from the baseline); 0 trains on the labels alone",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port on rank 0; 0 disables")
     backend: Backend = Field(
         "trainjob",

@@ -65,6 +65,7 @@ def build(
         "engine": _engine(metrics.get("engine")),
         "model": _model(executor.run_dir),
         "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
+        "baseline": _baseline(metrics.get("baseline")),
         "model_uri": found["model_uri"],
         "model_version": found["model_version"],
         "mlflow_run_id": found["mlflow_run_id"],
@@ -104,6 +105,15 @@ def _model(workspace: Path) -> str | None:
     return f"small ERNIE from scratch ({shape}, character vocabulary): {why}"
 
 
+def _baseline(figures: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The model beside the cheap baseline evaluate fitted on the same split (metrics.json's `baseline`)."""
+    if not figures:
+        return None
+    keys = ("kind", "description", "metric", "model", "baseline", "difference", "ci_low", "ci_high", "confidence",
+            "test", "seconds", "cached", "line")  # fmt: skip
+    return {key: figures.get(key) for key in keys}
+
+
 def _engine(engine: dict[str, Any] | None) -> dict[str, Any] | None:
     """Which variant serves and why, every variant's gate metric and speeds, and which speed ranked them (evaluate's
     engine selection)."""
@@ -129,6 +139,7 @@ def _branch(branch: Any, scopes: list[Any]) -> dict[str, Any]:
         "status": "failed" if branch.failed else "succeeded",
         "failed_step": branch.failed,
         "metrics": {k: metrics.get(k) for k in names},
+        "baseline": (metrics.get("baseline") or {}).get("line"),
         "gate": (metrics.get("gate") or {}).get("reason"),
         "model_uri": (outputs.get("upload") or {}).get("model-uri"),
         "verdict": (rollout.get("validate") or {}).get("verdict"),
@@ -171,7 +182,8 @@ def show(console: Console, summary: dict[str, Any], failed: TaskResult | None, p
         ("task", summary.get("task")),
         ("model", summary.get("model")),
         ("metrics", " ".join(f"{k}={_rounded(v)}" for k, v in m.items())),
-        ("gate", {True: "PASSED", False: "FAILED (nothing published)", None: "not evaluated"}[gate]),
+        ("baseline", (summary.get("baseline") or {}).get("line")),
+        ("gate", _gate_line(gate, summary["gate"].get("details"))),
         ("engine", _engine_line(summary.get("engine"))),
         ("model URI", summary["model_uri"]),
         ("validation", _verdict_line(summary["validation"])),
@@ -183,6 +195,13 @@ def show(console: Console, summary: dict[str, Any], failed: TaskResult | None, p
     for key, value in lines:
         shown = value if value is not None else "-"
         console.print(f"  [bold]{key:>13}[/]: {shown}", highlight=False)
+
+
+def _gate_line(passed: bool | None, details: dict[str, Any] | None) -> str:
+    """PASSED or FAILED with the reason (the figures it was judged on)."""
+    word = {True: "PASSED", False: "FAILED (nothing published)", None: "not evaluated"}[passed]
+    reason = (details or {}).get("reason")
+    return f"{word}: {reason}" if reason else word
 
 
 def _verdict_line(validation: dict[str, Any]) -> str | None:

@@ -47,7 +47,7 @@ def compare(
         exact = statistics.mcnemar(_correct(model_counts, len(labels)), _correct(baseline_counts, len(labels)))
         test = {"name": "McNemar exact", "p_value": exact.p_value, "model_only_correct": exact.model_only,
                 "baseline_only_correct": exact.baseline_only}  # fmt: skip
-    return {
+    figures = {
         "kind": fitted.kind,
         "description": fitted.description,
         "settings": fitted.settings,
@@ -66,6 +66,7 @@ def compare(
         "bootstrap_samples": boot.samples,
         "test": test,
     }
+    return figures | {"line": summary_line(figures)}
 
 
 def _correct(label_counts: np.ndarray, classes: int) -> np.ndarray:
