@@ -114,6 +114,8 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     assert manifest["metrics"]["baseline"]["baseline"] == base["baseline"]
     # validate judged it against the same figure: the stored answers of the same splits, not fitted again
     assert summary["validation"]["verdict"] == "passed" and "baseline tfidf-logreg" in summary["validation"]["reason"]
+    lines = first_run["output"].splitlines()
+    assert any("[validate]" in line and "read from the store" in line for line in lines)
     # The variant the selection ranked first by served texts/s is the one that serves.
     engine = summary["engine"]
     assert engine["ranked_by"].startswith("served texts/s") and engine["served"] == engine["selected"]
