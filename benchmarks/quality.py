@@ -104,10 +104,10 @@ def run_task(task: str, variants: Sequence[str], seeds: Sequence[int], args: Any
     prepare(task, base, data_dir)
     from paddle_mlops.config import load_config
 
-    os.environ["PADDLE_MLOPS_HOME"] = str(out)  # storage.uri 'local': the baseline's stored answers live in --workdir
-    fitted = baselines.fit(load_config(CONFIG, "local", base, task=task), data_dir)  # reused by a rerun in --workdir
+    store = f"storage.uri={out / 'store'}"  # the baseline's stored answers live in --workdir: a rerun reuses them
+    fitted = baselines.fit(load_config(CONFIG, "local", [*base, store], task=task), data_dir)
     print(f"{task}: baseline {fitted.kind} fitted in {fitted.seconds:.1f} s (stored: {fitted.cached})", flush=True)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}", "PADDLE_MLOPS_HOME": str(out)}
     rows: dict[str, list[dict[str, Any]]] = {}
     for variant in variants:
         for seed in seeds:
