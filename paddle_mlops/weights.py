@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-limit", type=float, default=PRETRAIN_SECONDS, help="stop after the epoch that passes this many seconds"
     )
     pretrain.add_argument("--force", action="store_true", help="pre-train and stage again even when staged")
+    pretrain.add_argument(
+        "--max-texts", type=int, default=None, help="pre-train on the first N texts only (smoke tests)"
+    )
     listing = sub.add_parser("list", help="the staged weights: name, digest, size, PaddleNLP version, when")
     listing.add_argument("name", metavar="NAME", nargs="?", default=None, help="only this name")
     for p in (stage, pretrain, listing):
@@ -142,7 +145,7 @@ def _pretrain(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{args.name} is staged ({staged[0].digest[:12]}, {staged[0].created}); --force pre-trains again")
         return 0
     config = args.config or default_config_path()
-    texts = pretrain_corpus.train_texts(config, args.env, args.overrides)
+    texts = pretrain_corpus.train_texts(config, args.env, args.overrides)[: args.max_texts]
     settings = mlm.PretrainSettings(epochs=args.epochs, time_limit_seconds=args.time_limit)
     with tempfile.TemporaryDirectory(prefix="pretrain-") as tmp:
         vocab = pretrain_corpus.write_vocab(texts, Path(tmp) / "vocab.txt")

@@ -169,3 +169,5 @@ def test_gate_and_baseline_config_keys() -> None:
         load_config(Path(CONFIG), "local", ["gate.baseline=maybe"])
     with pytest.raises(ConfigError, match="baseline_margin"):
         load_config(Path(CONFIG), "local", ["gate.baseline_margin=-0.1"])
+    with pytest.raises(ConfigError, match="distill_weight.*text classification and matching"):
+        load_config(Path(CONFIG), "local", ["training.distill_weight=0.5"], task="ner")
