@@ -1,7 +1,8 @@
 """The cheap baseline every candidate is compared with, fitted on the same train split and scored on the same test
 split prepare-data wrote (`data/`): one module per kind (`text`: TF-IDF + logistic regression; `pairs`: the same on
 pair features; `crf`: a linear-chain CRF for NER), `statistics` for the paired tests, `counts` for per-example metric
-counts, `comparison` for the figures evaluate and validate report, `cache` for the content-keyed store copy.
+counts, `comparison` for the figures evaluate and validate report, `cache` for the content-keyed store copy,
+`fitted` for what they share.
 
 The fit runs in a child process under `baseline.time_limit_seconds`; evaluate stores the answers in the object
 store under a key made of the splits' digests, the kind, its settings and the library versions, so validate (and a
@@ -14,35 +15,17 @@ import logging
 import multiprocessing
 import queue
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.tasks import TEXT_CLASSIFICATION, TEXT_MATCHING, TOKEN_CLASSIFICATION
-from steps.runtime.runner import StepError
+from paddle_mlops.config.tasks import TOKEN_CLASSIFICATION
+from steps.runtime.baselines import cache
+from steps.runtime.baselines.fitted import KINDS, BaselineError, Fitted
+
+__all__ = ["KINDS", "BaselineError", "Fitted", "fit", "fit_in_process", "module_for"]
 
 log = logging.getLogger("steps.baseline")
-
-KINDS = {TEXT_CLASSIFICATION: "text", TEXT_MATCHING: "pairs", TOKEN_CLASSIFICATION: "crf"}
-
-
-class BaselineError(StepError):
-    """The baseline could not be fitted in time: the platform's failure, never a verdict on the model."""
-
-
-@dataclass
-class Fitted:
-    """A baseline's answers to the test split, in the task's answer shape, and how they were made."""
-
-    kind: str
-    description: str
-    answers: list[dict[str, Any]]
-    settings: dict[str, Any]
-    seconds: float
-    key: str = ""
-    cached: bool = False
-    versions: dict[str, str] = field(default_factory=dict)
 
 
 def module_for(task_type: str) -> Any:
@@ -55,8 +38,6 @@ def module_for(task_type: str) -> Any:
 def fit(cfg: PipelineConfig, data_dir: Path) -> Fitted:
     """The baseline of this configuration's task on `data_dir`'s splits: from the store when fitted before on the
     same content, else fitted now (and stored). StepError when it takes longer than baseline.time_limit_seconds."""
-    from steps.runtime.baselines import cache
-
     key, versions = cache.key(cfg, data_dir)
     found = cache.read(cfg, key)
     if found is not None:

@@ -10,9 +10,9 @@ import logging
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from paddle_mlops.config import PipelineConfig
+from steps.runtime.baselines.fitted import KINDS, Fitted
 from steps.runtime.objectstore.backends import open_backend, resolve_root
 
 log = logging.getLogger("steps.baseline")
@@ -24,8 +24,6 @@ LIBRARIES = ("scikit-learn", "scipy", "python-crfsuite")
 
 def key(cfg: PipelineConfig, data_dir: Path) -> tuple[str, dict[str, str]]:
     """The content key of this configuration's baseline on `data_dir`, and the library versions in it."""
-    from steps.runtime.baselines import KINDS
-
     stats = json.loads((data_dir / "stats.json").read_text(encoding="utf-8"))
     versions = {name: _version(name) for name in LIBRARIES}
     material = {
@@ -49,10 +47,8 @@ def _object_key(cfg: PipelineConfig, key: str) -> str:
     return f"{PREFIX}/{cfg.model.task}/{key}.json"
 
 
-def read(cfg: PipelineConfig, key: str) -> Any:
+def read(cfg: PipelineConfig, key: str) -> Fitted | None:
     """The stored baseline of `key`, None when there is none (or it is unreadable: then it is fitted again)."""
-    from steps.runtime.baselines import Fitted
-
     try:
         raw = open_backend(resolve_root(cfg.storage.uri), cfg.storage.endpoint_url).read(_object_key(cfg, key))
         if raw is None:
@@ -65,7 +61,7 @@ def read(cfg: PipelineConfig, key: str) -> Any:
     return fitted
 
 
-def write(cfg: PipelineConfig, fitted: Any) -> None:
+def write(cfg: PipelineConfig, fitted: Fitted) -> None:
     """Store the answers under their key (no-op when another run stored them first)."""
     doc = asdict(fitted) | {"cached": False}
     try:

@@ -11,7 +11,8 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.tasks import TOKEN_CLASSIFICATION
-from steps.runtime.baselines import Fitted, counts, statistics
+from steps.runtime.baselines import counts, statistics
+from steps.runtime.baselines.fitted import Fitted
 
 
 def per_example(task_type: str, metric: str, rows: Sequence[dict[str, Any]], answers: Sequence[dict[str, Any]],
