@@ -54,3 +54,25 @@ def test_distillation_targets_mix_cross_fitted_baseline_probabilities_with_the_l
     soft = np.array(distillation.soft_targets([r["label"] for r in rows], teacher, 0.5))
     assert np.allclose(soft.sum(axis=1), 1.0)
     assert np.allclose(soft[0], 0.5 * teacher[0] + 0.5 * np.eye(2)[rows[0]["label"]])
+
+
+def test_a_local_run_of_a_task_on_the_project_model_pretrains_it_first(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`paddle-mlops run --task ner` (whose local default fine-tunes ernie-mini-corpus-zh) builds and stages it
+    before the DAG, with the run's workdir, environment and overrides; a task that needs no such model does not."""
+    import argparse
+
+    from rich.console import Console
+
+    from paddle_mlops import cli
+    from paddle_mlops.config import load_config
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(weights, "main", lambda argv: calls.append(list(argv)) or 0)
+    args = argparse.Namespace(workdir=tmp_path, env="local")
+    config = Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml"
+    ner = load_config(config, "local", ["training.epochs=1"], task="ner")
+    cli._pretrain_once(ner, config, args, ["training.epochs=1"], Console(file=None))
+    assert calls == [["pretrain", CORPUS_PRETRAINED, "--workdir", str(tmp_path), "--env", "local", "--config",
+                      str(config), "--task", "ner", "--set", "training.epochs=1"]]  # fmt: skip
+    cli._pretrain_once(load_config(config, "local", task="sentiment"), config, args, [], Console(file=None))
+    assert len(calls) == 1

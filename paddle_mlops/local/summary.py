@@ -97,7 +97,7 @@ def _model(workspace: Path) -> str | None:
     shape = f"{config.get('num_hidden_layers')} layers × {config.get('hidden_size')}"
     unstaged = config.get("pretrained_unstaged")
     why = (
-        f"{unstaged} is not staged; `paddle-mlops weights stage {unstaged}` to fine-tune it"
+        f"{unstaged} is not staged; `paddle-mlops weights {_stage_verb(unstaged)} {unstaged}` to fine-tune it"
         if unstaged
         else "no pretrained weights configured; stage some with `paddle-mlops weights stage NAME` and "
         "--set model.pretrained=NAME (or a directory) to fine-tune"
@@ -112,6 +112,12 @@ def _baseline(figures: dict[str, Any] | None) -> dict[str, Any] | None:
     keys = ("kind", "description", "metric", "model", "baseline", "difference", "ci_low", "ci_high", "confidence",
             "test", "seconds", "cached", "line")  # fmt: skip
     return {key: figures.get(key) for key in keys}
+
+
+def _stage_verb(name: str) -> str:
+    from paddle_mlops.config.pretrained_names import PROJECT_NAMES
+
+    return "pretrain" if name in PROJECT_NAMES else "stage"
 
 
 def _engine(engine: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -13,13 +13,17 @@ from steps.runtime import data, dataset, tasks
 
 # The tasks whose built-in corpora the pre-training reads (configs/tasks/<task>.yaml).
 CORPUS_TASKS = ("sentiment", "ner")
+# The overrides that decide which texts are in a train split; any other (another task's data.source, a gate metric)
+# is not the pre-training's business.
+SPLIT_KEYS = ("data.split_salt", "data.dev_fraction", "data.test_fraction")
 
 
 def train_texts(config_path: Path, env: str, overrides: list[str]) -> list[str]:
     """The train-split texts of every corpus task, as prepare-data would split them with this configuration."""
     texts: list[str] = []
+    split = [o for o in overrides if o.split("=", 1)[0].strip() in SPLIT_KEYS]
     for task in CORPUS_TASKS:
-        cfg: PipelineConfig = load_config(config_path, env, [*overrides, "model.pretrained=null"], task=task)
+        cfg: PipelineConfig = load_config(config_path, env, [*split, "model.pretrained=null"], task=task)
         with tempfile.TemporaryDirectory(prefix=f"pretrain-{task}-") as tmp:
             dataset.prepare(cfg, Path(tmp))
             task_type = tasks.for_config(cfg)
