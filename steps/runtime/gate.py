@@ -122,6 +122,9 @@ def decide(
         rel = "≥" if baseline_passed else "<"
         margin = f" + margin {baseline.margin:.4f}" if baseline.margin else ""
         note = " (warn only)" if baseline.mode == "warn" and not baseline_passed else ""
+        if note:
+            log.warning("%s %.4f does not beat the baseline %s %.4f%s; gate.baseline is warn, so it may still pass",
+                        metric, value, baseline.kind, baseline.value, margin)  # fmt: skip
         reason += f", {rel} baseline {baseline.kind} {baseline.value:.4f}{margin}{note}"
     ok_champion = True
     if champ is not None:
