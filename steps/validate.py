@@ -11,7 +11,10 @@ or the local run's own notification), or from a person (`--model-uri`). In order
 4. every object: downloaded and checked against the manifest's size and sha256;
 5. the model: loads with Paddle Inference and answers the smoke requests with a label and a distribution;
 6. the gate of train-deploy: the task's held-out test split (prepared again from the configured data; the split
-   is a function of the text, so it is the same rows) scored, the threshold and the champion comparison.
+   is a function of the text, so it is the same rows) scored, the threshold, the baseline and the champion
+   comparison. The baseline's answers come from the store under the content key of the splits validate has just
+   prepared (what evaluate stored for the same data), or are fitted again: never from the manifest, which a
+   publisher writes.
 
 A verdict is an output, not an error: `passed`, `refused` (the register step records the reason; the model is
 never served) or `duplicate`. Exit 2 only when there is nothing to judge (no manifest, not this store) or the
@@ -32,6 +35,7 @@ from typing import Any
 from paddle_mlops.config import PipelineConfig
 from steps.runtime import dataset, evaluation, objectstore, registry, runner
 from steps.runtime import gate as gate_rules
+from steps.runtime.baselines import BaselineError
 from steps.runtime.health import check_predictions
 from steps.runtime.objectstore import manifest as manifests
 from steps.runtime.objectstore import notifications
@@ -130,14 +134,27 @@ def judge(
         model_dir = objectstore.fetch(uri, Path(tmp) / "model", cfg.storage.endpoint_url, published=published)
         _load_and_smoke(cfg, model_dir)
         _check_labels(model_dir, data_dir)
-        metrics, _ = evaluation.evaluate(cfg, model_dir, data_dir)
-    metric = cfg.gate.metric
-    champ = gate_rules.champion(client, cfg.mlflow.registered_model, metric)
-    decision = gate_rules.decide(metrics[metric], metric, cfg.gate.threshold, cfg.gate.tolerance, champ)
+        metrics = evaluation.with_baseline(cfg, evaluation.score(cfg, model_dir, data_dir), data_dir).metrics
+    decision = gate_rules.judge(cfg, metrics, client)
+    _compare_claims(metrics, published)
     stats = json.loads((data_dir / "stats.json").read_text(encoding="utf-8"))
     claimed = ((published.get("data_stats") or {}).get("sha256") or {}).get("test.jsonl")
     metrics["test_split"] = {"sha256": stats["sha256"]["test.jsonl"], "model_reported": claimed}
     return metrics | {"gate": asdict(decision)}
+
+
+def _compare_claims(metrics: dict[str, Any], published: dict[str, Any]) -> None:
+    """Say when the manifest's baseline figure (evaluate's) differs from the one judged here: other splits or
+    baseline code (`baseline.key` differs), or a manifest not written by evaluate."""
+    ours = metrics.get("baseline")
+    theirs = ((published.get("metrics") or {}) if isinstance(published.get("metrics"), dict) else {}).get("baseline")
+    if not ours or not isinstance(theirs, dict):
+        return
+    ours["manifest_baseline"] = theirs.get("baseline")
+    if theirs.get("key") != ours["key"] or theirs.get("baseline") != ours["baseline"]:
+        log.warning("the manifest's baseline %s %s (key %s) is not the one judged here, %.4f (key %s)",
+                    theirs.get("metric"), theirs.get("baseline"), str(theirs.get("key"))[:12], ours["baseline"],
+                    ours["key"][:12])  # fmt: skip
 
 
 def _outputs(uri: str, digest: str, published: dict[str, Any], image_digest: str) -> dict[str, str]:
@@ -173,6 +190,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         dataset.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
         try:
             metrics = judge(cfg, uri, tagged, args.event_etag, data_dir, client)
+        except BaselineError:
+            raise  # the platform's own comparison failed: nothing to say about the model (exit 2)
         except (StepError, RolloutFailed) as exc:
             print(f"REFUSED {uri}: {exc}", file=sys.stderr)
             return outputs | {"verdict": REFUSED, "reason": str(exc), "metrics": "{}"}

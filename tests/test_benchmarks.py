@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from benchmarks import engines, serving, serving_path, upload
+from benchmarks import engines, quality, serving, serving_path, upload
 from steps.runtime.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
@@ -104,3 +104,16 @@ def test_gpu_script_says_when_there_is_no_gpu(tmp_path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2 and "no GPU" in proc.stderr
+
+
+def test_quality_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Baseline, local default and an ablation on tiny data; each row has its paired interval against the baseline."""
+    figures, printed = run_quick(
+        quality, ["--variants", "default", "distill", "--workdir", str(tmp_path / "q")], tmp_path, capsys
+    )
+    assert figures["cpu"] and "| sentiment | baseline tfidf-logreg |" in printed
+    for variant in ("default", "distill"):
+        row = figures["sentiment"]["variants"][variant]
+        run = row["runs"][0]
+        assert run["metric"] == "accuracy" and run["ci_low"] <= run["difference"] <= run["ci_high"]
+        assert row["mean"] == run["model"] and row["baseline"] == run["baseline"]

@@ -41,6 +41,7 @@ TINY = [
     "training.batch_size=16",
     "training.learning_rate=0.005",
     "gate.threshold=0.0",  # a tiny model on 400 texts: the test is about the pipeline, not accuracy
+    "gate.baseline=warn",  # ... so its comparison with the baseline is reported, not enforced
 ]
 
 
@@ -111,6 +112,17 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"] if s not in skipped)
     assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0 and 0.0 <= summary["metrics"]["macro_f1"] <= 1.0
     assert summary["gate"]["passed"] is True
+    # The model beside the cheap baseline on the same split, in the summary and the manifest it published.
+    base = summary["baseline"]
+    assert base["kind"] == "tfidf-logreg" and base["model"] == summary["metrics"]["accuracy"]
+    assert base["ci_low"] <= base["difference"] <= base["ci_high"]
+    assert f"baseline tfidf-logreg {base['baseline']:.4f}" in first_run["output"]  # the printed `baseline` line
+    manifest = json.loads(Path(summary["model_uri"], "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["metrics"]["baseline"]["baseline"] == base["baseline"]
+    # validate judged it against the same figure: the stored answers of the same splits, not fitted again
+    assert summary["validation"]["verdict"] == "passed" and "baseline tfidf-logreg" in summary["validation"]["reason"]
+    lines = first_run["output"].splitlines()
+    assert any("[validate]" in line and "read from the store" in line for line in lines)
     # The variant the selection ranked first by served texts/s is the one that serves.
     engine = summary["engine"]
     assert engine["ranked_by"].startswith("served texts/s") and engine["served"] == engine["selected"]
@@ -142,6 +154,8 @@ def test_mlflow_has_the_run_and_the_champion(first_run: dict) -> None:
     history = client.get_metric_history(run.info.run_id, "dev_accuracy")
     assert [m.step for m in history] == [1, 2]  # per-epoch metrics
     assert "test_accuracy" in run.data.metrics and run.data.tags["gate.passed"] == "true"
+    assert run.data.metrics["baseline_test_accuracy"] == summary["baseline"]["baseline"]
+    assert "baseline_ci_low" in run.data.metrics and run.data.tags["baseline.kind"] == "tfidf-logreg"
     champion = client.get_model_version_by_alias("ernie-sentiment", CHAMPION)
     assert champion.run_id == run.info.run_id and champion.tags["storage_uri"] == summary["model_uri"]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}

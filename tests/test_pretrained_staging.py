@@ -122,6 +122,11 @@ def test_production_fine_tunes_ernie_3_medium() -> None:
         assert cfg.model.pretrained == "ernie-3.0-medium-zh" and not cfg.model.allow_download
         assert cfg.training.learning_rate <= 1e-4 and cfg.training.amp != "off", task
     assert load_config(env="local").model.pretrained is None  # the laptop keeps the small from-scratch model
+    # ... except for NER, where the project's own MLM-pretrained small ERNIE pays (docs/benchmarks.md, "Quality");
+    # production never falls back to training from scratch, whatever a task file allows locally
+    ner = load_config(env="local", task="ner")
+    assert ner.model.pretrained == "ernie-mini-corpus-zh" and ner.model.scratch_if_unstaged
+    assert not load_config(env="prod", task="ner").model.scratch_if_unstaged
 
 
 def test_stage_twice_sends_nothing_the_second_time(

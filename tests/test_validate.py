@@ -319,3 +319,25 @@ def test_publish_to_a_store_it_cannot_write_is_a_clear_error(tmp_path, exported,
     err = capsys.readouterr().err
     assert "cannot publish to s3://no-such-bucket/models at http://127.0.0.1:" in err
     assert "that the bucket exists" in err and "Traceback" not in err
+
+
+def test_validate_judges_against_its_own_baseline_never_the_manifest_s_claim(tmp_path, home, reviews, exported):
+    """The rollout applies evaluate's gate, baseline included: the baseline is fitted on the splits validate prepares
+    itself (or read from the store under their content key), so a manifest claiming a weak baseline changes nothing;
+    the refusal names the model's figure and the baseline's, and register records both."""
+    extra = overrides(reviews, PASS, "gate.baseline=require", "gate.baseline_margin=0.03")
+    cfg = load_config(env="local", overrides=extra)
+    forged = {"metrics": {"baseline": {"metric": "accuracy", "baseline": 0.01, "key": "forged"}}}
+    uri = objectstore.publish(
+        exported, cfg.storage.uri, cfg.mlflow.registered_model, "ext-forged", forged, progress=False
+    ).model_uri
+    judged, version = judge_and_record(tmp_path, cfg, uri, extra)
+    metrics = json.loads(judged["metrics"]) if judged["metrics"] != "{}" else {}
+    assert judged["verdict"] == "refused", judged["reason"]  # random weights lose to TF-IDF on the tiny reviews
+    base = metrics["baseline"]
+    assert base["manifest_baseline"] == 0.01 and base["baseline"] > 0.5 and base["kind"] == "tfidf-logreg"
+    assert f"accuracy {metrics['accuracy']:.4f} ≥ threshold 0.0000" in judged["reason"]
+    assert f"< baseline tfidf-logreg {base['baseline']:.4f} + margin 0.0300" in judged["reason"]
+    tags = version_tags(cfg, version)
+    assert float(tags["baseline_test_accuracy"]) == pytest.approx(base["baseline"])
+    assert float(tags["baseline_difference"]) == pytest.approx(base["difference"])

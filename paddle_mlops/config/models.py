@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from paddle_mlops.config import pretrained_names, task_rules
+from paddle_mlops.config.baseline import BaselineConfig
 from paddle_mlops.config.networking import ACTIVATOR_NAMESPACE, GATEWAY_NAMESPACES, NetworkingLayer
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
 from paddle_mlops.contracts import STEP_CACHE_DIR, pvc_location
@@ -196,6 +197,13 @@ class TrainingConfig(Strict):
     checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0 disables")
     amp: Literal["off", "fp16", "bf16"] = "off"
     grad_accumulation: int = Field(1, ge=1)
+    distill_weight: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="text classification and matching: weight of the cheap baseline's cross-fitted probabilities "
+        "in the soft targets (distillation from the baseline); 0 trains on the labels alone",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port on rank 0; 0 disables")
     canary_steps: int = Field(
         20,
@@ -234,7 +242,8 @@ class TrainingConfig(Strict):
 
 
 class GateConfig(Strict):
-    """The evaluation gate: an absolute threshold and a tolerance against the current champion."""
+    """The evaluation gate: an absolute threshold, the cheap baseline fitted on the same split, and a tolerance
+    against the current champion."""
 
     metric: str | None = Field(
         None,
@@ -243,6 +252,21 @@ class GateConfig(Strict):
     )
     threshold: float = Field(0.80, ge=0, le=1)
     tolerance: float = Field(0.01, ge=0, le=1)
+    baseline: Literal["require", "warn", "off"] = Field(
+        "require",
+        description="require: the metric must reach the cheap baseline's (fitted by evaluate on the same train split, "
+        "scored on the same test split) plus baseline_margin, or the model is not published (validate refuses it); "
+        "warn: the comparison is reported and logged as a warning only; off: no baseline is fitted",
+    )
+    baseline_margin: float = Field(
+        0.0, ge=0, le=1, description="by how much (absolute) the metric must beat the baseline's under `require`"
+    )
+
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        """YAML 1.1 reads a bare `off` (in a file or `--set gate.baseline=off`) as false."""
+        return "off" if v is False else v
 
 
 class StorageConfig(Strict):
@@ -502,6 +526,7 @@ class PipelineConfig(Strict):
     model: ModelConfig = ModelConfig()
     training: TrainingConfig = TrainingConfig()
     gate: GateConfig = GateConfig()
+    baseline: BaselineConfig = BaselineConfig()
     storage: StorageConfig = StorageConfig()
     mlflow: MLflowConfig = MLflowConfig()
     serving: ServingConfig = ServingConfig()

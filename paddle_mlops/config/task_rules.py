@@ -100,6 +100,11 @@ def check(cfg: PipelineConfig) -> None:
     if (task == TEXT_MATCHING and not all(pairs)) or (task != TEXT_MATCHING and any(pairs)):
         what = "[text_a, text_b] pairs" if task == TEXT_MATCHING else "texts"
         raise ValueError(f"'serving.smoke_instances' of a {task} task (model.task) must be {what}")
+    if cfg.training.distill_weight > 0 and task not in (TEXT_CLASSIFICATION, TEXT_MATCHING):
+        raise ValueError(
+            f"'training.distill_weight': distillation from the baseline's probabilities is for text classification "
+            f"and matching; a {task} task (model.task) trains on its labels (set it to 0)"
+        )
     if cfg.training.topology == "ps" and task != TEXT_CLASSIFICATION:
         raise ValueError(
             f"'training.topology': 'ps' trains text classification only (an embedding-bag classifier on the "

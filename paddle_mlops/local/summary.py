@@ -65,6 +65,7 @@ def build(
         "engine": _engine(metrics.get("engine")),
         "model": _model(executor.run_dir),
         "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
+        "baseline": _baseline(metrics.get("baseline")),
         "model_uri": found["model_uri"],
         "model_version": found["model_version"],
         "mlflow_run_id": found["mlflow_run_id"],
@@ -96,12 +97,27 @@ def _model(workspace: Path) -> str | None:
     shape = f"{config.get('num_hidden_layers')} layers × {config.get('hidden_size')}"
     unstaged = config.get("pretrained_unstaged")
     why = (
-        f"{unstaged} is not staged; `paddle-mlops weights stage {unstaged}` to fine-tune it"
+        f"{unstaged} is not staged; `paddle-mlops weights {_stage_verb(unstaged)} {unstaged}` to fine-tune it"
         if unstaged
         else "no pretrained weights configured; stage some with `paddle-mlops weights stage NAME` and "
         "--set model.pretrained=NAME (or a directory) to fine-tune"
     )
     return f"small ERNIE from scratch ({shape}, character vocabulary): {why}"
+
+
+def _baseline(figures: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The model beside the cheap baseline evaluate fitted on the same split (metrics.json's `baseline`)."""
+    if not figures:
+        return None
+    keys = ("kind", "description", "metric", "model", "baseline", "difference", "ci_low", "ci_high", "confidence",
+            "test", "seconds", "cached", "line")  # fmt: skip
+    return {key: figures.get(key) for key in keys}
+
+
+def _stage_verb(name: str) -> str:
+    from paddle_mlops.config.pretrained_names import PROJECT_NAMES
+
+    return "pretrain" if name in PROJECT_NAMES else "stage"
 
 
 def _engine(engine: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -129,6 +145,7 @@ def _branch(branch: Any, scopes: list[Any]) -> dict[str, Any]:
         "status": "failed" if branch.failed else "succeeded",
         "failed_step": branch.failed,
         "metrics": {k: metrics.get(k) for k in names},
+        "baseline": (metrics.get("baseline") or {}).get("line"),
         "gate": (metrics.get("gate") or {}).get("reason"),
         "model_uri": (outputs.get("upload") or {}).get("model-uri"),
         "verdict": (rollout.get("validate") or {}).get("verdict"),
@@ -171,7 +188,8 @@ def show(console: Console, summary: dict[str, Any], failed: TaskResult | None, p
         ("task", summary.get("task")),
         ("model", summary.get("model")),
         ("metrics", " ".join(f"{k}={_rounded(v)}" for k, v in m.items())),
-        ("gate", {True: "PASSED", False: "FAILED (nothing published)", None: "not evaluated"}[gate]),
+        ("baseline", (summary.get("baseline") or {}).get("line")),
+        ("gate", _gate_line(gate, summary["gate"].get("details"))),
         ("engine", _engine_line(summary.get("engine"))),
         ("model URI", summary["model_uri"]),
         ("validation", _verdict_line(summary["validation"])),
@@ -183,6 +201,13 @@ def show(console: Console, summary: dict[str, Any], failed: TaskResult | None, p
     for key, value in lines:
         shown = value if value is not None else "-"
         console.print(f"  [bold]{key:>13}[/]: {shown}", highlight=False)
+
+
+def _gate_line(passed: bool | None, details: dict[str, Any] | None) -> str:
+    """PASSED or FAILED with the reason (the figures it was judged on)."""
+    word = {True: "PASSED", False: "FAILED (nothing published)", None: "not evaluated"}[passed]
+    reason = (details or {}).get("reason")
+    return f"{word}: {reason}" if reason else word
 
 
 def _verdict_line(validation: dict[str, Any]) -> str | None:

@@ -5,8 +5,10 @@ server does (encoding, windows, decoding), so the score is the score of what cli
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,8 @@ import numpy as np
 from paddle_mlops.config import PipelineConfig
 from steps.runtime import tasks
 from steps.runtime.runner import StepError
+
+log = logging.getLogger("steps.evaluation")
 
 
 def predict_timed(model: Any, instances: Sequence[Any], batch_size: int) -> tuple[list[dict], dict[str, float]]:
@@ -53,8 +57,40 @@ def _check_task(cfg: PipelineConfig, model: Any, rows: list[dict[str, Any]]) -> 
             )
 
 
+@dataclass
+class Scored:
+    """A model's test report, its answers to the test rows (what the baseline comparison pairs) and its MLflow run."""
+
+    metrics: dict[str, Any]
+    run_id: str | None
+    rows: list[dict[str, Any]]
+    answers: list[dict[str, Any]]
+    labels: dict[int, str]
+
+
 def evaluate(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> tuple[dict[str, Any], str | None]:
     """The test report (the task's metrics, per-class or per-type scores, latency) and the model's MLflow run."""
+    scored = score(cfg, model_dir, data_dir)
+    return scored.metrics, scored.run_id
+
+
+def with_baseline(cfg: PipelineConfig, scored: Scored, data_dir: Path) -> Scored:
+    """`metrics["baseline"]`: the cheap baseline on the same splits beside the model, with the difference, its
+    interval and the paired test (steps/runtime/baselines/); nothing under `gate.baseline: off`."""
+    if cfg.gate.baseline == "off":
+        return scored
+    from steps.runtime import baselines
+    from steps.runtime.baselines import comparison
+
+    fitted = baselines.fit(cfg, data_dir)
+    figures = comparison.compare(cfg, scored.rows, scored.answers, fitted, scored.labels)
+    log.info("%s", comparison.summary_line(figures))
+    scored.metrics["baseline"] = figures
+    return scored
+
+
+def score(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> Scored:
+    """`evaluate`'s report with the answers it was computed from."""
     from steps.runtime.ernie import ExportedModel
 
     task = tasks.for_config(cfg)
@@ -69,4 +105,4 @@ def evaluate(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> tuple[dict
     metrics["engine"] = {"served": model.engine_name, "fallback": model.fallback}
     training_file = model_dir / "training.json"
     training = json.loads(training_file.read_text()) if training_file.is_file() else {}
-    return metrics, training.get("mlflow_run_id")
+    return Scored(metrics, training.get("mlflow_run_id"), rows, answers, model.labels)

@@ -57,6 +57,8 @@ def loss_of(logits: Any, targets: Any) -> Any:
 
     from steps.runtime.tasks import IGNORE_INDEX
 
+    if logits.ndim == 2 and targets.ndim == 2:  # a distribution per example (distillation's soft targets)
+        return -(targets * F.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
     if logits.ndim == 2:
         return F.cross_entropy(logits, targets).mean()
     flat = targets.reshape([-1])

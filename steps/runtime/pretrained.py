@@ -209,9 +209,12 @@ def newest(store: WeightsStore, name: str) -> Staged | None:
 
 
 def stage_command(name: str, store: WeightsStore) -> str:
-    """The command that stages `name` into `store`."""
+    """The command that stages `name` into `store` (this project's own model is pre-trained, not downloaded)."""
+    from paddle_mlops.config.pretrained_names import PROJECT_NAMES
+
     endpoint = f" --endpoint-url {store.endpoint_url}" if store.endpoint_url else ""
-    return f"paddle-mlops weights stage {name} --to {store.root}{endpoint}"
+    action = "pretrain" if name in PROJECT_NAMES else "stage"
+    return f"paddle-mlops weights {action} {name} --to {store.root}{endpoint}"
 
 
 def resolve(cfg: PipelineConfig) -> dict[str, Any] | None:

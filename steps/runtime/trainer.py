@@ -227,9 +227,13 @@ class Trainer:
         import paddle
 
         tcfg = self.cfg.training
-        train, train_targets = self.task.encode_training(
-            self.tokenizer, self._rows("train"), self.cfg.model.max_seq_len, self.labels
-        )
+        rows = self._rows("train")
+        train, train_targets = self.task.encode_training(self.tokenizer, rows, self.cfg.model.max_seq_len, self.labels)
+        if tcfg.distill_weight > 0:
+            from steps.runtime import distillation
+
+            teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
+            train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)
         dev = self._rows("dev") if self.rank == 0 else []
         # One sampler batch is one optimizer step (all its micro-batches), so accumulating 2 × b
         # trains exactly the batches that 1 × 2b does.

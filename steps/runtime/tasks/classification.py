@@ -51,7 +51,9 @@ class SequenceLabels(Task):
     target_key = "label"
 
     def targets_batch(self, targets: Sequence[Any], width: int) -> np.ndarray:
-        return np.asarray(targets, dtype="int64")
+        """Label ids (int64), or one distribution per example (float32 soft targets: distillation)."""
+        found = np.asarray(targets)
+        return found.astype("float32") if found.ndim == 2 else found.astype("int64")
 
     def results(
         self, instances: Sequence[Instance], rows: ModelRows, logits: list[np.ndarray], labels: dict[int, str]

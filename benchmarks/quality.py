@@ -1,0 +1,194 @@
+"""Model quality against the cheap baseline, per task: the baseline, the local default and each ingredient's ablation,
+on the exact splits prepare-data writes, mean ± std over seeds, with each run's paired confidence interval.
+
+Per task the data is prepared once (`steps.prepare_data`, the local configuration) and the baseline fitted once
+(it has no seed: TF-IDF + logistic regression, the CRF). Each variant × seed trains as `make run` does (the train step
+under `paddle.distributed.launch` with `training.nproc` processes), then the exported model (Paddle fp32) answers the
+test split and is compared with the baseline's answers (steps/runtime/baselines/comparison.py): the gate metric, the
+difference, its bootstrap interval and the paired test. Variants are `--set`-style overrides on the task's local
+configuration; `pretrained=DIR` names a directory written by `paddle-mlops weights pretrain` (or any save_pretrained
+copy) for the variants that fine-tune one.
+
+    python -m benchmarks.quality --task sentiment --seeds 42 43 44 --pretrained .paddle-mlops/pretrain/ernie-mini
+    python -m benchmarks.quality --task ner --variants default mlm --seeds 42
+    python -m benchmarks.quality --quick        # tiny data and model: that it runs (tests)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "pipeline.yaml"
+# Each ingredient alone on top of the task's local settings, and the combinations worth a row.
+VARIANTS: dict[str, dict[str, list[str]]] = {
+    "sentiment": {
+        "default": [],
+        "distill": ["training.distill_weight=0.5"],
+        "mlm": ["model.pretrained={pretrained}"],
+        "mlm+distill": ["model.pretrained={pretrained}", "training.distill_weight=0.5"],
+    },
+    "ner": {
+        # the local default (configs/tasks/ner.yaml) fine-tunes the staged ernie-mini-corpus-zh: `mlm`, the same
+        # weights read from --pretrained; `scratch` is the from-scratch model it replaced
+        "scratch": ["model.pretrained=null"],
+        "mlm": ["model.pretrained={pretrained}"],
+    },
+    "text-matching": {
+        "default": [],
+        "distill": ["training.distill_weight=0.5"],
+    },
+}
+QUICK = [
+    "data.max_samples=300", "data.vocab_min_freq=1", "model.hidden_size=32", "model.num_hidden_layers=1",
+    "model.intermediate_size=64", "model.max_seq_len=32", "training.epochs=1", "training.nproc=1",
+]  # fmt: skip
+
+
+def _step_args(task: str, overrides: Sequence[str]) -> list[str]:
+    return ["--config", str(CONFIG), "--env", "local", "--task", task, "--overrides", json.dumps(list(overrides))]
+
+
+def prepare(task: str, overrides: Sequence[str], data_dir: Path) -> None:
+    from steps import prepare_data
+
+    if prepare_data.main([*_step_args(task, overrides), "--output", str(data_dir)]) != 0:
+        raise SystemExit(f"prepare-data failed for {task}")
+
+
+def train(task: str, overrides: Sequence[str], workspace: Path, nproc: int, env: dict[str, str]) -> float:
+    """The train step as `make run` launches it; its wall seconds."""
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+               "--log_dir", str(workspace / "paddle-log"), str(ROOT / "steps" / "train.py"),
+               *_step_args(task, overrides), "--workspace", str(workspace)]  # fmt: skip
+    if nproc == 1:
+        command = [sys.executable, "-m", "steps.train", *_step_args(task, overrides), "--workspace", str(workspace)]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"training failed ({' '.join(command)}):\n{(done.stdout + done.stderr)[-3000:]}")
+    return time.monotonic() - started
+
+
+def score(task: str, overrides: Sequence[str], workspace: Path, fitted: Any) -> dict[str, Any]:
+    """The model's test figures beside the baseline's (the comparison evaluate reports)."""
+    from paddle_mlops.config import load_config
+    from steps.runtime import evaluation
+    from steps.runtime.baselines import comparison
+
+    cfg = load_config(CONFIG, "local", list(overrides), task=task)
+    data_dir = workspace / "data"
+    scored = evaluation.score(cfg, workspace / "model", data_dir)
+    figures = comparison.compare(cfg, scored.rows, scored.answers, fitted, scored.labels)
+    training = json.loads((workspace / "model" / "training.json").read_text())
+    return {**{k: figures[k] for k in ("metric", "model", "baseline", "difference", "ci_low", "ci_high")},
+            "p_value": figures["test"]["p_value"], "test": figures["test"]["name"],
+            "best_epoch": training.get("best_epoch"), "train_samples_per_second": training.get(
+                "train_samples_per_second")}  # fmt: skip
+
+
+def run_task(task: str, variants: Sequence[str], seeds: Sequence[int], args: Any, out: Path) -> dict[str, Any]:
+    from steps.runtime import baselines
+
+    base = QUICK if args.quick else []
+    data_dir = out / task / "data"
+    prepare(task, base, data_dir)
+    from paddle_mlops.config import load_config
+
+    store = f"storage.uri={out / 'store'}"  # the baseline's stored answers live in --workdir: a rerun reuses them
+    fitted = baselines.fit(load_config(CONFIG, "local", [*base, store], task=task), data_dir)
+    print(f"{task}: baseline {fitted.kind} fitted in {fitted.seconds:.1f} s (stored: {fitted.cached})", flush=True)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}", "PADDLE_MLOPS_HOME": str(out)}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for variant in variants:
+        for seed in seeds:
+            sets = [*base, *(o.format(pretrained=args.pretrained) for o in VARIANTS[task][variant]),
+                    f"training.seed={seed}"]  # fmt: skip
+            ws = out / task / f"{variant}-{seed}"
+            ws.mkdir(parents=True, exist_ok=True)
+            if not (ws / "data").exists():
+                (ws / "data").symlink_to(data_dir)
+            seconds = train(task, sets, ws, 1 if args.quick else args.nproc, env)
+            row = score(task, sets, ws, fitted) | {"seed": seed, "train_seconds": round(seconds, 1)}
+            rows.setdefault(variant, []).append(row)
+            print(f"{task} {variant} seed {seed}: {json.dumps(row)}", flush=True)
+    return {"baseline": {"kind": fitted.kind, "seconds": fitted.seconds}, "variants": _aggregate(rows)}
+
+
+def _aggregate(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out = {}
+    for variant, runs in rows.items():
+        values = [r["model"] for r in runs]
+        out[variant] = {
+            "runs": runs,
+            "mean": statistics.mean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "baseline": runs[0]["baseline"],
+            "mean_difference": statistics.mean(r["difference"] for r in runs),
+            "train_seconds": statistics.mean(r["train_seconds"] for r in runs),
+        }
+    return out
+
+
+def table(task: str, result: dict[str, Any]) -> list[str]:
+    """Markdown rows: variant, mean ± std, the difference and each seed's interval."""
+    figure = next(iter(result["variants"].values()))["baseline"]
+    lines = [
+        f"| {task} | baseline {result['baseline']['kind']} | {figure:.4f} | — | — | {result['baseline']['seconds']} s |"
+    ]
+    for variant, v in result["variants"].items():
+        intervals = "; ".join(f"{r['ci_low']:+.3f}…{r['ci_high']:+.3f}" for r in v["runs"])
+        lines.append(f"| {task} | {variant} | {v['mean']:.4f} ± {v['std']:.4f} | {v['mean_difference']:+.4f} | "
+                     f"{intervals} | {v['train_seconds']:.0f} s |")  # fmt: skip
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = benchmark_parser("quality", __doc__)
+    parser.add_argument("--task", action="append", choices=sorted(VARIANTS), help="repeatable; default: sentiment")
+    parser.add_argument("--variants", nargs="+", default=None, help="default: every variant of the task")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
+    parser.add_argument("--pretrained", default="", help="the MLM-pretrained directory the `mlm` variants fine-tune")
+    parser.add_argument("--nproc", type=int, default=2, help="training processes (make run: 2)")
+    parser.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary directory)")
+    args = parse_benchmark_args(parser, argv, "tiny data and model, one seed: that it runs")
+    out = Path(args.workdir or tempfile.mkdtemp(prefix="quality-"))
+    results: dict[str, Any] = {"cpu": _cpu(), "seeds": args.seeds}
+    lines = [
+        "| task | variant | test metric (mean ± std) | vs baseline | 95 % CI per seed | train |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task in args.task or ["sentiment"]:
+        names = args.variants or [
+            v for v in VARIANTS[task] if "{pretrained}" not in str(VARIANTS[task][v]) or args.pretrained
+        ]
+        results[task] = run_task(task, names, args.seeds[:1] if args.quick else args.seeds, args, out)
+        lines += table(task, results[task])
+    print("\n".join(lines))
+    write_results(args.json_out, results)
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
