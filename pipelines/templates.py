@@ -336,6 +336,7 @@ def evaluate(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
         args=["--workspace", scope.workspace],
         outputs=["gate-passed", "mlflow-run-id", "metrics"],
         scope=scope,
+        cacheable=True,
     )
 
 

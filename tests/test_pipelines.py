@@ -169,7 +169,7 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
         "serve-image-digest": "/tmp/outputs/serve-image-digest",
         "git-sha": "/tmp/outputs/git-sha",
     }
-    assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics"}
+    assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics", "cache"}
     assert set(declared["upload"]) == {"model-uri", "manifest-digest", "cache"}
     assert set(declared["train-cache"]) == {"reused", "key", "cache"}
     release = _templates(rollout_template.build(_cfg()).to_dict())
