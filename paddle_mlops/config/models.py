@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from paddle_mlops.config import pretrained_names, task_rules
+from paddle_mlops.config.checkpoint import CheckpointConfig
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
 from paddle_mlops.contracts import pvc_location
 
@@ -192,7 +193,7 @@ class TrainingConfig(Strict):
         2, ge=1, description="local data-parallel processes (paddle.distributed.launch --nproc_per_node)"
     )
     topology: Literal["collective", "ps"] = "collective"
-    checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0 disables")
+    checkpoint: CheckpointConfig = CheckpointConfig()
     amp: Literal["off", "fp16", "bf16"] = "off"
     grad_accumulation: int = Field(1, ge=1)
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port on rank 0; 0 disables")
