@@ -47,6 +47,7 @@ class Checkpointer:
         self.scratch = scratch
         self.since_step, self.since_time = 0, time.monotonic()
         self.deferred = False
+        self.submitted: int | None = None  # the step of the newest checkpoint handed to the writer
 
     @property
     def uri(self) -> str:
@@ -89,7 +90,7 @@ class Checkpointer:
 
     def at_epoch_end(self, step: int, last: bool, capture: Capture) -> None:
         """Rank 0 after an epoch's dev evaluation: one checkpoint per epoch (`epoch_end`), none after the last."""
-        if self.writer is None or last or not self.policy.epoch_end:
+        if self.writer is None or last or not self.policy.epoch_end or self.submitted == step:
             return
         self.writer.wait()
         self._submit(step, capture)
@@ -97,13 +98,15 @@ class Checkpointer:
     def _submit(self, step: int, capture: Capture) -> None:
         assert self.writer is not None
         self.writer.submit(capture())
-        self.deferred = False
+        self.submitted, self.deferred = step, False
         self.restart_clock(step)
 
-    def final(self, capture: Capture) -> None:
+    def final(self, step: int, capture: Capture) -> None:
         """Rank 0 before stopping: a checkpoint of this step, complete in the store when this returns."""
-        if self.writer is not None:
+        if self.writer is not None and self.submitted != step:
             self.writer.write_now(capture())
+        elif self.writer is not None:
+            self.writer.wait()  # this very step's checkpoint is in flight: let it finish
 
     def wait(self) -> None:
         if self.writer is not None:

@@ -37,6 +37,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signalled_at: float | None = None
+        self.armed = False
 
     @property
     def requested(self) -> bool:
@@ -50,8 +51,16 @@ class StopRequest:
 
     @contextmanager
     def installed(self, rank: int) -> Iterator[StopRequest]:
-        """SIGTERM sets the flag (cleared first) while the block runs; the previous handler is restored after."""
+        """SIGTERM sets the flag (cleared first) while the block runs; the previous handler is restored after.
+
+        Native code replaces the process's SIGTERM action behind Python's back: Paddle's core installs its own
+        handler when imported ("FatalError: Termination signal is detected", abort), and importing PaddleNLP resets
+        it to the default (death). Python still reports its handler, so `arm()` installs it again at every step
+        boundary (one sigaction call), after whatever the trainer imported."""
+        import paddle  # noqa: F401 - installs Paddle's handler now, so that ours replaces it below
+
         self.signalled_at = None
+        self.armed = True
         previous = signal.signal(signal.SIGTERM, self._handle)
         control = os.environ.get(LAUNCH_CONTROL_ENV)
         if control and Path(control).is_dir():
@@ -59,7 +68,13 @@ class StopRequest:
         try:
             yield self
         finally:
+            self.armed = False
             signal.signal(signal.SIGTERM, previous)
+
+    def arm(self) -> None:
+        """Make our handler the process's SIGTERM action again (see `installed`)."""
+        if self.armed:
+            signal.signal(signal.SIGTERM, self._handle)
 
 
 REQUEST = StopRequest()
@@ -73,6 +88,7 @@ class StopDecision:
         self.every = GPU_CHECK_EVERY if use_gpu else 1
 
     def after_step(self, step: int) -> bool:
+        self.request.arm()
         if self.world <= 1:
             return self.request.requested
         if step % self.every:

@@ -278,7 +278,7 @@ class Trainer:
         """At a step boundary: stop if any rank was signalled (after a final checkpoint), else checkpoint if due."""
         capture = partial(self._snapshot, setup, state, epoch, done, run_id)
         if self.stop.after_step(state.step):
-            self.checkpointer.final(capture)
+            self.checkpointer.final(state.step, capture)
             self.stop.barrier()
             raise StepStopped(f"SIGTERM: stopped after step {state.step}, checkpoint in {self.checkpointer.uri}")
         self.checkpointer.after_step(state.step, capture)
