@@ -81,6 +81,9 @@ TRAIN_RUNS = "train"
 CHECKPOINTS = "checkpoints"
 # steps.runtime.launch hands its workers a folder for their pid files and fatal-error markers.
 LAUNCH_CONTROL_ENV = "PADDLE_MLOPS_LAUNCH_DIR"
+# How long a TrainJob node waits for rank 0's DNS name before it fails (steps.runtime.launch); Kueue's
+# waitForPodsReady timeout must leave the pods that long and the image pull (pipelines/platform/kueue_config.py).
+RENDEZVOUS_TIMEOUT_SECONDS = 600
 
 # --- Published models and their bucket notifications ---------------------------------------------------------
 # A version is `<store>/<model>/<version>/manifest.json` (written last); the Sensor's key filter

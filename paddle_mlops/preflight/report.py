@@ -18,6 +18,7 @@ from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controller_settings import check_event_bus, check_knative_features, check_kueue_config
 from paddle_mlops.preflight.objects import check_crds, check_secrets
+from paddle_mlops.preflight.pods_ready import check_kueue_pods_ready
 from paddle_mlops.preflight.results import FINDING, OK, WARNING, PreflightUsageError, Result
 from paddle_mlops.preflight.security import check_argo_executor, check_namespaces
 from paddle_mlops.preflight.versions import check_controllers, check_kubernetes
@@ -30,6 +31,7 @@ CHECKS = (
     ("argo-executor", check_argo_executor),
     ("knative-features", check_knative_features),
     ("kueue-config", check_kueue_config),
+    ("kueue-pods-ready", check_kueue_pods_ready),
     ("secret", check_secrets),
     ("eventbus", check_event_bus),
 )

@@ -34,9 +34,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.contracts import EXIT_FAILED, EXIT_FATAL, EXIT_TERMINATED, EXIT_USER_ERROR, LAUNCH_CONTROL_ENV
+from paddle_mlops.contracts import (
+    EXIT_FAILED,
+    EXIT_FATAL,
+    EXIT_TERMINATED,
+    EXIT_USER_ERROR,
+    LAUNCH_CONTROL_ENV,
+    RENDEZVOUS_TIMEOUT_SECONDS,
+)
 
-RESOLVE_TIMEOUT_SECONDS = 600.0
+RESOLVE_TIMEOUT_SECONDS = float(RENDEZVOUS_TIMEOUT_SECONDS)
 
 
 class RendezvousError(Exception):
