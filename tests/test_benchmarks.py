@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from benchmarks import engines, serving, serving_path, upload
+from benchmarks import checkpoint_cost, engines, serving, serving_path, upload
 from steps.runtime.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
@@ -104,3 +104,11 @@ def test_gpu_script_says_when_there_is_no_gpu(tmp_path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2 and "no GPU" in proc.stderr
+
+
+def test_checkpoint_cost_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its in-process parts (the SIGTERM and SIGKILL parts start training jobs: measured, not tested here)."""
+    figures, printed = run_quick(checkpoint_cost, ["--parts", "throughput,production_checkpoint"], tmp_path, capsys)
+    assert "throughput ratio at the production cadence (600 s): " in printed
+    assert figures["throughput"]["checkpoints"]["none"] == 0 and figures["throughput"]["checkpoints"]["dense"] >= 1
+    assert figures["production_checkpoint"]["stop_s"] > 0 and figures["production_checkpoint"]["bytes"] > 0

@@ -123,7 +123,9 @@ def _run(ws: Path, dump: Path, trace: Path, monkeypatch: pytest.MonkeyPatch, *ar
 
 
 def _trace(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(f"{path}.0").read_text().splitlines()]
+    """Each step's record without its wall time (which differs between runs)."""
+    rows = [json.loads(line) for line in Path(f"{path}.0").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "time"} for row in rows]
 
 
 def _stop_after(monkeypatch: pytest.MonkeyPatch, stop_step: int) -> None:

@@ -95,7 +95,7 @@ def trace_steps(trace: Path) -> dict[int, dict[str, Any]]:
     steps: dict[int, dict[str, Any]] = {}
     for rank in (0, 1):
         for line in Path(f"{trace}.{rank}").read_text().splitlines():
-            row = json.loads(line)
+            row = json.loads(line)  # its "time" differs between runs: left out
             merged = steps.setdefault(row["step"], {"epoch": row["epoch"], "lr": row["lr"], "examples": []})
             merged["examples"] += row["examples"]
     return steps

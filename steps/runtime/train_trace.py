@@ -1,6 +1,7 @@
 """A per-step trace of what each rank trained: step, epoch, learning rate and a hash of every example.
 
-Set `PADDLE_MLOPS_TRAIN_TRACE=PATH` and each rank appends one JSON line per optimizer step to `PATH.<rank>`. It is
+Set `PADDLE_MLOPS_TRAIN_TRACE=PATH` and each rank appends one JSON line per optimizer step to `PATH.<rank>` (with
+the wall time the step's update started: benchmarks/checkpoint_cost.py measures the work a kill loses by it). It is
 how a resume is checked against an uninterrupted run (tests/test_train_interruptions.py): no example of an epoch
 trained twice or skipped across the restart, the same learning rate at the first resumed step. Off by default.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +31,7 @@ class StepTrace:
     def record(self, step: int, epoch: int, lr: float, rows: Any, indices: Sequence[int]) -> None:
         if self.path is None:
             return
-        line = {"step": step, "epoch": epoch, "lr": lr, "examples": [example_hash(rows.input_ids[i]) for i in indices]}
+        examples = [example_hash(rows.input_ids[i]) for i in indices]
+        line = {"step": step, "epoch": epoch, "lr": lr, "examples": examples, "time": round(time.time(), 3)}
         with open(self.path, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
