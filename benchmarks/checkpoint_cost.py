@@ -23,6 +23,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,8 +56,8 @@ def throughput(base: Path, steps: int, rounds: int, interval: float, quick: bool
         "per-epoch": [],
         "dense": [f"training.checkpoint.every_seconds={interval}"],
     }
-    best: dict[str, float] = {}
-    seconds: dict[str, float] = {}  # the whole loop: epochs, dev evaluations, checkpoints, the last upload's wait
+    rates: dict[str, list[float]] = {name: [] for name in cadences}
+    seconds: dict[str, list[float]] = {name: [] for name in cadences}  # the loop, dev evaluations, checkpoints
     checkpoints: dict[str, int] = {}
     for round_ in range(rounds):
         for name, extra in cadences.items():
@@ -69,12 +70,18 @@ def throughput(base: Path, steps: int, rounds: int, interval: float, quick: bool
             with _count_checkpoints() as counted:
                 assert train.main(args) == 0, name
             training = json.loads((ws / "model" / "training.json").read_text())
-            best[name] = max(best.get(name, 0.0), float(training["train_samples_per_second"]))
-            seconds[name] = min(seconds.get(name, float("inf")), float(training["train_seconds"]))
+            rates[name].append(float(training["train_samples_per_second"]))
+            seconds[name].append(float(training["train_seconds"]))
             checkpoints[name] = counted[0]
+    best = {name: max(values) for name, values in rates.items()}
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    fastest = {name: min(values) for name, values in seconds.items()}
     lost = (1 / best["dense"] - 1 / best["none"]) * steps * 32 / max(checkpoints["dense"], 1)  # s per checkpoint
-    return {"samples_per_second": best, "checkpoints": checkpoints, "seconds_lost_per_checkpoint": lost,
-            "train_seconds": seconds, "seconds_ratio_per_epoch": seconds["per-epoch"] / seconds["none"],
+    return {"samples_per_second": best, "median_samples_per_second": median, "rounds": rates,
+            "checkpoints": checkpoints, "seconds_lost_per_checkpoint": lost, "train_seconds": fastest,
+            "seconds_ratio_per_epoch": fastest["per-epoch"] / fastest["none"],
+            "median_ratio_per_epoch": median["per-epoch"] / median["none"],
+            "median_ratio_dense": median["dense"] / median["none"],
             "ratio_per_epoch": best["per-epoch"] / best["none"], "ratio_dense": best["dense"] / best["none"],
             "ratio_at_prod_cadence": 1 - max(lost, 0.0) / PROD_INTERVAL}  # fmt: skip
 
@@ -275,6 +282,8 @@ def _report_throughput(tp: dict[str, Any]) -> None:
     print(f"throughput ratio, one per epoch (make run's default): {tp['ratio_per_epoch']:.3f}; training time "
           f"{tp['train_seconds']['per-epoch']:.1f} s against {tp['train_seconds']['none']:.1f} s without checkpoints "
           f"(ratio {tp['seconds_ratio_per_epoch']:.3f})")  # fmt: skip
+    print(f"median of the rounds: one per epoch {tp['median_ratio_per_epoch']:.3f}, dense "
+          f"{tp['median_ratio_dense']:.3f}")  # fmt: skip
     print(f"throughput ratio, dense cadence: {tp['ratio_dense']:.3f}; "
           f"{tp['seconds_lost_per_checkpoint']:.3f} s lost per checkpoint")  # fmt: skip
     print(f"throughput ratio at the production cadence (600 s): {tp['ratio_at_prod_cadence']:.4f}")

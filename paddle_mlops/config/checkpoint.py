@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-# What `benchmarks/checkpoint_cost.py` measured for the production model (ERNIE 3.0 medium: 75 M parameters, AdamW
-# moments and the best-on-dev copy, 1.2 GB a checkpoint) on 2 AMD EPYC cores: 17 s from the stop request to a
-# complete checkpoint in the store (the step in flight, the copy off the training tensors, serialising,
-# hashing and the upload to an S3 endpoint on the same machine), docs/benchmarks.md "Checkpoints". The grace
-# period is that times a safety factor of 3 (a slower store, a longer step on a loaded node), rounded up to the
-# next ten seconds, plus the 10 s the launcher and the kubelet take to pass the signal on and reap the processes.
-MEASURED_STOP_SECONDS = 17
+# What `benchmarks/checkpoint_cost.py` measured for the production model (ERNIE 3.0 medium-sized: 75.4 M parameters,
+# AdamW moments and the best-on-dev copy, 1151 MiB a checkpoint) on 2 shared AMD EPYC cores: 33.5 s from the stop
+# request to a complete checkpoint in the store (copy off the training tensors 0.6 s, serialising 6.0 s, hashing and
+# uploading to moto's S3 server on the same machine 26.9 s; MinIO on a cluster network is faster), rounded up;
+# docs/benchmarks.md "Checkpoints". The grace period is that times a safety factor of 3 (a slower store, a longer
+# step in flight, a loaded node) plus the 10 s the signal and the processes' exit take, rounded up to ten seconds.
+MEASURED_STOP_SECONDS = 34
 GRACE_SAFETY_FACTOR = 3
-DEFAULT_GRACE_SECONDS = 70
+DEFAULT_GRACE_SECONDS = -(-(MEASURED_STOP_SECONDS * GRACE_SAFETY_FACTOR + 10) // 10) * 10  # 120
 
 
 class CheckpointConfig(BaseModel):
@@ -39,7 +39,7 @@ class CheckpointConfig(BaseModel):
         ge=10,
         description="terminationGracePeriodSeconds of the training pods: SIGTERM checkpoints at the next step "
         "boundary and exits; sized from the measured time to a complete checkpoint of the production model "
-        f"({MEASURED_STOP_SECONDS} s) x {GRACE_SAFETY_FACTOR} + 10 s (docs/benchmarks.md)",
+        f"({MEASURED_STOP_SECONDS} s) x {GRACE_SAFETY_FACTOR} + 10 s, rounded up (docs/benchmarks.md)",
     )
 
     @property

@@ -17,7 +17,7 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHECKPOINTS, PRETRAINED_RECORD
-from steps.runtime import data, dygraph, optimization, run_id, tasks, train_snapshot, train_tracking
+from steps.runtime import data, dygraph, graceful_stop, optimization, run_id, tasks, train_snapshot, train_tracking
 from steps.runtime.checkpointing import Checkpointer, Resume
 from steps.runtime.checkpoints import check_layout
 from steps.runtime.graceful_stop import StopDecision
@@ -155,6 +155,7 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         """Train (resuming from the run's newest complete checkpoint), export the best epoch; the summary.
         StepStopped when a SIGTERM stopped it after checkpointing."""
+        graceful_stop.REQUEST.arm()  # after the imports that replaced it: a SIGTERM from here on stops at a step
         resume = self._fetch_resume()
         if self.rank != 0:
             return self._train(None, resume)
