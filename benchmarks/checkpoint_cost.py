@@ -58,6 +58,9 @@ def throughput(base: Path, steps: int, rounds: int, interval: float, quick: bool
     }
     rates: dict[str, list[float]] = {name: [] for name in cadences}
     seconds: dict[str, list[float]] = {name: [] for name in cadences}  # the loop, dev evaluations, checkpoints
+    # CPU seconds of the process (every thread: the background upload's included), for the same steps: what a
+    # checkpoint costs, much less disturbed than wall time by other work on a shared machine.
+    cpu: dict[str, list[float]] = {name: [] for name in cadences}
     checkpoints: dict[str, int] = {}
     for round_ in range(rounds):
         for name, extra in cadences.items():
@@ -72,16 +75,20 @@ def throughput(base: Path, steps: int, rounds: int, interval: float, quick: bool
             training = json.loads((ws / "model" / "training.json").read_text())
             rates[name].append(float(training["train_samples_per_second"]))
             seconds[name].append(float(training["train_seconds"]))
+            cpu[name].append(float(training["train_cpu_seconds"]))
             checkpoints[name] = counted[0]
     best = {name: max(values) for name, values in rates.items()}
     median = {name: statistics.median(values) for name, values in rates.items()}
     fastest = {name: min(values) for name, values in seconds.items()}
+    cpu_median = {name: statistics.median(values) for name, values in cpu.items()}
     lost = (1 / best["dense"] - 1 / best["none"]) * steps * 32 / max(checkpoints["dense"], 1)  # s per checkpoint
     return {"samples_per_second": best, "median_samples_per_second": median, "rounds": rates,
             "checkpoints": checkpoints, "seconds_lost_per_checkpoint": lost, "train_seconds": fastest,
             "seconds_ratio_per_epoch": fastest["per-epoch"] / fastest["none"],
             "median_ratio_per_epoch": median["per-epoch"] / median["none"],
-            "median_ratio_dense": median["dense"] / median["none"],
+            "median_ratio_dense": median["dense"] / median["none"], "cpu_seconds": cpu,
+            "cpu_ratio_per_epoch": cpu_median["none"] / cpu_median["per-epoch"],
+            "cpu_ratio_dense": cpu_median["none"] / cpu_median["dense"],
             "ratio_per_epoch": best["per-epoch"] / best["none"], "ratio_dense": best["dense"] / best["none"],
             "ratio_at_prod_cadence": 1 - max(lost, 0.0) / PROD_INTERVAL}  # fmt: skip
 
@@ -284,6 +291,8 @@ def _report_throughput(tp: dict[str, Any]) -> None:
           f"(ratio {tp['seconds_ratio_per_epoch']:.3f})")  # fmt: skip
     print(f"median of the rounds: one per epoch {tp['median_ratio_per_epoch']:.3f}, dense "
           f"{tp['median_ratio_dense']:.3f}")  # fmt: skip
+    print(f"CPU-time ratio (median CPU seconds without / with, same steps): one per epoch "
+          f"{tp['cpu_ratio_per_epoch']:.3f}, dense {tp['cpu_ratio_dense']:.3f}")  # fmt: skip
     print(f"throughput ratio, dense cadence: {tp['ratio_dense']:.3f}; "
           f"{tp['seconds_lost_per_checkpoint']:.3f} s lost per checkpoint")  # fmt: skip
     print(f"throughput ratio at the production cadence (600 s): {tp['ratio_at_prod_cadence']:.4f}")

@@ -219,7 +219,8 @@ class Trainer:
     def _epochs(self, setup: Setup, state: TrainState, live: LiveProgress, run_id: str | None) -> None:
         last = self.cfg.training.epochs - 1
         for epoch in range(state.start_epoch, self.cfg.training.epochs):
-            if state.step >= setup.total_steps:
+            # A run resumed at its last step still scores the epoch it stopped in, as the uninterrupted run did.
+            if state.step >= setup.total_steps and not (epoch == state.start_epoch and state.skip):
                 break
             record = self._train_epoch(setup, state, epoch, live, run_id)
             if self.rank == 0:
@@ -301,6 +302,8 @@ class Trainer:
         for position, indices in enumerate(setup.sampler):
             if epoch == state.start_epoch and position < state.skip:
                 continue
+            if state.step >= setup.total_steps:
+                break
             wait_started = time.perf_counter()
             micro = optimization.split(indices, tcfg.grad_accumulation)
             batches = [(part, self._batch(setup, part)) for part in micro]
@@ -314,8 +317,6 @@ class Trainer:
             live.step(state.step, epoch + 1, loss, len(indices), wait=loader_wait)
             # Checkpoint capture counts as training time: the benchmarks measure what checkpoints cost.
             self._after_step(setup, state, epoch, position + 1, run_id)
-            if state.step >= setup.total_steps:
-                break
         elapsed = time.time() - t0
         state.loop_seconds += elapsed
         state.trained += seen * self.world
