@@ -62,6 +62,8 @@ def throughput(base: Path, steps: int, rounds: int, interval: float, quick: bool
     # checkpoint costs, much less disturbed than wall time by other work on a shared machine.
     cpu: dict[str, list[float]] = {name: [] for name in cadences}
     checkpoints: dict[str, int] = {}
+    captures: list[float] = []  # seconds the training thread spent copying a checkpoint's state
+    writes: list[float] = []  # seconds the writer thread spent serialising, hashing and storing one
     for round_ in range(rounds):
         for name, extra in cadences.items():
             ws = base / f"tp-{name}-{round_}"
@@ -76,7 +78,9 @@ def throughput(base: Path, steps: int, rounds: int, interval: float, quick: bool
             rates[name].append(float(training["train_samples_per_second"]))
             seconds[name].append(float(training["train_seconds"]))
             cpu[name].append(float(training["train_cpu_seconds"]))
-            checkpoints[name] = counted[0]
+            checkpoints[name] = counted["count"]
+            captures += counted["capture"]
+            writes += counted["write"]
     best = {name: max(values) for name, values in rates.items()}
     median = {name: statistics.median(values) for name, values in rates.items()}
     fastest = {name: min(values) for name, values in seconds.items()}
@@ -90,29 +94,43 @@ def throughput(base: Path, steps: int, rounds: int, interval: float, quick: bool
             "cpu_ratio_per_epoch": cpu_median["none"] / cpu_median["per-epoch"],
             "cpu_ratio_dense": cpu_median["none"] / cpu_median["dense"],
             "ratio_per_epoch": best["per-epoch"] / best["none"], "ratio_dense": best["dense"] / best["none"],
-            "ratio_at_prod_cadence": 1 - max(lost, 0.0) / PROD_INTERVAL}  # fmt: skip
+            "ratio_at_prod_cadence": 1 - max(lost, 0.0) / PROD_INTERVAL,
+            "capture_s": statistics.median(captures) if captures else 0.0,
+            "write_s": statistics.median(writes) if writes else 0.0}  # fmt: skip
 
 
 class _count_checkpoints:
-    """Counts the checkpoints the trainer's writer completes while the block runs."""
+    """While the block runs: how many checkpoints the trainer's writer completes, the seconds the training thread
+    spends capturing them (`capture`) and the seconds the writer thread spends writing them (`write`)."""
 
-    def __enter__(self) -> list[int]:
-        from steps.runtime import checkpoint_writer
+    def __enter__(self) -> dict[str, Any]:
+        from steps.runtime import checkpoint_writer, train_snapshot
 
-        self.count, self.original = [0], checkpoint_writer.CheckpointWriter._write
-        count, original = self.count, self.original
+        self.found: dict[str, Any] = {"count": 0, "capture": [], "write": []}
+        self.originals = (checkpoint_writer.CheckpointWriter._write, train_snapshot.capture)
+        write, capture = self.originals
+        found = self.found
 
-        def counting(writer: Any, snapshot: Any) -> None:
-            original(writer, snapshot)
-            count[0] += 1
+        def timed_write(writer: Any, snapshot: Any) -> None:
+            started = time.perf_counter()
+            write(writer, snapshot)
+            found["write"].append(time.perf_counter() - started)
+            found["count"] += 1
 
-        checkpoint_writer.CheckpointWriter._write = counting  # type: ignore[method-assign]
-        return self.count
+        def timed_capture(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            snapshot = capture(*args, **kwargs)
+            found["capture"].append(time.perf_counter() - started)
+            return snapshot
+
+        checkpoint_writer.CheckpointWriter._write = timed_write  # type: ignore[method-assign]
+        train_snapshot.capture = timed_capture  # type: ignore[assignment]
+        return self.found
 
     def __exit__(self, *exc: object) -> None:
-        from steps.runtime import checkpoint_writer
+        from steps.runtime import checkpoint_writer, train_snapshot
 
-        checkpoint_writer.CheckpointWriter._write = self.original  # type: ignore[method-assign]
+        checkpoint_writer.CheckpointWriter._write, train_snapshot.capture = self.originals  # type: ignore[method-assign]
 
 
 def production_checkpoint(base: Path, quick: bool) -> dict[str, Any]:
@@ -296,6 +314,8 @@ def _report_throughput(tp: dict[str, Any]) -> None:
     print(f"throughput ratio, dense cadence: {tp['ratio_dense']:.3f}; "
           f"{tp['seconds_lost_per_checkpoint']:.3f} s lost per checkpoint")  # fmt: skip
     print(f"throughput ratio at the production cadence (600 s): {tp['ratio_at_prod_cadence']:.4f}")
+    print(f"per checkpoint: the training thread copies for {tp['capture_s'] * 1000:.1f} ms (median), the writer "
+          f"thread writes for {tp['write_s']:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":
