@@ -44,6 +44,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/paddle-mlops compile --check
+	$(VENV)/bin/paddle-mlops lint argo/
 
 compile: install
 	$(VENV)/bin/paddle-mlops compile

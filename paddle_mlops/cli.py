@@ -278,6 +278,10 @@ DELEGATED = {
         "paddle_mlops.publish",
         "publish an exported model directory; its notification validates and rolls it out",
     ),
+    "pin-images": (
+        "paddle_mlops.pin_images",
+        "pin pushed release images by digest in the production overlay's images: (overlays/prod)",
+    ),
 }
 
 

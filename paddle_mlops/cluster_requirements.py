@@ -13,6 +13,8 @@ from typing import Any
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.lint import ARGO_WORKFLOW_KINDS, resource_manifest, workflow_spec
+from paddle_mlops.release_overlay import unpinned_repositories
+from pipelines.platform.kyverno import KEY_NAMESPACE as KYVERNO_NAMESPACE
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 # argoproj.io holds both Argo Workflows and Argo Events kinds; these are Argo Events'.
@@ -56,6 +58,10 @@ class Requirements:
     controller_file: str | None = None  # the argo/ file holding the workflow-controller ConfigMap
     kueue_frameworks: tuple[str, ...] = ()  # Kueue integrations the generated jobs need enabled
     multikueue: bool = False  # this cluster is a MultiKueue manager (cluster.multikueue)
+    networking_layer: str = "istio"  # serving.networking_layer: the Knative ingress class the policies expect
+    gateway_namespaces: tuple[str, ...] | None = None  # serving.gateway_namespaces when set by hand
+    digest_overlay: str | None = None  # images.require_digest: the overlay that pins the install set by digest
+    tagged_images: tuple[str, ...] = ()  # the repositories the install set runs by tag (the overlay must pin them)
 
 
 def plural(kind: str) -> str:
@@ -100,6 +106,9 @@ def _embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield manifest
 
 
+# Kyverno's verifyImages reads imageRegistryCredentials.secrets in its own namespace; registry credentials hold
+# their docker config under this key.
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
 # Argo Events SecretKeySelector fields: webhookSecret, authSecret, apiToken, the minio source's accessKey/secretKey.
 _SELECTOR_KEY = re.compile(r"(Secret|Token|^accessKey|^secretKey)$")
 
@@ -125,6 +134,10 @@ def secret_refs(node: Any) -> Iterator[tuple[str, str | None, str | None]]:
             yield value["name"], value.get("key"), value.get("namespace")
         elif _SELECTOR_KEY.search(key) and isinstance(value.get("name"), str) and "key" in value:
             yield value["name"], value["key"], None
+        elif key == "imageRegistryCredentials":  # Kyverno verifyImages: Secrets of the Kyverno namespace
+            for ref in value.get("secrets") or []:
+                namespace, _, name = str(ref).rpartition("/")
+                yield name, DOCKER_CONFIG_KEY, namespace or KYVERNO_NAMESPACE
         else:
             yield from secret_refs(value)
     for ref in node.get("imagePullSecrets") or []:
@@ -143,6 +156,9 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
     req = Requirements()
     # With cluster.multikueue the cluster checked is the manager; workers/<region>.yaml are other clusters' sets.
     sources = [(name, doc) for name, docs in files.items() if not name.startswith(f"{WORKERS_DIR}/") for doc in docs]
+    if cfg.images.require_digest:  # the rollout's InferenceServices run the serving image by digest, always
+        req.digest_overlay = cfg.images.digest_overlay
+        req.tagged_images = tuple(unpinned_repositories(doc for _, doc in sources))
     sources += [("(created by the rollout step)", doc) for doc in runtime_documents(cfg)]
     for file, outer in sources:
         outer_ns = (outer.get("metadata") or {}).get("namespace") or cfg.cluster.namespace
@@ -159,6 +175,7 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
 
         req.kueue_frameworks = (TRAINJOB_FRAMEWORK,)
     req.multikueue = cfg.cluster.multikueue
+    req.networking_layer, req.gateway_namespaces = cfg.serving.networking_layer, cfg.serving.gateway_namespaces
     return req
 
 

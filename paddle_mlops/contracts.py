@@ -202,3 +202,9 @@ def pvc_location(location: str) -> tuple[str, str] | None:
 # A template annotated so does something only a cluster can (pre-pulling images on its nodes): the local
 # executor skips its tasks and says why (the annotation's value).
 CLUSTER_ONLY_ANNOTATION = "paddle-mlops/cluster-only"
+
+
+# Production pins every image of the install set by digest through a kustomize overlay (overlays/prod,
+# `images:` as `kustomize edit set image` writes them). Before a release fills it, each entry carries this digest,
+# which no image has: lint (--env prod) and preflight report it as not released, never as pinned.
+PLACEHOLDER_DIGEST = "sha256:" + "0" * 64

@@ -59,7 +59,8 @@ def _stores(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     os.environ[HOME_ENV] = str(args.workdir.resolve())  # 'local' is <workdir>/store, as `run` sees it
     if args.stores:
         endpoint = args.endpoint_url or cfg.storage.endpoint_url
-        return [pretrained.weights_store(uri, endpoint) for uri in args.stores]
+        # An endpoint given on the command line is the one meant, whatever S3_ENDPOINT_URL says.
+        return [pretrained.weights_store(uri, endpoint, exact=args.endpoint_url is not None) for uri in args.stores]
     return pretrained.region_stores(cfg)
 
 

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops.config import PipelineConfig, RegionConfig
 from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, PART_OF
 from pipelines import k8s
 from pipelines.paddlejob import WORKFLOW_LABEL, train_image
 
-COMPONENT = {"paddle-mlops/component": "prepull"}
 RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
 IDLE = ["python", "-c", "import signal; signal.pause()"]
 
 
-def daemon_set(cfg: PipelineConfig) -> dict[str, Any]:
-    allowed = k8s.training_regions(cfg)
+def daemon_set(
+    cfg: PipelineConfig, regions: list[RegionConfig] | None = None, suffix: str = "prepull"
+) -> dict[str, Any]:
+    """The DaemonSet `<workflow>-<suffix>` on the GPU nodes of `regions` (default: every region the run may use)."""
+    allowed = regions if regions is not None else k8s.training_regions(cfg)
     tolerations: list[dict[str, Any]] = []
     for region in allowed:
         for t in k8s.as_k8s(k8s.gpu_tolerations(region)):
@@ -47,11 +49,11 @@ def daemon_set(cfg: PipelineConfig) -> dict[str, Any]:
         "resources": RESOURCES,
         "securityContext": k8s.as_k8s(k8s.container_security_context()),
     }
-    selector = {WORKFLOW_LABEL: "{{workflow.name}}", **COMPONENT}
+    selector = {WORKFLOW_LABEL: "{{workflow.name}}", "paddle-mlops/component": suffix}  # its own, per DaemonSet
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": "{{workflow.name}}-prepull", "labels": {**PART_OF, **selector}},
+        "metadata": {"name": f"{{{{workflow.name}}}}-{suffix}", "labels": {**PART_OF, **selector}},
         "spec": {
             "selector": {"matchLabels": selector},
             "template": {

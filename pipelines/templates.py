@@ -146,7 +146,7 @@ def build_image(cfg: PipelineConfig) -> Container:
             ),
             SecretVolume(
                 name="registry-push",
-                secret_name="registry-push-credentials",
+                secret_name=cfg.images.registry_secret,
                 mount_path="/etc/registry-push",
                 items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")],
                 read_only=True,

@@ -10,11 +10,13 @@ The local executor reads this same DAG (`build(cfg).to_dict()`, ordered by
 
 from __future__ import annotations
 
+from typing import Any
+
 from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
-from pipelines import templates
+from pipelines import templates, training_canary
 
 NAME = "train-deploy"
 # What `paddle-mlops run` reports after a local run: summary key -> (task, output parameter) of this DAG.
@@ -44,6 +46,33 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
     ]
 
 
+def _canary(cfg: PipelineConfig) -> Any:
+    """The canary's templates; called inside the DAG, it adds their tasks and returns the task the run's training
+    (and every other region's pre-pull) waits for: `allow-training-image`, skipped when the image is allowed."""
+    check, prepull, train, allow = (
+        training_canary.check(cfg),
+        training_canary.prepull_canary(cfg),
+        training_canary.train_canary(cfg),
+        training_canary.allow(cfg),
+    )
+
+    def tasks(t_build: Any, t_data: Any, given: dict[str, Any]) -> Any:
+        digest = {"image-digest": given["image-digest"]}
+        t_check = check(name=training_canary.CHECK, arguments={**given})
+        new = f"{t_check.get_parameter('allowed')} == false"
+        pull_failed = m.ContinueOn(failed=True)
+        t_pull = prepull(name=training_canary.PREPULL, arguments=digest, when=new, continue_on=pull_failed)
+        # A failed pre-pull only costs the cold pull: the canary goes on after it.
+        after = f"{t_check.name} && {t_data.name} && ({t_pull.name} || {t_pull.name}.Failed)"
+        t_canary = train(name=training_canary.TRAIN, arguments={**given}, when=new, depends=after)
+        t_allow = allow(name=training_canary.ALLOW, arguments={**given}, when=new)
+        t_build >> t_check >> t_pull
+        t_canary >> t_allow
+        return t_allow
+
+    return tasks
+
+
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `train-deploy` WorkflowTemplate for this configuration (no side effects)."""
     with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
@@ -54,6 +83,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         if warm:
             prepull_image = templates.prepull_image(cfg)
             release_prepull = templates.release_prepull(cfg)
+            canary_tasks = _canary(cfg)
         evaluate = templates.evaluate(cfg)
         upload = templates.upload(cfg)
         templates.exit_handler(cfg)
@@ -71,11 +101,16 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             t_build >> t_data
             if warm:
                 digest = {"image-digest": t_build.get_parameter("image-digest")}
+                # A training image no canary has passed on trains in the first region first (training_canary.py);
+                # every other region pulls it, and the run trains, once the canary passed or was not needed.
+                t_allowed = canary_tasks(t_build, t_data, {**commit, **digest})
+                t_allowed >> t_train
                 t_warm = prepull_image(name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True))
-                t_build >> t_warm
+                t_allowed >> t_warm
                 release_prepull(
                     name="release-prepull",
-                    depends="train.Succeeded || train.Failed || train.Errored || train.Omitted || prepull-image.Failed",
+                    depends=f"train.Succeeded || train.Failed || train.Errored || train.Omitted || prepull-image.Failed"
+                    f" || {training_canary.PREPULL}.Failed",
                 )
         by_name = {task.name: task for task in tasks}
         for task, output in RESULTS.values():

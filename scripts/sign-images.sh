@@ -9,7 +9,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 usage() {
     cat <<'EOF'
-Usage: scripts/sign-images.sh [--config FILE] [--env ENV] [IMAGE...]
+Usage: scripts/sign-images.sh [--config FILE] [--env ENV] [--overlay DIR] [IMAGE...]
 
 Signs each IMAGE by digest with cosign v2, the private key in COSIGN_PRIVATE_KEY (its password in
 COSIGN_PASSWORD) and no transparency-log upload: exactly as the build step signs the train image.
@@ -19,6 +19,10 @@ that was pushed, not for whatever the tag points to later.
 Without IMAGE it signs the release images of the configuration (tools, serve, MLflow), as listed by
 pipelines.platform.kyverno.release_images; --config and --env choose the configuration
 (default configs/pipeline.yaml, no overlay).
+
+--overlay DIR (overlays/prod) then pins, in that kustomize overlay's images:, the digest of every image the install
+set runs by tag (`paddle-mlops pin-images --tagged`: the images signed here, and upstream's BuildKit, which is
+resolved but not signed: it runs in the build namespace, outside the policy); commit the overlay after a release.
 
 Environment: COSIGN_PRIVATE_KEY, COSIGN_PASSWORD (required; e.g. from the `cosign-signing-key`
 Secret), PYTHON (the project's interpreter, default .venv/bin/python). cosign and crane must be on
@@ -33,12 +37,19 @@ die() {
 
 config_args=()
 images=()
+overlay=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --config | --env)
             [[ $# -ge 2 ]] || die "$1 needs a value (see --help)" "$EXIT_USAGE"
             config_args+=("$1" "$2")
+            shift 2
+            ;;
+        --overlay)
+            [[ $# -ge 2 ]] || die "$1 needs a value (see --help)" "$EXIT_USAGE"
+            [[ -f "$2/kustomization.yaml" ]] || die "$2 has no kustomization.yaml (see --help)" "$EXIT_USAGE"
+            overlay="$(cd "$2" && pwd)"
             shift 2
             ;;
         -*) die "unknown option $1 (see --help)" "$EXIT_USAGE" ;;
@@ -57,9 +68,9 @@ cosign_major="$(cosign version 2>/dev/null | sed -n 's/^GitVersion:[[:space:]]*v
 [[ "$cosign_major" == 2 ]] \
     || die "cosign ${cosign_major:+v$cosign_major }is not v2: use cosign v2, as the build step does (images/tools/Dockerfile)"
 
+python="${PYTHON:-$root/.venv/bin/python}"
+[[ -x "$python" ]] || python="$(command -v python3)" || die "no Python to read the configuration: set PYTHON"
 if [[ ${#images[@]} -eq 0 ]]; then
-    python="${PYTHON:-$root/.venv/bin/python}"
-    [[ -x "$python" ]] || python="$(command -v python3)" || die "no Python to read the configuration: set PYTHON"
     listing="$(cd "$root" && "$python" -c \
         'import sys; from pipelines.platform.kyverno import main; sys.exit(main(sys.argv[1:]))' \
         "${config_args[@]}")" || die "could not list the release images (see the error above)"
@@ -89,3 +100,14 @@ for image in "${images[@]}"; do
         || die "cosign could not sign $reference"
     echo "signed $reference"
 done
+
+if [[ -n "$overlay" ]]; then
+    tagged="$(cd "$root" && "$python" -m paddle_mlops.pin_images --tagged)" \
+        || die "could not list the install set's images (see the error above)"
+    references=()
+    while IFS= read -r image; do
+        [[ -n "$image" ]] && references+=("$(pin "$image")")
+    done <<<"$tagged"
+    (cd "$root" && "$python" -m paddle_mlops.pin_images --overlay "$overlay" "${references[@]}") \
+        || die "could not pin the digests in $overlay (see the error above)"
+fi

@@ -32,8 +32,9 @@ from steps.runtime import inference_service as isvc
 from steps.runtime import runner
 from steps.runtime.champion import SERVED_IMAGE, MlflowRegistry, Registry, record
 from steps.runtime.health import HttpProbe
-from steps.runtime.kserve_rollout import KServeRollout, kubernetes_api
+from steps.runtime.kserve_rollout import KServeRollout, kubernetes_api, kubernetes_apps_api
 from steps.runtime.local_server import rollout_local
+from steps.runtime.region_stores import replicate_to
 from steps.runtime.rollout_outcome import PROMOTED, Outcome
 from steps.runtime.runner import StepError
 
@@ -119,8 +120,13 @@ def _kserve(
     config_dir = Path(args.config).resolve().parent if args.config else None
     regions = resolve_regions(cfg, names or [args.region or cfg.cluster.region], config_dir)
     image = serving_image(cfg, digest)
-    machine = KServeRollout(cfg, api or kubernetes_api(), probe or HttpProbe())
-    return machine.run(regions, uri, version, image)
+    custom = api or kubernetes_api()  # loads the cluster configuration the apps client then uses
+    raw = cfg.serving.deployment_mode == "RawDeployment"
+    apps = api if api is not None else (kubernetes_apps_api() if raw else None)
+    machine = KServeRollout(cfg, custom, probe or HttpProbe(), apps=apps)
+    # Each region's predictors read the model from the region's own store: copy it there first (nothing is changed
+    # in any region until every copy is complete; a failed copy is an error a retry may clear, not a verdict).
+    return machine.run(regions, uri, version, image, replicate_to(cfg, uri, regions))
 
 
 def run(

@@ -32,6 +32,12 @@ from steps.runtime.trainer import Trainer  # noqa: E402
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
+    parser.add_argument("--data", default=None, help="the prepared data area (default: <workspace>/data)")
+    parser.add_argument(
+        "--canary-steps", type=int, default=0, metavar="N",
+        help="the training image's canary run (pipelines/training_canary.py): N steps, one epoch at most, and "
+        "nothing left in the workspace",
+    )  # fmt: skip
     parser.add_argument(
         "--checkpoint-root", default=None, metavar="URI",
         help="where training runs keep their checkpoints, outside the per-workflow workspace so that a resubmitted "
@@ -54,8 +60,15 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
 
 
 def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    root = args.checkpoint_root
+    if args.canary_steps:
+        # A canary neither reads nor writes the runs' checkpoints: its own, in a scratch folder, none taken.
+        off = cfg.training.checkpoint.model_copy(update={"every_steps": 0, "every_seconds": 0, "epoch_end": False})
+        canary = {"max_steps": args.canary_steps, "epochs": 1, "checkpoint": off}
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update=canary)})
+        root, args.run_id = tempfile.mkdtemp(prefix="canary-checkpoints-"), ""
     ws = args.workspace
-    data_uri = workspace.join(ws, "data")
+    data_uri = args.data or workspace.join(ws, "data")
     try:
         data_dir = workspace.stage_in(data_uri, endpoint_url=cfg.storage.endpoint_url)
     except FileNotFoundError as exc:
@@ -65,20 +78,19 @@ def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         from steps.runtime import ps
 
         ps.run(cfg, data_dir, local)
-        _stage_out(cfg, local, ws)
+        _stage_out(cfg, local, ws, args.canary_steps)
         return
-    root = args.checkpoint_root or workspace.join(ws, TRAIN_RUNS)
     trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri,
-                      checkpoint_root=root, explicit_run_id=args.run_id)  # fmt: skip
+                      checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=args.run_id)  # fmt: skip
     trainer.run()
     if trainer.rank == 0:
-        _stage_out(cfg, local, ws)
+        _stage_out(cfg, local, ws, args.canary_steps)
         # The model is in the workspace: a rerun of this run id would only export it again.
         trainer.checkpointer.discard()
 
 
-def _stage_out(cfg: PipelineConfig, local: Path, ws: str) -> None:
-    if s3.is_s3(ws) and (local / "model").is_dir():
+def _stage_out(cfg: PipelineConfig, local: Path, ws: str, canary: int) -> None:
+    if s3.is_s3(ws) and (local / "model").is_dir() and not canary:
         workspace.stage_out(local / "model", workspace.join(ws, "model"), cfg.storage.endpoint_url)
 
 

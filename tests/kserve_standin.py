@@ -14,7 +14,9 @@ Encoded from kserve v0.20.0 (no code copied):
   routes to the latest *ready* revision; Ready needs the latest created revision to be ready.
 
 Status lags one controller pass behind each write: a read right after an update sees the old status.
-`RawDeployment` objects have no revisions: status.observedGeneration is the Deployment's generation.
+`RawDeployment` objects have no Knative revisions: their predictor Deployment (tests/raw_deployment_standin.py,
+readable through `read_namespaced_deployment` as AppsV1Api reads it) rolls each new spec out, and PropagateRawStatus
+of `kserve_version` derives Ready and status.observedGeneration from it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from steps.runtime import inference_service as isvc
+from tests.raw_deployment_standin import Deployment, propagate_raw_status
 
 
 @dataclass
@@ -47,6 +50,7 @@ class Service:
     ksvc_generation: int = 0
     ksvc_traffic: list[dict[str, Any]] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
+    deployment: Deployment | None = None  # RawDeployment only
 
     @property
     def raw(self) -> bool:
@@ -70,6 +74,8 @@ class KServeStandIn:
         existing: dict[str, dict[str, Any]] | None = None,
         ready_after: int = 2,
         lag: bool = True,
+        kserve_version: str = "0.20",
+        progress_deadline: int = 1000,
     ):
         self.services: dict[str, Service] = {}
         self.calls: list[tuple[str, str]] = []
@@ -80,9 +86,12 @@ class KServeStandIn:
         self._ready = ready
         self._ready_after = ready_after
         self._lag = lag
+        self._kserve = kserve_version
+        self._progress_deadline = progress_deadline
+        self.deleted_at: dict[str, int] = {}
         for name, body in (existing or {}).items():
             self._write(name, json.loads(json.dumps(body)))
-            for _ in range(ready_after + 2):
+            for _ in range(ready_after + 4):
                 self._reconcile(self.services[name])
 
     # -- the API
@@ -119,7 +128,20 @@ class KServeStandIn:
         self.calls.append(("delete", name))
         if name not in self.services:
             raise ApiException(status=404, reason="Not Found")
-        del self.services[name]
+        del self.services[name]  # its Deployment goes with it (owner reference)
+        self.deleted_at[name] = self.tick
+
+    def read_namespaced_deployment(self, name: str, namespace: str) -> Any:
+        """AppsV1Api: the predictor Deployment of a RawDeployment InferenceService."""
+        svc = next((s for s in self.services.values() if s.deployment and s.deployment.name == name), None)
+        if svc is None or svc.deployment is None:
+            raise ApiException(status=404, reason="Not Found")
+        if not self._lag:
+            for _ in range(3):
+                self._reconcile(svc)
+        seen = svc.deployment.model()
+        self._reconcile(svc)
+        return seen
 
     # -- helpers for tests
     def settle(self, passes: int = 6) -> None:
@@ -156,7 +178,7 @@ class KServeStandIn:
         template = revision_template(body)
         if not svc.revisions or svc.revisions[-1].template != template:
             n = len(svc.revisions) + 1
-            rev_name = f"{name}-predictor-{n:05d}" if not svc.raw else f"{name}-predictor"
+            rev_name = f"{name}-predictor-{n:05d}" if not svc.raw else f"{name}-predictor-rs{n}"
             svc.revisions.append(Revision(rev_name, template, self._ready(name, body), self.tick))
             svc.ksvc_generation += 1
 
@@ -210,21 +232,30 @@ class KServeStandIn:
                     svc.latest_rolled_out = svc.previous_rolled_out
 
     def _reconcile_raw(self, svc: Service) -> None:
-        """Standard (raw) mode: one Deployment; observedGeneration is the Deployment's generation."""
+        """Standard (raw) mode: the Deployment controller's pass, then KServe's (spec into the Deployment,
+        PropagateRawStatus back). The live traffic is the revision whose pod is available."""
         name = svc.body["metadata"]["name"]
+        dep = svc.deployment
+        if dep is not None:
+            dep.control(self.tick, self._progress_deadline)
         latest = svc.revisions[-1]
-        # Available stays True while old pods serve a rolling update (PropagateRawStatus).
-        ready = any(r.ready for r in svc.revisions)
+        if dep is None:
+            dep = svc.deployment = Deployment(f"{name}-predictor", latest, svc.body)
+        elif dep.template is not latest:
+            dep.template, dep.body, dep.generation = latest, svc.body, dep.generation + 1
+        ready = propagate_raw_status(dep, self._kserve) if dep.observed else "Unknown"
+        url = f"http://{name}.ns.example.com"
         svc.status = {
-            "observedGeneration": len(svc.revisions),
-            "url": f"http://{name}.ns.example.com",
+            "observedGeneration": dep.observed,
+            **({"url": url} if ready == "True" else {}),
             "conditions": [
-                {"type": t, "status": "True" if ready else "Unknown"}
-                for t in ("IngressReady", "PredictorReady", "Ready")
+                {"type": "IngressReady", "status": "True"},
+                {"type": "PredictorReady", "status": ready},
+                {"type": "Ready", "status": ready},
             ],
-            "components": {"predictor": {"url": f"http://{name}-predictor.ns.example.com"}},
+            "components": {"predictor": {"url": url} if ready == "True" else {}},
         }
-        self.history.append((self.tick, name, {latest.template: 100} if ready else {}))
+        self.history.append((self.tick, name, {dep.serving.name: 100} if dep.serving else {}))
 
 
 def _ksvc_targets(svc: Service) -> list[dict[str, Any]]:

@@ -74,6 +74,7 @@ SECRETS = {
     ("ml-pipelines", "gitea-webhook-token"),
     ("ml-pipelines", "mlflow-backend"),
     ("ml-build", "buildkitd-server-certs"),
+    ("kyverno", "registry-push-credentials"),  # verifyImages imageRegistryCredentials (argo/policies.yaml)
 }
 # (component, namespace, deployment, image, args, labels)
 CONTROLLER_DEPLOYMENTS = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from paddle_mlops.contracts import (
     TRAIN_SAMPLES_PER_SECOND,
     TRAIN_STEP,
 )
+from paddle_mlops.local.library_lines import library_of
 from tests.s3server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -91,17 +93,22 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     assert first_run["code"] == 0, first_run["output"][-3000:]
     summary = first_run["summary"]
     assert summary["status"] == "succeeded"
-    # The image pre-pull is for the cluster's GPU nodes: skipped here, and said so.
-    cluster_only = [s for s in summary["steps"] if s["status"] == "Skipped"]
-    assert [s["name"] for s in cluster_only] == ["prepull-image", "release-prepull"]
-    assert all(s["reason"].startswith("cluster only: ") for s in cluster_only)
-    names = [s["name"] for s in summary["steps"] if s not in cluster_only]
+    # The image pre-pulls are for the cluster's GPU nodes: skipped here, and said so. The image trained here is the
+    # installed project (build-image's digest `local`), allowed as it is: no canary (pipelines/training_canary.py).
+    skipped = [s for s in summary["steps"] if s["status"] == "Skipped"]
+    canary = ["prepull-canary", "train-canary", "allow-training-image"]
+    assert [s["name"] for s in skipped] == [*canary, "prepull-image", "release-prepull"]
+    cluster_only = [s for s in skipped if s["reason"].startswith("cluster only: ")]
+    assert [s["name"] for s in cluster_only] == ["prepull-canary", "prepull-image", "release-prepull"]
+    assert all(s["reason"] == "when: true == false" for s in skipped if s not in cluster_only)
+    names = [s["name"] for s in summary["steps"] if s not in skipped]
     # train-deploy ends at upload; the published manifest's notification starts the rollout workflow.
-    assert names == ["build-image", "prepare-data", "train", "evaluate", "upload", "validate", "register", "rollout"]
+    train_deploy = ["build-image", "prepare-data", "training-image", "train", "evaluate", "upload"]
+    assert names == [*train_deploy, "validate", "register", "rollout"]
     assert [w.rsplit("-", 2)[0] for w in summary["workflows"]] == ["train-deploy", "rollout"]
     assert summary["rollout_parameters"]["event-key"].endswith("%2Fmanifest.json")
     assert summary["validation"]["verdict"] == "passed"
-    assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"] if s not in cluster_only)
+    assert all(s["status"] == "Succeeded" and s["seconds"] >= 0 for s in summary["steps"] if s not in skipped)
     assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0 and 0.0 <= summary["metrics"]["macro_f1"] <= 1.0
     assert summary["gate"]["passed"] is True
     # The variant the selection ranked first by served texts/s is the one that serves.
@@ -112,6 +119,17 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     for step in names:  # streamed logs carry the step name
         assert f"[{step}]" in first_run["output"]
     assert "build-image: skipped" in first_run["output"]
+
+
+def test_the_terminal_shows_our_lines_and_the_step_logs_keep_the_libraries(first_run: dict) -> None:
+    """Paddle's launch banner and FLAGS dump, PaddleNLP's INFO lines, Paddle2ONNX's progress, ONNX Runtime's
+    quantization advice, httpx's per-request lines and MLflow's INFO lines go to step.log only (library_lines.py)."""
+    terminal = [re.sub(r"^\[[\w/-]+\] ", "", line, count=1) for line in first_run["output"].splitlines()]
+    assert [line for line in terminal if library_of(line)] == []
+    logs = {s["name"]: Path(s["log"]).read_text(encoding="utf-8") for s in first_run["summary"]["steps"] if s["log"]}
+    in_logs = {library_of(line) for text in logs.values() for line in text.splitlines()}
+    assert {"paddle-launch", "paddle-flags", "paddlenlp", "paddle2onnx", "httpx"} <= in_logs, in_logs
+    assert "epoch 2: train_loss" in first_run["output"] and "promoted; serving at" in first_run["output"]
 
 
 def test_mlflow_has_the_run_and_the_champion(first_run: dict) -> None:
@@ -208,11 +226,15 @@ def test_bad_data_fails_the_run_and_registers_nothing(tmp_path: Path) -> None:
     assert summary["status"] == "failed" and summary["failed_step"]["name"] == "prepare-data"
     assert "Step 'prepare-data' failed with exit code 2" in output
     assert str(bad) in summary["failed_step"]["log_tail"] and "line 4" in summary["failed_step"]["log_tail"]
-    # Nothing after the failed step runs; the cluster-only pre-pull tasks, which the DAG runs whatever train does
-    # (it is not fail-fast), are listed as skipped, as they always are locally.
+    # Nothing that needs the failed step runs; the DAG is not fail-fast, so the training-image check (it needs only
+    # build-image) still does, as on Argo, and the cluster-only pre-pull tasks are listed as skipped, as always here.
     ran = [s["name"] for s in summary["steps"] if s["status"] != "Skipped"]
-    assert ran == ["build-image", "prepare-data"]
-    assert {s["name"] for s in summary["steps"] if s["status"] == "Skipped"} <= {"prepull-image", "release-prepull"}
+    assert ran == ["build-image", "prepare-data", "training-image"]
+    assert {s["name"] for s in summary["steps"] if s["status"] == "Skipped"} <= {
+        "prepull-canary",
+        "prepull-image",
+        "release-prepull",
+    }
     assert summary["model_version"] is None and summary["serving_url"] is None
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}")
     assert client.search_registered_models() == []

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from paddle_mlops import lint
-from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, PLACEHOLDER_DIGEST
 from paddle_mlops.lint import Finding, lint_documents, lint_paths, main
 from pipelines.platform import argo_controller
 
@@ -136,6 +136,12 @@ def test_volume_types():
         ("busybox:latest", None, "image busybox:latest uses ':latest'"),
         ("busybox", None, "image busybox has no tag or digest"),
         (IMAGE, "prod", f"image {IMAGE} is not pinned by digest (--env prod)"),
+        (
+            f"{IMAGE.split(':')[0]}@{PLACEHOLDER_DIGEST}",
+            "prod",
+            f"image {IMAGE.split(':')[0]}@{PLACEHOLDER_DIGEST} carries the placeholder digest: the overlay was never "
+            "filled by a release",
+        ),
     ],
 )
 def test_image_pinning(image, env, message):
@@ -372,3 +378,11 @@ def test_documents_are_not_mutated():
     before = copy.deepcopy(doc)
     lint_documents([doc])
     assert doc == before
+
+
+def test_digests_are_required_where_the_environment_says_so():
+    """`--env` reads images.require_digest from that environment's configuration: prod sets it, dev does not."""
+    container = good_container()
+    container["image"] = IMAGE
+    assert lint_documents([deployment(container)], env="dev") == []
+    assert [f.rule for f in lint_documents([deployment(container)], env="prod")] == ["image-digest"]

@@ -53,10 +53,18 @@ def dag_order(doc: dict) -> list[str]:
     return [task.name for task in load_workflow(doc).tasks]
 
 
+# The training image's canary (pipelines/training_canary.py), between build-image and train.
+CANARY = ("training-image", "train-canary", "allow-training-image")
+
+
 def test_dag_runs_the_steps_in_order(doc: dict) -> None:
-    assert [name for name in dag_order(doc) if "prepull" not in name] == DAG_ORDER
+    assert [name for name in dag_order(doc) if "prepull" not in name and name not in CANARY] == DAG_ORDER
     tasks = _tasks(doc)
-    assert all(tasks[name].get("depends") == before for before, name in pairwise(DAG_ORDER))
+    # train also waits for the training image to be allowed (its canary passed, or none was needed).
+    expected = {name: before for before, name in pairwise(DAG_ORDER)} | {
+        "train": "prepare-data && allow-training-image"
+    }
+    assert all(tasks[name].get("depends") == expected[name] for name in DAG_ORDER[1:])
 
 
 # argo-workflows workflow/common/ancestry.go TaskResult: the results a `depends` expression may name.
@@ -71,7 +79,8 @@ def test_the_image_is_prepulled_beside_prepare_data_and_released_however_trainin
     for term in tasks["release-prepull"]["depends"].split("||"):
         name, _, result = term.strip().partition(".")
         assert name in tasks and result in ARGO_TASK_RESULTS, term
-    assert tasks["prepull-image"]["depends"] == "build-image" and tasks["prepull-image"]["continueOn"] == {
+    # Every region pulls once the image is allowed (right away when it was before; after its canary otherwise).
+    assert tasks["prepull-image"]["depends"] == "allow-training-image" and tasks["prepull-image"]["continueOn"] == {
         "failed": True
     }  # a failed pre-pull only costs the cold pull it was to save
     release = tasks["release-prepull"]["depends"]

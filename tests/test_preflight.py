@@ -74,7 +74,8 @@ def test_ready_cluster_as_json(monkeypatch, capsys) -> None:
     code, items = results(ready_cluster(), monkeypatch, capsys)
     assert code == EXIT_OK
     assert {r["status"] for r in items} == {"ok"}
-    assert {r["check"] for r in items} == {name for name, _ in preflight.CHECKS}
+    # The release digests are checked where images.require_digest is set (prod): test_release_digests_in_prod.
+    assert {r["check"] for r in items} == {name for name, _ in preflight.CHECKS} - {"release-digests"}
 
 
 def _drop(store: str, key: Any):
@@ -421,3 +422,64 @@ def test_a_multikueue_manager_needs_the_incremental_dispatcher_one_cluster_a_rou
     assert statuses(incremental)[1][0] == "finding"
     one = {**incremental, "incrementalDispatcherConfig": {"stepSize": 1}}
     assert [s for s, _ in statuses(one)] == ["ok", "ok"]
+
+
+def test_release_digests_in_prod(monkeypatch, capsys, tmp_path) -> None:
+    """With images.require_digest (prod) the overlay that pins the install set is checked: the checked-in one still
+    carries the placeholder digests (a finding naming the release command), a released one passes."""
+    import shutil
+
+    from paddle_mlops import pin_images, release_overlay
+    from paddle_mlops.preflight import release
+
+    code, items = results(ready_cluster(), monkeypatch, capsys, "--env", "prod")
+    (unreleased,) = [r for r in items if r["check"] == "release-digests"]
+    assert unreleased["status"] == "finding" and "placeholder digest" in unreleased["message"]
+    assert "scripts/sign-images.sh --env prod --overlay overlays/prod" in unreleased["fix"]
+    overlay = tmp_path / "overlays" / "prod"
+    shutil.copytree(release.PROJECT_ROOT / "overlays" / "prod", overlay)
+    names = release_overlay.pins(release_overlay.read(overlay))
+    assert pin_images.main(["--overlay", str(overlay), *(f"{n}@sha256:{'ab' * 32}" for n in names)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(release, "PROJECT_ROOT", tmp_path)
+    code, items = results(ready_cluster(), monkeypatch, capsys, "--env", "prod")
+    (released,) = [r for r in items if r["check"] == "release-digests"]
+    assert released["status"] == "ok", released
+
+
+def _config_network(cluster: Cluster, data: dict[str, str]) -> None:
+    from kubernetes import client
+
+    meta = client.V1ObjectMeta(name="config-network", namespace="knative-serving")
+    cluster.config_maps[("knative-serving", "config-network")] = client.V1ConfigMap(metadata=meta, data=data)
+
+
+KOURIER = "kourier.ingress.networking.knative.dev"
+
+
+@pytest.mark.parametrize(
+    ("data", "args", "status"),
+    [
+        ({}, (), "ok"),  # no key: Istio's class, the default layer
+        ({"ingress-class": KOURIER}, (), "finding"),
+        ({"ingress.class": KOURIER}, (), "finding"),  # the legacy key is read too
+        ({"ingress.class": KOURIER, "ingress-class": "istio.ingress.networking.knative.dev"}, (), "ok"),  # new wins
+        ({"ingress-class": KOURIER}, ("--set", "serving.networking_layer=kourier"), "ok"),
+        ({"ingress-class": "gateway-api.ingress.networking.knative.dev"}, (), "finding"),
+        (
+            {"ingress-class": "gateway-api.ingress.networking.knative.dev"},
+            ("--set", "serving.gateway_namespaces=[envoy-gateway-system]"),
+            "ok",
+        ),
+    ],
+)
+def test_the_networking_layer_knative_uses_is_the_one_the_policy_admits(monkeypatch, capsys, data, args, status):
+    """knative/networking release-1.15..1.21 pkg/config/config.go NewConfigFromMap: `ingress.class` (legacy), then
+    `ingress-class` (wins); neither: Istio. A mismatch means the predictor NetworkPolicy drops the gateway's traffic."""
+    cluster = ready_cluster()
+    _config_network(cluster, data)
+    code, items = results(cluster, monkeypatch, capsys, *args)
+    (network,) = [r for r in items if r["check"] == "knative-network"]
+    assert network["status"] == status, network
+    if status == "finding" and "kourier" in str(data):
+        assert "serving.networking_layer: kourier" in network["fix"] and "kourier-system" in network["fix"]

@@ -148,3 +148,24 @@ def test_usage(stubs):
     assert "Usage: scripts/sign-images.sh" in run(stubs, "--help").stdout
     result = run(stubs, "--bogus")
     assert result.returncode == 2 and "--help" in result.stderr
+
+
+def test_overlay_gets_the_digest_of_every_image_the_install_set_runs_by_tag(stubs, tmp_path, monkeypatch):
+    """--overlay: after signing, the release pins the digests crane resolved into the overlay's images:, upstream's
+    BuildKit included (resolved, not signed); rendered, no pod of the install set runs a tag."""
+    import shutil
+
+    import yaml
+
+    from paddle_mlops import release_overlay
+
+    overlay = tmp_path / "overlays" / "prod"
+    shutil.copytree(ROOT / "overlays" / "prod", overlay)
+    result = run(stubs, "--overlay", str(overlay))
+    assert result.returncode == 0, result.stderr
+    tagged = release_overlay.tagged_images(d for ds in render_all(default_compile_config()).values() for d in ds)
+    pinned = release_overlay.pins(yaml.safe_load((overlay / "kustomization.yaml").read_text()))
+    assert pinned == {repository(image): fake_digest(image) for image in tagged}
+    signed = {c[-1] for c in calls(stubs, "cosign")}
+    assert f"moby/buildkit@{fake_digest(default_compile_config().images.buildkit)}" not in signed
+    assert run(stubs, "--overlay", str(tmp_path / "nowhere")).returncode == 2

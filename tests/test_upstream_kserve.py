@@ -132,7 +132,9 @@ def test_raw_deployment_checks_a_separate_canary_service() -> None:
     probe = FakeProbe()
     assert run(cfg, [region], api, probe).outcome == PROMOTED
     canary = isvc.canary_name(cfg, region)
-    assert probe.smoked == [f"http://{canary}.ns.example.com"]
+    # The canary first; the main service on its own URL once every replica runs the new model.
+    main = isvc.service_name(cfg, region)
+    assert probe.smoked == [f"http://{canary}.ns.example.com", f"http://{main}.ns.example.com"]
     assert ("delete", canary) in api.calls and canary not in api.objects
     assert "canaryTrafficPercent" not in api.objects[isvc.service_name(cfg, region)]["spec"]["predictor"]
 

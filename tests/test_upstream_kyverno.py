@@ -9,7 +9,14 @@ Encoded from kyverno/kyverno:
   for that URL and its keys are loaded and the signature must be in that log; unless IgnoreSCT, the CT
   log keys are fetched from Sigstore's public TUF repository (`pkg/sigstoretuf/sigstoretuf.go`);
 - v1.13.0 and v1.19.0 `config/crds/kyverno/kyverno.io_clusterpolicies.yaml`: the fields of
-  `verifyImages[].attestors[].entries[].keys` and of its `rekor` and `ctlog`.
+  `verifyImages[].attestors[].entries[].keys` and of its `rekor` and `ctlog`, and of
+  `verifyImages[].imageRegistryCredentials`;
+- registry credentials: `api/kyverno/v1/image_verification_types.go` ImageRegistryCredentials.Secrets ("must live in
+  the Kyverno namespace" at v1.13.0; v1.19.0 also takes namespace/name); v1.13.0 `pkg/engine/factories/
+  registryclientfactory.go` builds the registry client from them through `registryclient.WithKeychainPullSecrets`,
+  whose `pkg/registryclient/utils.go` reads each name with a lister of the Kyverno namespace and skips one that is not
+  found; v1.19.0 `registryclientfactory.go` `prefixSecretNamespaces` puts a bare name in the Kyverno namespace.
+  Without credentials the registry client is anonymous, and a private registry refuses the signature pull.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 import pytest
 
 from paddle_mlops import versions
-from paddle_mlops.compile import default_compile_config
+from paddle_mlops.compile import default_compile_config, render_all
 from pipelines.platform import kyverno
 from steps import build_image
 
@@ -127,3 +134,46 @@ def test_attestor_fields_exist_in_the_crd_at_the_matrix_minimum(policy):
         assert set(keys) <= KEYS_FIELDS, keys
         assert set(keys.get("rekor", {})) <= REKOR_FIELDS, keys
         assert set(keys.get("ctlog", {})) <= CTLOG_FIELDS, keys
+
+
+# v1.13.0 and v1.19.0 kyverno.io_clusterpolicies.yaml: verifyImages[].imageRegistryCredentials properties.
+REGISTRY_CREDENTIALS_FIELDS = {"allowInsecureRegistry", "providers", "secrets"}
+
+
+def registry_secrets(namespace_of_kyverno: str, credentials: dict[str, Any]) -> list[tuple[str, str]]:
+    """(namespace, name) of each Secret the registry client is built from, as Kyverno 1.13 resolves them: bare
+    names in its own namespace (a namespace/name would be looked up as a name there and never found)."""
+    return [(namespace_of_kyverno, name) for name in credentials.get("secrets") or [] if "/" not in name]
+
+
+def test_the_signature_check_carries_the_registry_credentials_the_install_references(policy):
+    """A registry that needs a login answers 401 to an anonymous client; with failurePolicy Fail every project pod
+    would then be denied. The rule pulls signatures with the install's registry Secret, in the Kyverno namespace."""
+    cfg = default_compile_config()
+    (verify,) = [v for rule in policy["spec"]["rules"] for v in rule.get("verifyImages", [])]
+    credentials = verify["imageRegistryCredentials"]
+    assert set(credentials) <= REGISTRY_CREDENTIALS_FIELDS
+    assert registry_secrets(kyverno.KEY_NAMESPACE, credentials) == [(kyverno.KEY_NAMESPACE, cfg.images.registry_secret)]
+    # The same Secret the build step pushes with (argo/train-deploy.yaml), so one set of credentials serves both.
+    build = [d for d in render_all(cfg)["train-deploy.yaml"] if d["kind"] == "WorkflowTemplate"][0]
+    (template,) = [t for t in build["spec"]["templates"] if t["name"] == "build-image"]
+    assert cfg.images.registry_secret in {v.get("secret", {}).get("secretName") for v in template["volumes"]}
+
+
+def test_preflight_checks_the_registry_secret_exists_in_the_kyverno_namespace():
+    """utils.go skips a Secret it cannot find; preflight is where a missing one shows, with a fix of the type
+    go-containerregistry pkg/authn/kubernetes/keychain.go reads (kubernetes.io/dockerconfigjson)."""
+    from paddle_mlops.cluster_requirements import requirements
+    from paddle_mlops.preflight.objects import check_secrets
+
+    cfg = default_compile_config()
+    req = requirements(cfg)
+    assert (kyverno.KEY_NAMESPACE, cfg.images.registry_secret) in req.secrets
+
+    class NoSecrets:
+        def secret_exists(self, name: str, namespace: str) -> bool:
+            return namespace != kyverno.KEY_NAMESPACE
+
+    (missing,) = [r for r in check_secrets(NoSecrets(), req) if r.status == "finding"]  # type: ignore[arg-type]
+    assert missing.subject == f"{kyverno.KEY_NAMESPACE}/{cfg.images.registry_secret}"
+    assert "--type=kubernetes.io/dockerconfigjson --from-file=.dockerconfigjson=<file>" in missing.fix

@@ -12,6 +12,11 @@ Pod labels are built the way the controllers build them, from our generated mani
   v0.3.5 controllers/paddlejob_helper.go keep the pod template's labels and add their own.
 - prometheus-operator v0.93.0 pkg/prometheus/server/operator.go `makeSelectorLabels`: the labels of
   every Prometheus server pod.
+- Knative's gateway pods per networking layer (paddle_mlops/config/networking.py): net-istio release-1.21
+  config/203-local-gateway.yaml (Istio's gateways in istio-system), net-kourier release-1.21 config/300-gateway.yaml
+  (Deployment 3scale-kourier-gateway in kourier-system, label app: 3scale-kourier-gateway), net-contour release-1.21
+  config/contour/external.yaml and internal.yaml (DaemonSet envoy, label app: envoy, in contour-external and
+  contour-internal).
 Selector and policy semantics are Kubernetes' (networking.k8s.io/v1 NetworkPolicy, LabelSelector).
 """
 
@@ -26,7 +31,7 @@ import yaml
 
 from paddle_mlops.compile import default_compile_config
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import load_regions, load_task_configs
+from paddle_mlops.config.loader import load_config, load_regions, load_task_configs
 from paddle_mlops.contracts import PART_OF, SERVING_PORT
 from pipelines import paddlejob, trainjob
 from pipelines.platform import network
@@ -167,6 +172,9 @@ PROMETHEUS = Pod(
 ACTIVATOR = Pod("Knative activator", "knative-serving", {"app": "activator"})
 GATEWAY = Pod("Istio ingress gateway", "istio-system", {"app": "istio-ingressgateway"})
 STRANGER = Pod("some other pod of the monitoring namespace", network.MONITORING_NAMESPACE, {"app": "grafana"})
+KOURIER_GATEWAY = Pod("Kourier gateway", "kourier-system", {"app": "3scale-kourier-gateway"})
+CONTOUR_ENVOYS = [Pod(f"Contour envoy ({ns})", ns, {"app": "envoy"}) for ns in ("contour-external", "contour-internal")]
+GATEWAYS = {"istio": [GATEWAY], "kourier": [KOURIER_GATEWAY], "contour": CONTOUR_ENVOYS}
 
 
 # ------------------------------------------------------------------ checks (also run on HEAD's manifests)
@@ -288,3 +296,32 @@ def test_every_policy_of_the_install_set_selects_a_pod_it_is_for(cfg: PipelineCo
     build_step = Pod("build-image step", cfg.cluster.namespace, {"workflows.argoproj.io/workflow": "train-deploy-x"})
     assert ingress_allowed(policy, build_step, buildkit.PORT)
     assert not ingress_allowed(policy, Pod("elsewhere", "default", {}), buildkit.PORT)
+
+
+def _with_serving(cfg: PipelineConfig, **serving: Any) -> PipelineConfig:
+    return cfg.model_copy(update={"serving": cfg.serving.model_validate({**cfg.serving.model_dump(), **serving})})
+
+
+@pytest.mark.parametrize("layer", sorted(GATEWAYS))
+def test_each_networking_layers_gateway_reaches_the_predictors(cfg: PipelineConfig, layer: str) -> None:
+    """With Kourier or Contour the gateway pods send requests straight to the predictors once the activator leaves
+    the path: the policy must admit that layer's namespaces (and the activator's), and not another layer's."""
+    policy = network.serving_policy(_with_serving(cfg, networking_layer=layer))
+    for gateway in GATEWAYS[layer]:
+        assert ingress_allowed(policy, gateway, SERVING_PORT), gateway.what
+    assert ingress_allowed(policy, ACTIVATOR, SERVING_PORT)
+    for other, pods in GATEWAYS.items():
+        if other != layer:
+            assert not any(ingress_allowed(policy, pod, SERVING_PORT) for pod in pods), other
+
+
+def test_a_kourier_install_is_dropped_by_the_istio_default_and_admitted_when_configured(cfg: PipelineConfig) -> None:
+    """The policy of issue #39: istio-system only. A Kourier cluster left at the default loses the gateway's traffic."""
+    assert cfg.serving.networking_layer == "istio"
+    assert not ingress_allowed(network.serving_policy(cfg), KOURIER_GATEWAY, SERVING_PORT)
+    kourier = load_config(overrides=["serving.networking_layer=kourier"])
+    assert ingress_allowed(network.serving_policy(kourier), KOURIER_GATEWAY, SERVING_PORT)
+    custom = _with_serving(cfg, gateway_namespaces=("envoy-gateway-system",))
+    gateway = Pod("Envoy Gateway", "envoy-gateway-system", {"app": "envoy"})
+    assert ingress_allowed(network.serving_policy(custom), gateway, SERVING_PORT)
+    assert not ingress_allowed(network.serving_policy(custom), GATEWAY, SERVING_PORT)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from paddle_mlops.config import pretrained_names, task_rules
 from paddle_mlops.config.checkpoint import CheckpointConfig
+from paddle_mlops.config.networking import ACTIVATOR_NAMESPACE, GATEWAY_NAMESPACES, NetworkingLayer
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
 from paddle_mlops.contracts import pvc_location
 
@@ -197,6 +198,12 @@ class TrainingConfig(Strict):
     amp: Literal["off", "fp16", "bf16"] = "off"
     grad_accumulation: int = Field(1, ge=1)
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus port on rank 0; 0 disables")
+    canary_steps: int = Field(
+        20,
+        ge=1,
+        description="a training image no run has trained on yet first runs this many steps on the run's prepared "
+        "data in the first region it may use, before any other region pulls it (pipelines/training_canary.py)",
+    )
     backend: Backend = Field(
         "trainjob",
         description="trainjob: Kubeflow Trainer v2 TrainJob admitted by Kueue; kubeflow-paddlejob (Trainer v1 "
@@ -327,11 +334,38 @@ class ServingConfig(Strict):
         "null: the task type's own",
     )
     deployment_mode: Literal["Serverless", "RawDeployment"] = "Serverless"
+    networking_layer: NetworkingLayer = Field(
+        "istio",
+        description="Knative's networking layer (its config-network ingress class): where the gateway pods that "
+        "send requests to the predictors run (paddle_mlops/config/networking.py)",
+    )
+    gateway_namespaces: tuple[str, ...] | None = Field(
+        None,
+        description="namespaces whose pods may send requests to the predictors, besides Knative's activator; "
+        "null: the networking layer's own (istio-system; kourier-system; contour-external, contour-internal)",
+    )
     canary_percent: int = Field(10, ge=1, le=99)
     canary_window_seconds: int = Field(300, ge=0)
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_p99_latency_ms: float = Field(500.0, gt=0)
     regions: tuple[str, ...] = Field((), description="regions rolled out in order; empty: the run's region only")
+
+    @field_validator("gateway_namespaces")
+    @classmethod
+    def _namespace_names(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for name in v or ():
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+                raise ValueError(f"gateway namespace {name!r} is not a namespace name (lower case, digits, '-')")
+        return v
+
+    def ingress_namespaces(self) -> tuple[str, ...]:
+        """Where the predictors' requests come from: Knative's activator and the gateway namespaces."""
+        gateways = (
+            self.gateway_namespaces
+            if self.gateway_namespaces is not None
+            else GATEWAY_NAMESPACES[self.networking_layer]
+        )
+        return tuple(dict.fromkeys((ACTIVATOR_NAMESPACE, *gateways)))
 
     @model_validator(mode="after")
     def _engine_fits_the_device(self) -> ServingConfig:
@@ -363,7 +397,23 @@ class ImagesConfig(Strict):
     serve: str = "registry.example.com/paddle-mlops/serve:0.1.0"
     tools: str = "registry.example.com/paddle-mlops/tools:0.1.0"
     buildkit: str = "moby/buildkit:v0.32.2-rootless"
-    require_digest: bool = Field(False, description="prod: images must be pinned by digest")
+    registry_secret: str = Field(
+        "registry-push-credentials",
+        pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+        description="Secret of type kubernetes.io/dockerconfigjson with the registry's credentials: the build step "
+        "pushes with it (pipeline namespace), Kyverno reads image signatures with it (a copy in the kyverno "
+        "namespace: verifyImages imageRegistryCredentials)",
+    )
+    require_digest: bool = Field(
+        False,
+        description="every image this environment's pods run must be pinned by a real digest: the tags above are "
+        "the release names, and `digest_overlay`'s `images:` pins each by digest (lint --env and preflight check it)",
+    )
+    digest_overlay: str | None = Field(
+        None,
+        description="the kustomize overlay (a directory of the checkout, e.g. overlays/prod) whose `images:` "
+        "pin the install set by digest; `paddle-mlops pin-images` fills it at release",
+    )
 
     @field_validator("train", "serve", "tools", "buildkit")
     @classmethod
@@ -477,11 +527,12 @@ class PipelineConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _digest_when_required(self) -> PipelineConfig:
-        if self.images.require_digest:
-            for name in ("train", "serve", "tools", "buildkit"):
-                if "@sha256:" not in getattr(self.images, name):
-                    raise ValueError(f"images.{name} must be pinned by digest (images.require_digest is true)")
+    def _digests_have_an_overlay(self) -> PipelineConfig:
+        if self.images.require_digest and not self.images.digest_overlay:
+            raise ValueError(
+                "images.require_digest needs images.digest_overlay: the kustomize overlay whose images: pin the "
+                "install set by digest (overlays/prod)"
+            )
         return self
 
 
@@ -559,9 +610,14 @@ class RegionConfig(Strict):
     store: str | None = Field(
         None,
         description="this region's object store (s3://bucket/prefix, or a directory): pretrained weights are "
-        "staged to and read from it by runs that train here; null: storage.uri",
+        "staged to and read from it by runs that train here, and the rollout replicates each model it serves here "
+        "into it; null: storage.uri",
     )
-    store_endpoint_url: str | None = Field(None, description="S3 endpoint of `store`; null: storage.endpoint_url")
+    store_endpoint_url: str | None = Field(
+        None,
+        description="S3 endpoint of `store` (the region's own MinIO), used as named whatever S3_ENDPOINT_URL says; "
+        "null: storage.endpoint_url",
+    )
 
     @property
     def flavor(self) -> str:

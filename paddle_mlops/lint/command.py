@@ -27,7 +27,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("paths", nargs="*", default=["argo/"], help="manifest files or directories (default argo/)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="report format (default text)")
-    p.add_argument("--env", default=None, help="'prod' also requires every image to be pinned by digest")
+    p.add_argument(
+        "--env",
+        default=None,
+        help="an environment whose configuration sets images.require_digest (prod) also requires every image to be "
+        "pinned by a real digest",
+    )
     return p.parse_args(argv)
 
 

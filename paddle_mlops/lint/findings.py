@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.lint.documents import document_name, load, yaml_files
+from paddle_mlops.config import ConfigError, load_config
+from paddle_mlops.lint.documents import LintInputError, document_name, load, yaml_files
 from paddle_mlops.lint.executor import controller_executor
 from paddle_mlops.lint.pods import pods_of
 from paddle_mlops.lint.rules import check_pod
@@ -22,6 +24,18 @@ class Finding:
     rule: str
     message: str
     fix: str
+
+
+@lru_cache(maxsize=8)
+def digests_required(env: str | None) -> bool:
+    """Whether `env`'s configuration (`images.require_digest`, set in configs/env/prod.yaml) wants every image
+    pinned by digest; no environment wants nothing more than a pinned tag."""
+    if env is None:
+        return False
+    try:
+        return load_config(env=env).images.require_digest
+    except ConfigError as exc:
+        raise LintInputError(f"--env {env}: {exc}") from None
 
 
 def lint_documents(
@@ -41,13 +55,14 @@ def lint_documents(
     findings = []
     for doc in docs:
         for pod in pods_of(doc, executor, runtimes):
-            for container, rule, message, fix in check_pod(pod, prod=env == "prod"):
+            for container, rule, message, fix in check_pod(pod, prod=digests_required(env)):
                 findings.append(Finding(file, document_name(doc), container, rule, message, fix))
     return findings
 
 
 def lint_paths(paths: Sequence[str | Path], env: str | None = None) -> list[Finding]:
-    """Every finding in the YAML files under `paths`; `env='prod'` also requires image digests."""
+    """Every finding in the YAML files under `paths`; an `env` whose configuration sets `images.require_digest`
+    (prod) also requires image digests, real ones (not the overlay's placeholder)."""
     loaded = [(path, load(path)) for path in yaml_files(paths)]
     # The controller's executor setting applies to the workflows of every file linted with it.
     executor = controller_executor(doc for _, docs in loaded for doc in docs)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from paddle_mlops.contracts import RUN_AS_USER
+from paddle_mlops.contracts import PLACEHOLDER_DIGEST, RUN_AS_USER
 from paddle_mlops.lint.executor import EXECUTOR_FIX, EXECUTOR_MARK
 from paddle_mlops.lint.pods import Pod
 
@@ -89,7 +89,14 @@ def _image(container: dict[str, Any], prod: bool) -> Iterator[tuple[str, str, st
         yield (
             "image-digest",
             f"image {image} is not pinned by digest (--env prod)",
-            "reference the image as repo@sha256:<digest>",
+            "reference the image as repo@sha256:<digest>; for the install set, pin it in overlays/prod",
+        )
+    elif prod and digest == PLACEHOLDER_DIGEST:
+        yield (
+            "image-digest",
+            f"image {image} carries the placeholder digest: the overlay was never filled by a release",
+            "push and sign the release images, then `scripts/sign-images.sh --env prod --overlay overlays/prod` "
+            "(or `paddle-mlops pin-images REPO@sha256:…`) writes their digests",
         )
 
 

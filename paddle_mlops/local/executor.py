@@ -43,6 +43,7 @@ from paddle_mlops.local.dag import (
     resource_command,
     task_inputs,
 )
+from paddle_mlops.local.library_lines import library_of
 from steps.runtime import noise
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -267,7 +268,8 @@ class LocalExecutor:
                 line = line.rstrip("\n")
                 log.write(line + "\n")
                 tail.append(line)
-                self.console.out(f"[{name}] {line}", highlight=False)
+                if self.opts.library_warnings or library_of(line) is None:  # library chatter: step.log only
+                    self.console.out(f"[{name}] {line}", highlight=False)
                 if deadline and time.monotonic() - started > float(deadline):
                     proc.kill()
                     tail.append(f"killed: step ran past its deadline of {deadline}s")
@@ -299,6 +301,8 @@ class LocalExecutor:
 
     def _reused(self, task: Task) -> TaskResult:
         prev = next((s for s in (self.previous or {}).get("steps", []) if s["name"] == task.name), None)
+        if prev and prev.get("status") == "Skipped":  # its `when` said no then, as it would now (the canary's)
+            return TaskResult(task.name, "Skipped", reason=prev.get("reason"))
         if not prev or prev.get("status") not in ("Succeeded", "Reused"):
             raise DagError(f"--only/--from: step {task.name!r} did not succeed in the previous run; run it first")
         return TaskResult(task.name, "Reused", 0.0, outputs=dict(prev.get("outputs") or {}))

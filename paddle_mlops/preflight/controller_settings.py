@@ -1,6 +1,7 @@
 """Preflight's checks of controller settings the install set depends on: Knative's feature flags for
-the predictors' nodeSelector and tolerations, Kueue's enabled integrations (and MultiKueue dispatcher),
-and the Argo Events controller's accepted JetStream versions (plus the state of the install set's EventBus)."""
+the predictors' nodeSelector and tolerations, its networking layer (config-network's ingress class), Kueue's
+enabled integrations (and MultiKueue dispatcher), and the Argo Events controller's accepted JetStream versions
+(plus the state of the install set's EventBus)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import yaml
 
 from paddle_mlops.cluster_requirements import Requirements
+from paddle_mlops.config import networking
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controllers import controller_namespace
 from paddle_mlops.preflight.results import FINDING, OK, Result, install_fix
@@ -32,6 +34,32 @@ def check_knative_features(api: KubernetesApi, req: Requirements) -> Iterator[Re
         yield Result("knative-features", subject, FINDING, message, "kubectl apply -f argo/knative.yaml")
     else:
         yield Result("knative-features", subject, OK, "nodeSelector and tolerations are allowed on predictors")
+
+
+def check_knative_network(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
+    """The networking layer Knative routes through (config-network's ingress class) must be the one the predictor
+    NetworkPolicy admits the gateway pods of (serving.networking_layer, or serving.gateway_namespaces)."""
+    from pipelines.platform import knative
+
+    if "knative-serving" not in req.components:
+        return
+    subject = f"{knative.FEATURES_NAMESPACE}/{networking.CONFIG_NETWORK}"
+    ingress = networking.ingress_class(api.config_map_data(networking.CONFIG_NETWORK, knative.FEATURES_NAMESPACE))
+    layer = networking.layer_of(ingress)
+    admitted = req.gateway_namespaces or networking.GATEWAY_NAMESPACES[req.networking_layer]
+    if layer == req.networking_layer or (layer is None and req.gateway_namespaces):
+        yield Result("knative-network", subject, OK, f"ingress class {ingress}; gateways from {', '.join(admitted)}")
+        return
+    if layer is None:
+        fix = "set serving.gateway_namespaces to the namespaces its gateway pods run in, then paddle-mlops compile"
+    else:
+        fix = f"set serving.networking_layer: {layer} (gateways in {', '.join(networking.GATEWAY_NAMESPACES[layer])})"
+        fix += ", then paddle-mlops compile and kubectl apply -f argo/network-policies.yaml"
+    message = (
+        f"Knative routes through ingress class {ingress}, but the predictor NetworkPolicy admits gateway traffic from "
+        f"{', '.join(admitted)} ({req.networking_layer}): requests are dropped once the activator leaves the path"
+    )
+    yield Result("knative-network", subject, FINDING, message, fix)
 
 
 def check_kueue_config(api: KubernetesApi, req: Requirements) -> Iterator[Result]:

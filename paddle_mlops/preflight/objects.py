@@ -49,5 +49,8 @@ def check_secrets(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
             )
             or "--from-file=<directory>"
         )
-        fix = f"kubectl create secret generic {name} -n {namespace} {sources}"
+        # Registry credentials must be of this type: go-containerregistry pkg/authn/kubernetes/keychain.go (Kyverno's
+        # keychain) and the kubelet read .dockerconfigjson only from a Secret of type kubernetes.io/dockerconfigjson.
+        kind = " --type=kubernetes.io/dockerconfigjson" if ".dockerconfigjson" in keys else ""
+        fix = f"kubectl create secret generic {name} -n {namespace}{kind} {sources}"
         yield Result("secret", f"{namespace}/{name}", FINDING, "missing", fix)

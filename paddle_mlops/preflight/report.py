@@ -16,9 +16,15 @@ from paddle_mlops.cluster_requirements import Requirements, requirements
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from paddle_mlops.preflight.cluster import KubernetesApi
-from paddle_mlops.preflight.controller_settings import check_event_bus, check_knative_features, check_kueue_config
+from paddle_mlops.preflight.controller_settings import (
+    check_event_bus,
+    check_knative_features,
+    check_knative_network,
+    check_kueue_config,
+)
 from paddle_mlops.preflight.objects import check_crds, check_secrets
 from paddle_mlops.preflight.pods_ready import check_kueue_pods_ready
+from paddle_mlops.preflight.release import check_release_digests
 from paddle_mlops.preflight.results import FINDING, OK, WARNING, PreflightUsageError, Result
 from paddle_mlops.preflight.security import check_argo_executor, check_namespaces
 from paddle_mlops.preflight.versions import check_controllers, check_kubernetes
@@ -30,10 +36,12 @@ CHECKS = (
     ("namespace", check_namespaces),
     ("argo-executor", check_argo_executor),
     ("knative-features", check_knative_features),
+    ("knative-network", check_knative_network),
     ("kueue-config", check_kueue_config),
     ("kueue-pods-ready", check_kueue_pods_ready),
     ("secret", check_secrets),
     ("eventbus", check_event_bus),
+    ("release-digests", check_release_digests),
 )
 STYLES = {OK: "green", WARNING: "yellow", FINDING: "bold red"}
 

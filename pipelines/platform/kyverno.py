@@ -80,6 +80,15 @@ def signature_keys() -> dict[str, Any]:
     }
 
 
+def registry_credentials(cfg: PipelineConfig) -> dict[str, Any]:
+    """The registry credentials Kyverno pulls signatures with: without them, a registry that needs a login answers
+    401 and, with failurePolicy Fail, every project pod is denied. The Secret is named bare: Kyverno 1.13 reads
+    `secrets` from its own namespace only (api/kyverno/v1/image_verification_types.go), 1.19 still defaults a bare
+    name to it (pkg/engine/factories/registryclientfactory.go prefixSecretNamespaces). A Secret it cannot find is
+    skipped without a word (pkg/registryclient/utils.go): `paddle-mlops preflight` checks it exists."""
+    return {"secrets": [cfg.images.registry_secret]}
+
+
 def verify_rule(cfg: PipelineConfig, namespaces: list[str]) -> dict[str, Any]:
     """Signature check of every image from our registry; the tag is replaced by the verified digest."""
     return {
@@ -92,6 +101,7 @@ def verify_rule(cfg: PipelineConfig, namespaces: list[str]) -> dict[str, Any]:
                 "mutateDigest": True,
                 "verifyDigest": True,
                 "required": True,
+                "imageRegistryCredentials": registry_credentials(cfg),
                 "attestors": [{"count": 1, "entries": [{"keys": signature_keys()}]}],
             }
         ],

@@ -27,8 +27,8 @@ PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
 # InferenceServicePodLabelKey); the names vary per region and canary, so the policy selects by the
 # labels our InferenceServices carry, which KServe copies onto the pods (predictor.go buildObjectMeta).
 ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
-# Where requests (Knative activator, Istio gateway) and Prometheus come from; not configurable yet.
-GATEWAY_NAMESPACES: tuple[str, ...] = ("knative-serving", "istio-system")
+# Where Prometheus comes from; requests come from `serving.ingress_namespaces()` (Knative's activator and the
+# networking layer's gateway namespaces, paddle_mlops/config/networking.py).
 MONITORING_NAMESPACE = "monitoring"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 
@@ -146,8 +146,11 @@ def serving_policy(cfg: PipelineConfig) -> dict[str, Any]:
             "ingress": [
                 {
                     "from": [
-                        # Requests arrive through the gateway / Knative activator (and its autoscaler).
-                        *({"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: ns}}} for ns in GATEWAY_NAMESPACES),
+                        # Requests arrive through Knative's activator or the networking layer's gateway pods.
+                        *(
+                            {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: ns}}}
+                            for ns in cfg.serving.ingress_namespaces()
+                        ),
                         # The rollout step's canary probe runs in an Argo workflow pod of this namespace.
                         {
                             "podSelector": {

@@ -7,7 +7,8 @@ No ClusterRoles: nothing below calls a cluster-scoped API.
   polls it (get) for the success/failure condition; its exit hook deletes the run's jobs by label.
 - training (`paddle-mlops-train`): no API access at all; its token is not even mounted.
 - rollout (`paddle-mlops-rollout`): the rollout step's KServe calls (get/create/replace/delete of
-  InferenceServices) plus the executor's task results, since the executor runs as the pod's account.
+  InferenceServices, get of a RawDeployment predictor's Deployment) plus the executor's task results, since the
+  executor runs as the pod's account.
 - sensor: `argo submit` of the Workflow (reads the WorkflowTemplate to validate, creates), the
   trigger's list of what it created, and dead-letter ConfigMaps; event sources: nothing.
 """
@@ -91,6 +92,9 @@ def rollout_rules() -> list[dict[str, Any]]:
             "resources": ["inferenceservices"],
             "verbs": ["get", "create", "update", "delete"],
         },
+        # steps/runtime/raw_deployment.py: in RawDeployment mode Ready comes from the old pods' Available condition
+        # during a rolling update, so the rollout reads the predictor Deployment (get, by name) until it is rolled out.
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
     ]
 
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops.config import PipelineConfig, load_regions
 from paddle_mlops.config.task_rules import missing_data
-from steps.runtime import data, pretrained, s3
+from steps.runtime import data, pretrained, region_stores, s3
 from steps.runtime.runner import StepError
 
 T = TypeVar("T")
@@ -27,12 +27,11 @@ def source_bytes(cfg: PipelineConfig) -> bytes:
     source = str(cfg.data.source)
     if s3.is_s3(source):
         bucket, key = s3.split_s3(source)
+        # Data in a region's store (data.region) is read through that store's own endpoint (configs/regions).
+        place = region_stores.place_of(cfg, source, load_regions(), prefer=cfg.data.region)
+        endpoint, exact = (place.endpoint_url, True) if place else (cfg.storage.endpoint_url, False)
         try:
-            return (
-                s3.client(cfg.storage.endpoint_url, cfg.storage.region)
-                .get_object(Bucket=bucket, Key=key)["Body"]
-                .read()
-            )
+            return s3.client(endpoint, cfg.storage.region, exact).get_object(Bucket=bucket, Key=key)["Body"].read()
         except Exception as exc:  # botocore raises many types; the user needs the URI and the reason
             raise StepError(f"cannot read data.source {source}: {exc}. Check the URI and the S3 credentials.") from None
     path = Path(source)

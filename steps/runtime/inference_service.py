@@ -5,7 +5,8 @@ Decisions, and why:
 - Custom predictor container (`spec.predictor.containers[0]`, named `kserve-container`) running
   `python -m steps.serve`: the same server as the local run. The built-in Paddle runtime cannot
   tokenize text or batch dynamically.
-- The published model URI goes in the container's `--model-uri` argument, not in the `STORAGE_URI`
+- The model URI of the region's copy (steps/runtime/region_stores.py `replicate_to`; the published one where the
+  region has no store of its own) goes in the container's `--model-uri` argument, not in the `STORAGE_URI`
   env / `storageUri`: either would make KServe inject its storage-initializer, which downloads
   without checking `manifest.json`. Our server fetches and verifies every file itself (S3
   credentials come from the storage Secret by reference).
@@ -67,8 +68,11 @@ def _security_context_container() -> dict[str, Any]:
     }
 
 
-def _env(cfg: PipelineConfig) -> list[dict[str, Any]]:
+def _env(cfg: PipelineConfig, region: RegionConfig) -> list[dict[str, Any]]:
     secret = cfg.storage.credentials_secret
+    # The predictor reads the model from its own region's store (the rollout replicated it there), through the
+    # endpoint of that store: the region's own (configs/regions store_endpoint_url), else the pipeline's.
+    endpoint = region.store_endpoint_url or cfg.storage.endpoint_url
     env: list[dict[str, Any]] = [
         # The root filesystem is read-only; model downloads and library caches go to the /tmp volume.
         {"name": "HOME", "value": "/tmp"},
@@ -80,8 +84,8 @@ def _env(cfg: PipelineConfig) -> list[dict[str, Any]]:
             "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_SECRET_ACCESS_KEY"}},
         },
     ]
-    if cfg.storage.endpoint_url:
-        env.append({"name": "S3_ENDPOINT_URL", "value": cfg.storage.endpoint_url})
+    if endpoint:
+        env.append({"name": "S3_ENDPOINT_URL", "value": endpoint})
     return env
 
 
@@ -111,7 +115,7 @@ def build_inference_service(
         raise ValueError(
             "canaryTrafficPercent needs deploymentMode Serverless; RawDeployment uses a <name>-canary service"
         )
-    predictor = _predictor(cfg, region, _container(cfg, model_uri, image))
+    predictor = _predictor(cfg, region, _container(cfg, region, model_uri, image))
     if canary_percent is not None:
         predictor["canaryTrafficPercent"] = canary_percent
     return {
@@ -122,7 +126,7 @@ def build_inference_service(
     }
 
 
-def _container(cfg: PipelineConfig, model_uri: str, image: str) -> dict[str, Any]:
+def _container(cfg: PipelineConfig, region: RegionConfig, model_uri: str, image: str) -> dict[str, Any]:
     serving = cfg.serving
     return {
         "name": "kserve-container",
@@ -141,7 +145,7 @@ def _container(cfg: PipelineConfig, model_uri: str, image: str) -> dict[str, Any
             "[]",
         ],
         "ports": [{"containerPort": SERVING_PORT, "name": "http1", "protocol": "TCP"}],
-        "env": _env(cfg),
+        "env": _env(cfg, region),
         "resources": _resources(cfg),
         "readinessProbe": {
             "httpGet": {"path": f"/v1/models/{serving.model_name}", "port": SERVING_PORT},

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from paddle_mlops.config.models import PipelineConfig, RegionConfig
 from steps.runtime import inference_service as isvc
-from steps.runtime import runner
+from steps.runtime import raw_deployment, runner
 from steps.runtime.health import watch_canary
 from steps.runtime.isvc_status import canary_percent, canary_url, identity, is_ready, predictor_status, traffic_percent
 from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK, Outcome, RolloutFailed
@@ -30,7 +30,10 @@ class KServeRollout:
     docs/samples/v1beta1/rollout/README.md, "Rollback and pin the model") before the previous spec
     is restored, so the failed revision never again gets live traffic. RawDeployment has no traffic
     split (ksvc_reconciler.go is the only reader of canaryTrafficPercent): the new model is checked
-    as a separate `<name>-canary` InferenceService first.
+    as a separate `<name>-canary` InferenceService first, and a raw service counts as updated only once
+    its Deployment has rolled the new spec out to every replica (`apps`, an AppsV1Api-shaped client;
+    steps/runtime/raw_deployment.py says why Ready is not enough there); the main service is then
+    smoke-tested on its own URL before the canary goes.
     """
 
     def __init__(
@@ -41,9 +44,11 @@ class KServeRollout:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         poll_seconds: float = 5.0,
+        apps: Any = None,
     ):
         self.cfg = cfg
         self.api = api
+        self.apps = apps if apps is not None else api
         self.probe = probe
         self.clock = clock
         self.sleep = sleep
@@ -131,8 +136,13 @@ class KServeRollout:
         if before is not None and identity(before) == identity(body):
             # A retried step re-applies what its first attempt already applied: no new revision (or
             # Deployment generation) will come, so waiting for one would time out and roll back.
-            return self._wait(name, "Ready with the new spec", self._settled)
-        return self._wait(name, "Ready with the new spec", self._fresh(before))
+            obj = self._wait(name, "Ready with the new spec", self._settled)
+        else:
+            obj = self._wait(name, "Ready with the new spec", self._fresh(before))
+        if self.raw:  # Ready came from the old pods' Available condition: wait for the new ones
+            timeout = self.cfg.serving.ready_timeout_seconds
+            raw_deployment.wait_rolled_out(self.apps, self.ns, body, timeout, self.clock, self.sleep, self.poll)
+        return obj
 
     def _serving(self, name: str, revision: str, percent: int) -> dict[str, Any]:
         return self._wait(
@@ -173,7 +183,7 @@ class KServeRollout:
         if identity(current) != identity(desired):
             return False
         if self.raw:
-            return True
+            return raw_deployment.serves(self.apps, self.ns, desired)
         predictor = predictor_status(current)
         latest = predictor.get("latestReadyRevision", "")
         return latest == predictor.get("latestCreatedRevision") and traffic_percent(current, latest) == 100
@@ -189,6 +199,8 @@ class KServeRollout:
             canary = build(name=isvc.canary_name(self.cfg, region))
             self._check(self._apply_and_wait(canary))
             url = canary_url(self._apply_and_wait(build()))
+            # Every replica runs the new model now; it answers on the main URL before the canary goes.
+            self.probe.smoke(url, self.cfg.serving.model_name, self.cfg.smoke_payload())
             self._delete(canary["metadata"]["name"])
             return url
         # Without a rolled-out revision KServe ignores canaryTrafficPercent (ksvc_reconciler.go).
@@ -254,7 +266,16 @@ class KServeRollout:
             self._apply(previous)
         log.warning("rolled back region %s (%s)", region.name, "previous revision restored" if previous else "deleted")
 
-    def run(self, regions: Sequence[RegionConfig], model_uri: str, version: str, image: str) -> Outcome:
+    def run(
+        self,
+        regions: Sequence[RegionConfig],
+        model_uri: str,
+        version: str,
+        image: str,
+        placed: Mapping[str, str] | None = None,
+    ) -> Outcome:
+        """`placed`: region name → the URI of the model's copy in that region's store (steps/runtime/region_stores.py
+        replicate_to); a region not in it reads `model_uri`."""
         changed: list[tuple[RegionConfig, dict[str, Any] | None]] = []
         url = ""
         for region in regions:
@@ -262,7 +283,7 @@ class KServeRollout:
             changed.append((region, previous))
             try:
                 log.info("region %s: rolling out model version %s", region.name, version)
-                url = self._rollout_region(region, model_uri, version, image)
+                url = self._rollout_region(region, (placed or {}).get(region.name, model_uri), version, image)
             except Exception as exc:  # noqa: BLE001 — any failure, checks or API, must roll back
                 reason = f"region {region.name}: {exc}"
                 for done_region, done_previous in reversed(changed):
@@ -282,3 +303,10 @@ def kubernetes_api() -> Any:
     except config.ConfigException:
         config.load_kube_config()
     return client.CustomObjectsApi()
+
+
+def kubernetes_apps_api() -> Any:
+    """AppsV1Api on the configuration `kubernetes_api()` loaded (RawDeployment reads the predictor Deployment)."""
+    from kubernetes import client
+
+    return client.AppsV1Api()

@@ -44,6 +44,7 @@ class WeightsStore:
     uri: str
     endpoint_url: str | None = None
     region: str | None = None
+    exact: bool = False  # the region's own endpoint: S3_ENDPOINT_URL (the default store's) does not override it
 
     @property
     def root(self) -> str:
@@ -75,9 +76,11 @@ class Staged:
         return sum(int(f["size"]) for f in self.manifest["files"])
 
 
-def weights_store(uri: str, endpoint_url: str | None = None, region: str | None = None) -> WeightsStore:
+def weights_store(
+    uri: str, endpoint_url: str | None = None, region: str | None = None, exact: bool = False
+) -> WeightsStore:
     """The weights area of the object store at `uri` ('local', a directory or s3://bucket/prefix)."""
-    return WeightsStore(workspace.join(resolve_root(uri), PRETRAINED_PREFIX), endpoint_url, region)
+    return WeightsStore(workspace.join(resolve_root(uri), PRETRAINED_PREFIX), endpoint_url, region, exact)
 
 
 def region_stores(cfg: PipelineConfig, region: str | None = None) -> list[WeightsStore]:
@@ -101,7 +104,10 @@ def region_stores(cfg: PipelineConfig, region: str | None = None) -> list[Weight
             chosen = []
     stores: list[WeightsStore] = []
     for r in chosen:
-        store = weights_store(r.store or cfg.storage.uri, r.store_endpoint_url or cfg.storage.endpoint_url, r.name)
+        own = r.store_endpoint_url is not None
+        store = weights_store(
+            r.store or cfg.storage.uri, r.store_endpoint_url if own else cfg.storage.endpoint_url, r.name, own
+        )
         if all((s.uri, s.endpoint_url) != (store.uri, store.endpoint_url) for s in stores):
             stores.append(store)
     return stores or [weights_store(cfg.storage.uri, cfg.storage.endpoint_url)]
@@ -156,7 +162,20 @@ def stage(
             "staged_at": datetime.now(UTC).isoformat(timespec="microseconds"),
         }
         return [
-            (store, publish(local, store.uri, name, digest, metadata, store.endpoint_url, progress, repair=True))
+            (
+                store,
+                publish(
+                    local,
+                    store.uri,
+                    name,
+                    digest,
+                    metadata,
+                    store.endpoint_url,
+                    progress,
+                    repair=True,
+                    exact=store.exact,
+                ),
+            )
             for store in stores
         ]
 
@@ -168,7 +187,7 @@ def _staged(store: WeightsStore, name: str, digest: str, backend: Backend | None
     """The staged copy `digest` of `name` in `store` (read through `backend` when the caller has one open), None
     when its manifest is absent."""
     uri = store.version_uri(name, digest)
-    backend = backend or open_backend(store.uri, store.endpoint_url)
+    backend = backend or open_backend(store.uri, store.endpoint_url, exact=store.exact)
     raw = backend.read(manifest.manifest_key(name, digest))
     if raw is None:
         return None  # objects without a manifest: a stage that never finished, not a staged copy
@@ -178,7 +197,7 @@ def _staged(store: WeightsStore, name: str, digest: str, backend: Backend | None
 
 def list_staged(store: WeightsStore, name: str | None = None) -> list[Staged]:
     """Every staged copy in `store` (of `name` only, when given), oldest first."""
-    backend = open_backend(store.uri, store.endpoint_url)
+    backend = open_backend(store.uri, store.endpoint_url, exact=store.exact)
     names = [name] if name else [n for n in backend.children("") if n != manifest.OBJECTS.split("/")[0]]
     found = [s for n in names for d in backend.children(n) if (s := _staged(store, n, d, backend)) is not None]
     return sorted(found, key=lambda s: (s.name, s.created, s.digest))
@@ -212,6 +231,7 @@ def resolve(cfg: PipelineConfig) -> dict[str, Any] | None:
                 "digest": staged.digest,
                 "store": store.uri,
                 "endpoint_url": store.endpoint_url,
+                "endpoint_exact": store.exact,
                 "region": store.region,
                 "manifest_sha256": staged.manifest_sha256,
                 "paddlenlp_version": staged.manifest.get("paddlenlp_version"),
@@ -284,7 +304,9 @@ def _nearest(cfg: PipelineConfig | None, record: dict[str, Any]) -> tuple[Weight
     """The store to read the resolved digest from: this pod's region's (`$PADDLE_MLOPS_REGION`, set by a
     MultiKueue worker's runtime) when it holds the same digest, else the one prepare-data resolved it in."""
     name, digest = record["name"], record["digest"]
-    resolved = WeightsStore(record["store"], record.get("endpoint_url"), record.get("region"))
+    resolved = WeightsStore(
+        record["store"], record.get("endpoint_url"), record.get("region"), bool(record.get("endpoint_exact"))
+    )
     here = os.environ.get(REGION_ENV)
     if cfg is not None and here and here != resolved.region:
         local = region_stores(cfg, here)[0]
@@ -318,7 +340,7 @@ def materialize(record: dict[str, Any], cfg: PipelineConfig | None = None) -> tu
         target = cache / name / record["digest"]
         try:
             if not _verified_copy(target, staged.manifest, uri):
-                fetching.fetch(uri, target, store.endpoint_url, published=staged.manifest)
+                fetching.fetch(uri, target, store.endpoint_url, published=staged.manifest, exact=store.exact)
         except IntegrityError as exc:
             shutil.rmtree(target, ignore_errors=True)
             raise IntegrityError(

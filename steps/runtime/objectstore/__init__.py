@@ -13,6 +13,7 @@ leaves a manifest that points at missing or wrong bytes.
 - `backends`: `LocalBackend` and `S3Backend`, the store operations publishing needs
 - `publishing`: `publish`, idempotent for the same content
 - `fetching`: `read_manifest` and `fetch`, every file checked against the manifest
+- `replication`: `replicate`, a published version copied into another store (a serving region's), manifest last
 - `progress`: the transfer progress bar on stderr
 """
 

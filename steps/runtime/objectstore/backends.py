@@ -124,10 +124,12 @@ def _error_code(exc: ClientError) -> str | None:
 class S3Backend:
     """Any S3 endpoint (MinIO in production) through boto3's managed transfers."""
 
-    def __init__(self, uri: str, endpoint_url: str | None = None, transfer: TransferConfig | None = None) -> None:
+    def __init__(
+        self, uri: str, endpoint_url: str | None = None, transfer: TransferConfig | None = None, exact: bool = False
+    ) -> None:
         self.root = uri.rstrip("/")
         self.bucket, self.prefix = s3.split_s3(self.root)
-        self.client = s3.client(endpoint_url)
+        self.client = s3.client(endpoint_url, exact=exact)
         self.transfer = transfer or DEFAULT_TRANSFER
 
     def _key(self, key: str) -> str:
@@ -229,7 +231,10 @@ def resolve_root(store_uri: str) -> str:
     return store_uri if s3.is_s3(store_uri) else str(Path(store_uri).resolve())
 
 
-def open_backend(root: str, endpoint_url: str | None = None, transfer: TransferConfig | None = None) -> Backend:
+def open_backend(
+    root: str, endpoint_url: str | None = None, transfer: TransferConfig | None = None, exact: bool = False
+) -> Backend:
+    """The store at `root`; `exact`: reach it through `endpoint_url` whatever S3_ENDPOINT_URL says (s3.client)."""
     if s3.is_s3(root):
-        return S3Backend(root, endpoint_url, transfer)
+        return S3Backend(root, endpoint_url, transfer, exact)
     return LocalBackend(root)

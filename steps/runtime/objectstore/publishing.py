@@ -31,7 +31,7 @@ class PublishResult:
     skipped: int
 
 
-def _with_retries(what: str, action: Callable[[], None], attempts: int = 3, base_delay: float = 0.5) -> None:
+def with_retries(what: str, action: Callable[[], None], attempts: int = 3, base_delay: float = 0.5) -> None:
     """Retry one object's transfer: botocore retries requests, this retries the whole object."""
     for attempt in range(1, attempts + 1):
         try:
@@ -74,7 +74,7 @@ def _upload_missing(backend: Backend, local: Path, todo: list[dict[str, Any]], a
     for entry in todo:
         key = object_key(entry["sha256"])
         upload = partial(backend.put_file, local / entry["path"], key, entry["sha256"], advance)
-        _with_retries(f"upload {entry['path']}", upload)
+        with_retries(f"upload {entry['path']}", upload)
         if not backend.has_object(key, entry["size"], entry["sha256"]):
             raise IntegrityError(f"{entry['path']} did not verify after upload to {backend.root}/{key}; run again")
 
@@ -90,6 +90,7 @@ def publish(
     transfer_config: TransferConfig | None = None,
     content_suffix: bool = False,
     repair: bool = False,
+    exact: bool = False,
 ) -> PublishResult:
     """Upload the files of `local_dir` as `model_name`/`version`; idempotent for the same content.
 
@@ -102,7 +103,7 @@ def publish(
     if content_suffix:
         version = f"{version}-{manifest.content_digest(files)[:8]}"
     root = resolve_root(store_uri)
-    backend = open_backend(root, endpoint_url, transfer_config)
+    backend = open_backend(root, endpoint_url, transfer_config, exact)
     model_uri = f"{root.rstrip('/')}/{model_name}/{version}"
     key = manifest.manifest_key(model_name, version)
     ours = manifest.build(model_name, version, files, metadata)

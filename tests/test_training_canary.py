@@ -1,0 +1,147 @@
+"""A new training image trains in one region first (#39 item 6; pipelines/training_canary.py).
+
+The DAG is walked as Argo walks it: `depends` over the task results of argo-workflows v4.1.2 workflow/common/
+ancestry.go (a bare name is Succeeded || Skipped || Daemoned), `when` after substitution as govaluate compares two
+words (operator.go; tests/test_upstream_argo_when.py), a task whose `depends` is not met Omitted (dag.go) — through
+the local executor's `depends_met` and `evaluate_when`, which mirror exactly those forms. The record steps are the
+real `steps.training_image`; the canary's TrainJob result is what the test says it is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fixtures_ernie import common, prepared_workspace
+
+from paddle_mlops.config import load_config, load_regions
+from paddle_mlops.local.dag import depends_met, evaluate_when, load_workflow
+from pipelines import train_deploy, training_canary
+from steps import train, training_image
+from steps.runtime import training_images
+
+OLD, NEW = "sha256:" + "0a" * 32, "sha256:" + "1b" * 32
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Any:
+    return load_config(overrides=[f"storage.uri={tmp_path / 'store'}", "storage.endpoint_url=null"])
+
+
+def check(cfg: Any, digest: str, tmp_path: Path) -> str:
+    out = tmp_path / f"check-{digest[-4:]}"
+    args = ["--env", "local", "--overrides", json.dumps([f"storage.uri={cfg.storage.uri}"]), "--outputs-dir", str(out)]
+    assert training_image.main([*args, "--image-digest", digest, "--canary-region", "cn-north", "--check"]) == 0
+    return (out / "allowed").read_text()
+
+
+def allow(cfg: Any, digest: str) -> None:
+    args = ["--env", "local", "--overrides", json.dumps([f"storage.uri={cfg.storage.uri}"])]
+    assert training_image.main([*args, "--image-digest", digest, "--canary-region", "cn-north", "--allow"]) == 0
+
+
+def walk(doc: dict[str, Any], results: dict[str, str], allowed: str) -> dict[str, str]:
+    """Each task's status as Argo's DAG gives it: `results` for the tasks that run (default Succeeded)."""
+    statuses: dict[str, str] = {}
+    for task in load_workflow(doc).tasks:
+        if not depends_met(task.depends_expr, statuses, task.depends):
+            statuses[task.name] = "Omitted"
+        elif task.when and not evaluate_when(task.when.replace(_ALLOWED, allowed)):
+            statuses[task.name] = "Skipped"
+        else:
+            statuses[task.name] = results.get(task.name, "Succeeded")
+    return statuses
+
+
+_ALLOWED = "{{tasks.training-image.outputs.parameters.allowed}}"
+
+
+def test_an_image_allowed_before_skips_the_canary_and_trains_everywhere(cfg: Any, tmp_path: Path) -> None:
+    allow(cfg, OLD)
+    assert check(cfg, OLD, tmp_path) == "true"
+    statuses = walk(train_deploy.build(cfg).to_dict(), {}, "true")
+    assert {n: statuses[n] for n in ("prepull-canary", "train-canary", "allow-training-image")} == dict.fromkeys(
+        ("prepull-canary", "train-canary", "allow-training-image"), "Skipped"
+    )
+    assert statuses["train"] == statuses["prepull-image"] == "Succeeded"
+
+
+def test_a_failing_canary_keeps_the_old_training_image(cfg: Any, tmp_path: Path) -> None:
+    """The new image trains in the first region only; its canary fails: nothing is recorded, no other region pulls
+    it, the run does not train on it, and the image allowed before is still the one allowed."""
+    allow(cfg, OLD)
+    assert check(cfg, NEW, tmp_path) == "false"
+    statuses = walk(train_deploy.build(cfg).to_dict(), {"train-canary": "Failed"}, "false")
+    assert statuses["prepull-canary"] == "Succeeded" and statuses["train-canary"] == "Failed"
+    assert statuses["allow-training-image"] == statuses["train"] == statuses["prepull-image"] == "Omitted"
+    assert statuses["release-prepull"] == "Succeeded"  # the first region's pre-pull is cleaned up
+    assert check(cfg, NEW, tmp_path) == "false" and check(cfg, OLD, tmp_path) == "true"
+    assert [d["image_digest"] for d in training_images.allowed_images(cfg)] == [OLD]
+
+
+def test_a_passing_canary_allows_the_image_everywhere_then_the_run_trains(cfg: Any, tmp_path: Path) -> None:
+    statuses = walk(train_deploy.build(cfg).to_dict(), {}, "false")
+    assert statuses["train-canary"] == statuses["allow-training-image"] == "Succeeded"
+    allow(cfg, NEW)  # what allow-training-image runs
+    assert statuses["train"] == statuses["prepull-image"] == "Succeeded"
+    (doc,) = training_images.allowed_images(cfg)
+    assert doc["image_digest"] == NEW and doc["canary"]["region"] == "cn-north"
+    allow(cfg, NEW)  # a retried step changes nothing
+    assert training_images.allowed_images(cfg) == [doc]
+    # A failed pre-pull in the first region only costs the cold pull: the canary still runs.
+    assert walk(train_deploy.build(cfg).to_dict(), {"prepull-canary": "Failed"}, "false")["train-canary"] == "Succeeded"
+
+
+def _resource(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    (template,) = [t for t in doc["spec"]["templates"] if t["name"] == name]
+    return yaml.safe_load(template["resource"]["manifest"])
+
+
+def test_the_canary_is_the_runs_trainjob_pinned_to_the_first_region(cfg: Any) -> None:
+    doc = train_deploy.build(cfg).to_dict()
+    canary, real = _resource(doc, "train-canary"), _resource(doc, "train")
+    first = training_canary.canary_region(cfg).name
+    assert first == "cn-north"  # team nlp's first region
+
+    def regions(job: dict[str, Any]) -> list[str]:
+        pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        affinity = pod["template"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        return term["matchExpressions"][0]["values"]
+
+    assert regions(canary) == [first] and regions(real) == ["cn-north", "cn-east"]
+    for key in ("image", "numNodes", "resourcesPerNode"):
+        assert canary["spec"]["trainer"][key] == real["spec"]["trainer"][key], key
+    command = canary["spec"]["trainer"]["command"]
+    ws = "{{workflow.parameters.workspace}}/{{workflow.name}}"
+    assert command[command.index("--workspace") + 1] == f"{ws}/training-canary"
+    assert command[command.index("--data") + 1] == f"{ws}/data"
+    assert command[command.index("--canary-steps") + 1] == str(cfg.training.canary_steps)
+    env = {e["name"]: e.get("value") for e in canary["spec"]["trainer"]["env"]}
+    assert env["MLFLOW_TRACKING_URI"] == training_canary.CANARY_TRACKING_URI  # no run in the real experiment
+    pull = _resource(doc, "prepull-canary")
+    terms = pull["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    selectors = [{e["key"]: e["values"][0] for e in t["matchExpressions"]} for t in terms["nodeSelectorTerms"]]
+    assert selectors == [load_regions()[first].node_selector()]
+
+
+@pytest.mark.slow
+def test_the_canary_run_trains_a_few_steps_and_keeps_nothing_of_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """steps/train.py --canary-steps: that many optimizer steps on the run's prepared data (--data), in a scratch
+    area; the run's own workspace gets no model."""
+    ws = prepared_workspace(tmp_path / "run")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'canary.db'}")
+    area = ws / "training-canary"
+    assert train.main([*common(), "--workspace", str(area), "--data", str(ws / "data"), "--canary-steps", "3"]) == 0
+    report = json.loads((area / "model" / "training.json").read_text())
+    assert report["global_steps"] == 3
+    assert not (ws / "model").exists()
+    # Nor the runs' checkpoints: a canary neither reads nor writes them (not even with the run's own run id).
+    assert not (ws / "train").exists() and not (area / "train").exists()
