@@ -167,7 +167,12 @@ def test_sigterm_then_sigkill_then_the_end_resumes_to_the_uninterrupted_runs_par
     # 2. Resumed; once two more checkpoints are complete, rank 0 is SIGKILLed (maybe mid-upload).
     env[TRACE_ENV] = str(traces[1])
     job = start(ws, base / "log-2", env, base / "unused.npz")
-    wait_until(lambda: checkpoints.complete()[-2] > stopped_at, job, "two checkpoints after the resume")
+
+    def two_newer() -> bool:
+        done = checkpoints.complete()
+        return len(done) >= 2 and done[-2] > stopped_at
+
+    wait_until(two_newer, job, "two checkpoints after the resume")
     os.kill(workers(job)[0].pid, signal.SIGKILL)
     code, logs = finish(job, base / "log-2")
     assert code not in (0, EXIT_FATAL, EXIT_TERMINATED), logs[-3000:]  # a crash: retryable, and counted
@@ -177,8 +182,9 @@ def test_sigterm_then_sigkill_then_the_end_resumes_to_the_uninterrupted_runs_par
     # go only once a newer one is complete); never an incomplete one among them.
     assert len(complete) in (2, 3) and stopped_at < complete[-1] < STEPS, complete
     killed_at = complete[-1]
-    # Work lost to the kill: the steps since that checkpoint, at most an interval and one upload in flight.
-    assert 0 <= max(trace_steps(traces[1])) - killed_at <= 2 * 4, max(trace_steps(traces[1]))
+    # Work lost to the kill: the steps since that checkpoint: an interval (4 steps), plus the steps an upload in flight
+    # deferred the next one by and the one in flight when the kill came (each a few steps of the tiny model here).
+    assert 0 <= max(trace_steps(traces[1])) - killed_at <= 4 * 4, max(trace_steps(traces[1]))
 
     # 3. To the end, from the newest complete checkpoint.
     env[TRACE_ENV] = str(traces[2])
