@@ -102,6 +102,19 @@ def test_a_checkpoint_without_a_batch_layout_is_a_clear_error(tmp_path: Path) ->
         check_layout("store/4", {**layout, "batch_size": 8}, layout)
 
 
+def test_the_checkpoint_settings_per_environment_and_the_renamed_key() -> None:
+    from paddle_mlops.config import ConfigError, load_config
+
+    for env in ("dev", "prod"):  # every 10 minutes on the cluster
+        assert load_config(env=env).training.checkpoint.every_seconds == 600
+    local = load_config(env="local").training.checkpoint
+    assert (local.every_steps, local.every_seconds, local.epoch_end, local.keep) == (0, 0, True, 2)  # one per epoch
+    with pytest.raises(ConfigError, match=r"'training.checkpoint_every' was replaced by training.checkpoint.every"):
+        load_config(env="local", overrides=["training.checkpoint_every=5"])
+    with pytest.raises(ConfigError, match="shorter than the measured"):
+        load_config(env="local", overrides=["training.checkpoint.grace_seconds=15"])
+
+
 # --- resuming ------------------------------------------------------------------------------------------------------
 
 # 64 training texts, batch 8: 8 steps an epoch; 12 steps cross into epoch 2. Dropout stays on (0.1): only restored
