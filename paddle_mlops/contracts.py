@@ -20,6 +20,12 @@ EXIT_USER_ERROR = 2
 EXIT_ROLLED_BACK = 3
 # Exit codes a retry cannot change.
 FINAL_EXIT_CODES = (EXIT_USER_ERROR, EXIT_ROLLED_BACK)
+# The training pods' fatal code is the user error: bad configuration or bad data fails the same way on every restart,
+# so the runtime's pod failure policy fails the job on it and JobSet does not restart it (pipelines/trainjob.py).
+EXIT_FATAL = EXIT_USER_ERROR
+# A trainer stopped by SIGTERM (eviction, preemption, node drain) after checkpointing: retryable, 128 + SIGTERM as a
+# shell reports it. The pod failure policy ignores it (the pod is replaced, the run resumes) and Argo retries it.
+EXIT_TERMINATED = 143
 
 # The CLI's exit codes (`paddle-mlops …`; README's CLI reference documents them).
 # Bad usage, bad configuration or bad input: argparse's own code, the same as a step's user error.
@@ -67,6 +73,17 @@ SHOW_LIBRARY_WARNINGS_ENV = "PADDLE_MLOPS_LIBRARY_WARNINGS"
 # pass OUTPUTS_DIR, where Argo reads them (`valueFrom.path`); the local executor passes a task's folder.
 OUTPUTS_DIR = "/tmp/outputs"
 OUTPUTS_FLAG = "--outputs-dir"
+
+# --- Training runs and their checkpoints ------------------------------------------------------------------------
+# A run's checkpoints live under `<workspace root>/TRAIN_RUNS/<task>/<run id>/CHECKPOINTS/<step>/` (manifest last),
+# outside the per-workflow workspace, so a resubmitted workflow (a new name) finds them by its run id.
+TRAIN_RUNS = "train"
+CHECKPOINTS = "checkpoints"
+# steps.runtime.launch hands its workers a folder for their pid files and fatal-error markers.
+LAUNCH_CONTROL_ENV = "PADDLE_MLOPS_LAUNCH_DIR"
+# How long a TrainJob node waits for rank 0's DNS name before it fails (steps.runtime.launch); Kueue's
+# waitForPodsReady timeout must leave the pods that long and the image pull (pipelines/platform/kueue_config.py).
+RENDEZVOUS_TIMEOUT_SECONDS = 600
 
 # --- Published models and their bucket notifications ---------------------------------------------------------
 # A version is `<store>/<model>/<version>/manifest.json` (written last); the Sensor's key filter

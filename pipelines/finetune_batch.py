@@ -49,6 +49,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         *shared,
         Parameter(name="region", value=cfg.cluster.region),
         *templates.priority_parameters(cfg),
+        *templates.run_id_parameters(),
     ]
 
 

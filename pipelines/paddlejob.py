@@ -20,7 +20,7 @@ from paddle_mlops.contracts import PART_OF, STEP_CACHE_PARAMETER, image_reposito
 from pipelines import k8s
 from pipelines.platform.network import TRAIN_POD_LABELS
 from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
-from pipelines.run_scope import WORKFLOW, RunScope
+from pipelines.run_scope import CHECKPOINT_ROOT, RUN_ID, WORKFLOW, RunScope
 
 IMAGE_DIGEST = "{{inputs.parameters.image-digest}}"
 # The commit build-image built (the train template's `git-sha` input; see templates.COMMIT).
@@ -85,6 +85,8 @@ def train_script_args(scope: RunScope = WORKFLOW) -> list[str]:
         "--overrides", scope.overrides,
         "--git-sha", GIT_SHA,
         "--workspace", scope.workspace,
+        "--checkpoint-root", CHECKPOINT_ROOT,
+        "--run-id", RUN_ID,
         # the model is recorded in the step cache under the key train-cache computed (docs/caching.md)
         "--step-cache", f"{{{{workflow.parameters.{STEP_CACHE_PARAMETER}}}}}",
         "--train-key", "{{inputs.parameters.train-key}}",
@@ -147,6 +149,8 @@ def pod_template(
     spec: dict[str, Any] = {
         "serviceAccountName": TRAIN_SERVICE_ACCOUNT,
         "priorityClassName": team.priority.name,
+        # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/graceful_stop.py) before the kill.
+        "terminationGracePeriodSeconds": cfg.training.checkpoint.grace_seconds,
         "securityContext": k8s.as_k8s(k8s.pod_security_context()),
         # Training pods reach only object storage and MLflow; they need no Kubernetes API token.
         "automountServiceAccountToken": False,
@@ -167,9 +171,10 @@ def pod_template(
 
 
 def job_metadata(scope: RunScope = WORKFLOW) -> dict[str, Any]:
-    # generateName: an Argo retry of the train step creates a fresh job instead of colliding.
+    # One name per workflow and task, never generateName: a retried train step must find the job it created, not
+    # start a second one beside it (templates.train). The labels are what the exit hook deletes by.
     return {
-        "generateName": "{{workflow.name}}-train-",
+        "name": scope.job_name,
         "labels": {**PART_OF, WORKFLOW_LABEL: "{{workflow.name}}", TASK_LABEL: scope.task},
     }
 

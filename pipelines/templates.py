@@ -200,6 +200,18 @@ def train_cache(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
 
 
 DELETE_TRAIN_JOBS = "delete-train-jobs"
+# Get-or-create under the job's fixed name (run_scope.RunScope.job_name). The first attempt of the train step creates
+# the job; an Argo retry of the step (its pod lost, the executor errored) gets the job the first attempt created and
+# waits on it again, instead of creating a second one beside it while the first still holds its GPUs. `retries` is
+# the attempt's number, set for each attempt of a template with a retryStrategy (argo-workflows v4.1.2
+# workflow/controller/operator.go executeTemplate), and expressions naming it are evaluated only then
+# (util/template/expression_template.go variablesToCheck); at submission the validator sees a placeholder for it, so
+# the expression reads `get`, a valid action (workflow/validate/validate.go). `argo retry` of a failed workflow
+# deletes the failed attempts (workflow/util/util.go FormulateRetryWorkflow), so its first attempt creates again: the
+# exit hook deleted the failed job. `apply` would not do: kubectl's three-way merge would set `spec.suspend: true`
+# again on a job Kueue admitted and replace `runtimePatches`, dropping Kueue's entry
+# (tests/test_upstream_argo_resource.py).
+TRAIN_ACTION = "{{=retries == '0' ? 'create' : 'get'}}"
 
 
 class TrainResource(Resource):
@@ -246,7 +258,7 @@ def train(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Resource:
     deadline = cfg.training.job.step_deadline_seconds(cfg.training.backend)
     template = TrainResource(
         name="train",
-        action="create",
+        action=TRAIN_ACTION,
         set_owner_reference=True,
         manifest=yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True),
         success_condition=job.success_condition,
@@ -459,6 +471,19 @@ def run_parameters(cfg: PipelineConfig) -> list[Parameter]:
             description=f"steps to compute even when the cache holds their outputs: '{RERUN_ALL}', or names separated "
             "by commas",
         ),
+    ]
+
+
+def run_id_parameters() -> list[Parameter]:
+    """`run-id`: the training run the train step's checkpoints belong to (pipelines/run_scope.py)."""
+    return [
+        Parameter(
+            name="run-id",
+            value="",
+            description="training run whose checkpoints a train step resumes (<workspace>/train/<task>/<run-id>/); "
+            "empty: a digest of the commit, task, model and training configuration, data and batch layout, the same "
+            "for every restart, retry and resubmission of this run",
+        )
     ]
 
 

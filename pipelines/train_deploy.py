@@ -42,6 +42,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         *templates.run_parameters(cfg),
         Parameter(name="region", value=cfg.cluster.region),
         *templates.priority_parameters(cfg),
+        *templates.run_id_parameters(),
     ]
 
 

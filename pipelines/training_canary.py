@@ -83,7 +83,8 @@ def prepull_canary(cfg: PipelineConfig) -> Resource:
 def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
     """The run's TrainJob, pinned to the first region, training `canary_steps` steps into a scratch area."""
     manifest = copy.deepcopy(trainjob.trainjob(cfg).manifest)
-    manifest["metadata"]["generateName"] = "{{workflow.name}}-train-canary-"
+    # A fixed name, as the run's own TrainJob (templates.TRAIN_ACTION: a retried step waits on it, creates no other).
+    manifest["metadata"]["name"] = "{{workflow.name}}-train-canary"
     manifest["metadata"]["labels"][COMPONENT_LABEL] = TRAIN
     trainer = manifest["spec"]["trainer"]
     # A canary's few steps are nobody's model: never recorded in the step cache under the run's training key.
@@ -112,7 +113,7 @@ def train_canary(cfg: PipelineConfig) -> Resource:
     deadline = cfg.training.job.step_deadline_seconds(cfg.training.backend)
     return templates.TrainResource(
         name=TRAIN,
-        action="create",
+        action=templates.TRAIN_ACTION,
         set_owner_reference=True,
         manifest=yaml.safe_dump(canary_trainjob(cfg), sort_keys=False, allow_unicode=True),
         success_condition=success,

@@ -26,7 +26,7 @@ from typing import Any
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import PART_OF, REGION_ENV
-from pipelines import k8s
+from pipelines import k8s, restart_policy
 from pipelines.paddlejob import (
     KUBEFLOW_PORT,
     TrainingJobSpec,
@@ -119,7 +119,11 @@ def _node_pod(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
         "spec": {
             "serviceAccountName": TRAIN_SERVICE_ACCOUNT,
             "automountServiceAccountToken": False,
+            # Never: what the pod failure policy requires; a failed pod fails its Job and JobSet restarts the gang.
             "restartPolicy": "Never",
+            # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/graceful_stop.py) before the kill;
+            # sized from the measured checkpoint time (paddle_mlops/config/checkpoint.py).
+            "terminationGracePeriodSeconds": cfg.training.checkpoint.grace_seconds,
             "securityContext": k8s.as_k8s(k8s.pod_security_context()),
             "containers": [container],
             "volumes": [
@@ -131,8 +135,9 @@ def _node_pod(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
 
 
 def cluster_training_runtime(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
-    """`paddle-distributed`: one Indexed Job of `numNodes` pods; a failed pod fails its Job
-    (backoffLimit 0) and JobSet restarts the whole gang, up to `training.job.backoff_limit` times."""
+    """`paddle-distributed`: one Indexed Job of `numNodes` pods; a failed pod fails its Job (backoffLimit 0) and
+    JobSet restarts the whole gang by the restart policy (restart_policy.py): a crash up to
+    `training.job.backoff_limit` times, a disruption without counting, the fatal exit code never."""
     job = cfg.training.job
     return {
         "apiVersion": API,
@@ -144,14 +149,18 @@ def cluster_training_runtime(cfg: PipelineConfig, region: str | None = None) -> 
             "template": {
                 "spec": {
                     "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-                    "failurePolicy": {"maxRestarts": job.backoff_limit},
+                    "failurePolicy": restart_policy.jobset_failure_policy(job.backoff_limit),
                     "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
                     "replicatedJobs": [
                         {
                             "name": NODE,
                             "template": {
                                 "metadata": {"labels": {ANCESTOR_LABEL: ANCESTOR_TRAINER}},
-                                "spec": {"backoffLimit": 0, "template": _node_pod(cfg, region)},
+                                "spec": {
+                                    "backoffLimit": 0,
+                                    "podFailurePolicy": restart_policy.pod_failure_policy(NODE),
+                                    "template": _node_pod(cfg, region),
+                                },
                             },
                         }
                     ],

@@ -2,7 +2,9 @@
 
 Runs single-process, or under `python -m paddle.distributed.launch --nproc_per_node N steps/train.py`
 (collective: gloo on CPU, NCCL on GPU). Reads `<workspace>/data`; writes the exported best-on-dev
-model to `<workspace>/model` and resumable checkpoints to `<workspace>/checkpoints`.
+model to `<workspace>/model`. While it trains, rank 0 checkpoints to the run's store
+(`<checkpoint root>/<task>/<run id>/checkpoints/<step>/`), and a step started again (a restarted pod, a retried or
+resubmitted workflow) resumes from the newest complete checkpoint there; SIGTERM checkpoints and exits 143.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
         os.environ.setdefault(_var, "1")
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
-from steps.runtime import reuse, runner, s3, workspace  # noqa: E402
+from paddle_mlops.contracts import TRAIN_RUNS  # noqa: E402
+from steps.runtime import graceful_stop, reuse, runner, s3, workspace  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
 from steps.runtime.trainer import Trainer  # noqa: E402
 
@@ -36,20 +39,40 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "nothing left in the workspace",
     )  # fmt: skip
     parser.add_argument(
-        "--dump-params", type=Path, default=None, metavar="NPZ",
-        help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
+        "--checkpoint-root", default=None, metavar="URI",
+        help="where training runs keep their checkpoints, outside the per-workflow workspace so that a resubmitted "
+        "workflow finds them (default: <workspace>/train)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--run-id", default="",
+        help="the training run the checkpoints belong to (the `run-id` workflow parameter); empty: the train step's "
+        "content key (--train-key), else a digest of the commit, task, model and training configuration, data "
+        "digests and batch layout",
     )  # fmt: skip
     parser.add_argument(
         "--step-cache", default="", metavar="URI",
         help="step cache root: the exported model is recorded under the key train-cache left in the workspace",
     )  # fmt: skip
     parser.add_argument("--train-key", default="", help="the content key train-cache computed (docs/caching.md)")
+    parser.add_argument(
+        "--dump-params", type=Path, default=None, metavar="NPZ",
+        help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
+    )  # fmt: skip
 
 
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    with graceful_stop.REQUEST.installed(int(os.environ.get("PADDLE_TRAINER_ID", "0"))):
+        _train(cfg, args)
+
+
+def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    root = args.checkpoint_root
     if args.canary_steps:
-        canary = {"max_steps": args.canary_steps, "epochs": 1}
+        # A canary neither reads nor writes the runs' checkpoints: its own, in a scratch folder, none taken.
+        off = cfg.training.checkpoint.model_copy(update={"every_steps": 0, "every_seconds": 0, "epoch_end": False})
+        canary = {"max_steps": args.canary_steps, "epochs": 1, "checkpoint": off}
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update=canary)})
+        root, args.run_id = tempfile.mkdtemp(prefix="canary-checkpoints-"), ""
     ws = args.workspace
     data_uri = args.data or workspace.join(ws, "data")
     try:
@@ -57,26 +80,29 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     except FileNotFoundError as exc:
         raise StepError(f"{exc}; run prepare-data with --output {data_uri} first.") from None
     local = Path(tempfile.mkdtemp(prefix="train-")) if s3.is_s3(ws) else Path(ws)
-    if s3.is_s3(ws):
-        try:  # a restarted pod resumes from the checkpoints the previous one uploaded
-            workspace.stage_in(workspace.join(ws, "checkpoints"), local / "checkpoints", cfg.storage.endpoint_url)
-        except FileNotFoundError:
-            pass
     if cfg.training.topology == "ps":
         from steps.runtime import ps
 
         ps.run(cfg, data_dir, local)
-        rank0 = True
-    else:
-        trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri)
-        trainer.run()
-        rank0 = trainer.rank == 0
-    if rank0 and s3.is_s3(ws) and not args.canary_steps:
-        for area in ("model", "checkpoints"):
-            if (local / area).is_dir():
-                workspace.stage_out(local / area, workspace.join(ws, area), cfg.storage.endpoint_url)
-    if rank0 and args.step_cache and args.train_key:
-        reuse.record_key_file(args.step_cache, ws, {"model": local / "model"}, cfg.storage.endpoint_url)
+        _stage_out(cfg, local, ws, args.canary_steps)
+        return
+    # The run id a restart finds its checkpoints by: the one the workflow was given, else the train step's content
+    # key, so every restart, retry and resubmission of the same inputs resumes the same run (docs/caching.md).
+    run_id = args.run_id or args.train_key
+    trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri,
+                      checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=run_id)  # fmt: skip
+    trainer.run()
+    if trainer.rank == 0:
+        _stage_out(cfg, local, ws, args.canary_steps)
+        # The model is in the workspace: a rerun of this run id would only export it again.
+        trainer.checkpointer.discard()
+        if args.step_cache and args.train_key and not args.canary_steps:
+            reuse.record_key_file(args.step_cache, ws, {"model": local / "model"}, cfg.storage.endpoint_url)
+
+
+def _stage_out(cfg: PipelineConfig, local: Path, ws: str, canary: int) -> None:
+    if s3.is_s3(ws) and (local / "model").is_dir() and not canary:
+        workspace.stage_out(local / "model", workspace.join(ws, "model"), cfg.storage.endpoint_url)
 
 
 STEP = runner.Step("train", __doc__, run, _arguments)

@@ -4,7 +4,8 @@ argoproj/argo-workflows v4.1.2 util/expr/argoexpr/eval.go `EvalBool`: expr-lang,
 bool. util/expr/env/env.go `GetFuncMap`: `asInt` is expr-lang's builtin `int`, which parses strings with
 strconv.Atoi (expr-lang builtin/lib.go `Int`). expr-lang compares values of different types as unequal
 and does not coerce. Supported: `&&`/`and`, `||`/`or`, `!`/`not`, comparisons, `in [...]`, `asInt(...)`,
-member access (`a.b`, `a["b"]`), int and string literals; anything else raises.
+the conditional `c ? a : b` (expr-lang's ternary), member access (`a.b`, `a["b"]`), int and string literals;
+anything else raises.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 Token = tuple[str, Any]  # (kind, value); kind is num, str, name, op or end
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|(\"[^\"]*\"|'[^']*')|([A-Za-z_][A-Za-z0-9_]*)|(&&|\|\||==|!=|<=|>=|[<>!().,\[\]]))")
+_TOKEN = re.compile(r"\s*(?:(\d+)|(\"[^\"]*\"|'[^']*')|([A-Za-z_][A-Za-z0-9_]*)|(&&|\|\||==|!=|<=|>=|[<>!().,\[\]?:]))")
 
 Operators = dict[str, Callable[[Any, Any], Any]]
 _OR: Operators = {op: lambda a, b: bool(a) or bool(b) for op in ("||", "or")}
@@ -85,6 +86,19 @@ class _Parser:
             left = operators[op](left, operand())
         return left
 
+    def conditional(self) -> Any:
+        """`condition ? then : otherwise` (both branches are parsed and evaluated: the ones used here are literals)."""
+        condition = self.disjunction()
+        if self.peek()[1] != "?":
+            return condition
+        self.take("?")
+        if not isinstance(condition, bool):
+            raise TypeError(f"non-bool {condition!r} used as condition")
+        then = self.conditional()
+        self.take(":")
+        otherwise = self.conditional()
+        return then if condition else otherwise
+
     def disjunction(self) -> Any:
         return self._binary(self.conjunction, _OR)
 
@@ -150,12 +164,18 @@ class _Parser:
         return result
 
 
-def evaluate(expression: str, scope: dict[str, Any]) -> bool:
-    """expr-lang semantics for the operators Argo retry expressions use; anything else raises."""
+def value(expression: str, scope: dict[str, Any]) -> Any:
+    """The value of `expression` (expr-lang semantics for the operators supported); anything else raises."""
     parser = _Parser(tokenize(expression), scope)
-    result = parser.disjunction()
+    result = parser.conditional()
     if parser.peek()[0] != "end":
         raise SyntaxError(f"trailing input: {parser.tokens[parser.i :]}")
+    return result
+
+
+def evaluate(expression: str, scope: dict[str, Any]) -> bool:
+    """expr-lang semantics for the operators Argo retry expressions use; anything else raises."""
+    result = value(expression, scope)
     if not isinstance(result, bool):
         raise TypeError(f"unable to cast expression result '{result}' to bool")
     return result

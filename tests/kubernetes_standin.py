@@ -199,15 +199,23 @@ KUEUE_RELEASE_FRAMEWORKS = [
 ]
 
 
-def kueue_manager_config(frameworks: list[str] | None, multikueue: dict[str, Any] | None = None) -> client.V1ConfigMap:
+def kueue_manager_config(
+    frameworks: list[str] | None, multikueue: dict[str, Any] | None = None, **settings: Any
+) -> client.V1ConfigMap:
     """ConfigMap kueue-system/kueue-manager-config (config/default namePrefix kueue-, key
-    controller_manager_config.yaml) holding a Configuration config.kueue.x-k8s.io/v1beta2."""
+    controller_manager_config.yaml) holding a Configuration config.kueue.x-k8s.io/v1beta2, with the documented
+    waitForPodsReady unless `settings` say otherwise (`waitForPodsReady=None` drops it, `apiVersion=…` …)."""
+    from pipelines.platform.kueue_config import WAIT_FOR_PODS_READY
+
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": ":8081"},
         "webhook": {"port": 9443},
+        "waitForPodsReady": WAIT_FOR_PODS_READY,
     }
+    config.update(settings)
+    config = {k: v for k, v in config.items() if v is not None}
     if frameworks is not None:
         config["integrations"] = {"frameworks": frameworks}
     if multikueue is not None:

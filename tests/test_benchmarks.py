@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from benchmarks import engines, quality, serving, serving_path, upload
+from benchmarks import checkpoint_cost, engines, quality, serving, serving_path, upload
 from steps.runtime.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
@@ -117,3 +117,11 @@ def test_quality_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
         run = row["runs"][0]
         assert run["metric"] == "accuracy" and run["ci_low"] <= run["difference"] <= run["ci_high"]
         assert row["mean"] == run["model"] and row["baseline"] == run["baseline"]
+
+
+def test_checkpoint_cost_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its in-process parts (the SIGTERM and SIGKILL parts start training jobs: measured, not tested here)."""
+    figures, printed = run_quick(checkpoint_cost, ["--parts", "throughput,production_checkpoint"], tmp_path, capsys)
+    assert "throughput ratio at the production cadence (600 s): " in printed
+    assert figures["throughput"]["checkpoints"]["none"] == 0 and figures["throughput"]["checkpoints"]["dense"] >= 1
+    assert figures["production_checkpoint"]["stop_s"] > 0 and figures["production_checkpoint"]["bytes"] > 0

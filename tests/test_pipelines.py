@@ -11,7 +11,7 @@ import yaml
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
 from paddle_mlops.local.dag import DagError, load_workflow
-from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
+from pipelines import paddlejob, retrain_cron, rollout_template, templates, train_deploy
 from tests.argo_conditions import parse as parse_selector
 from tests.conftest import PROJECT_ROOT
 
@@ -118,6 +118,7 @@ def test_workflow_parameters_and_defaults(doc: dict) -> None:
         "rerun": "",
         "region": "cn-north",
         "priority": "normal",
+        "run-id": "",
     }
     by_name = {p["name"]: p for p in doc["spec"]["arguments"]["parameters"]}
     assert by_name["priority"]["enum"] == ["urgent", "normal", "batch"]
@@ -149,10 +150,15 @@ def test_exit_handler_closes_the_run(doc: dict) -> None:
 
 
 def test_every_value_is_an_expression_the_local_executor_understands(doc: dict) -> None:
-    # Prometheus metric blocks are read by the Argo controller only ({{duration}}, {{status}}).
-    runnable = {**doc, "spec": {**doc["spec"], "templates": [
-        {k: v for k, v in t.items() if k != "metrics"} for t in doc["spec"]["templates"]
-    ]}}  # fmt: skip
+    # Prometheus metric blocks are read by the Argo controller only ({{duration}}, {{status}}), and so is a resource
+    # template's action (the train step's get-or-create, {{=retries …}}): locally the job's command runs.
+    def runnable_template(t: dict) -> dict:
+        out = {k: v for k, v in t.items() if k != "metrics"}
+        if "resource" in out:
+            out["resource"] = {k: v for k, v in out["resource"].items() if k != "action"}
+        return out
+
+    runnable = {**doc, "spec": {**doc["spec"], "templates": [runnable_template(t) for t in doc["spec"]["templates"]]}}
     text = yaml.safe_dump(runnable)
     for expression in re.findall(r"\{\{[^}]*\}\}", text):
         assert ALLOWED_EXPRESSION.fullmatch(expression), expression
@@ -274,7 +280,7 @@ def test_cpu_training_requests_no_gpu_and_no_gpu_nodes() -> None:
 
 def test_train_template_has_conditions_owner_and_deadline(doc: dict) -> None:
     train = _templates(doc)["train"]
-    assert train["resource"]["action"] == "create"
+    assert train["resource"]["action"] == templates.TRAIN_ACTION  # get-or-create: tests/test_upstream_argo_resource.py
     assert train["resource"]["setOwnerReference"] is True
     assert train["resource"]["successCondition"] and train["resource"]["failureCondition"]
     # Kueue queue budget (4 h) + the job's own deadline (6 h), which starts at admission: a job still queued after

@@ -1,23 +1,19 @@
-"""Data-parallel training under paddle.distributed.launch: equivalence with one process, and a
-worker killed mid-run resuming from its last checkpoint to the same result."""
+"""Data-parallel training under paddle.distributed.launch: equivalence with one process, and the parameter-server
+mode. A worker killed mid-run and resuming from its checkpoints: tests/test_train_interruptions.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 from fixtures_ernie import common, train_args
 from test_train import assert_same_params, launch_command, launch_env, write_workspace
 
 from steps import train
-from steps.runtime.checkpoints import Checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -75,35 +71,6 @@ def test_two_processes_match_one_process_with_double_batch(
     training = json.loads((ws / "model" / "training.json").read_text())
     assert (training["world_size"], training["global_steps"]) == (1, TOTAL_STEPS)
     assert_same_params(reference[1], dump)
-
-
-def test_killed_worker_resumes_from_its_last_checkpoint(
-    reference: tuple[dict, Path], base: Path, env: dict[str, str], tmp_path: Path
-) -> None:
-    ws = write_workspace(tmp_path / "ws")
-    checkpoints = ws / "checkpoints"
-    overrides = ("training.batch_size=8", "training.checkpoint_every=3")
-    first = launch(ws, tmp_path / "log-1", env, *overrides)
-    deadline = time.monotonic() + 180
-    while not list(checkpoints.glob("step-*/meta.json")):
-        assert first.poll() is None, finish(first, tmp_path / "log-1")[1][-4000:]
-        assert time.monotonic() < deadline, "no checkpoint within 180 s"
-        time.sleep(0.02)
-    workers = [p for p in psutil.Process(first.pid).children(recursive=True) if "train.py" in " ".join(p.cmdline())]
-    assert len(workers) == 2
-    os.kill(workers[0].pid, signal.SIGKILL)
-    code, logs = finish(first, tmp_path / "log-1")
-    assert code != 0, "the launcher should report the killed worker"
-    killed_at = Checkpoints(checkpoints).complete()[-1][0]
-    assert 0 < killed_at < TOTAL_STEPS, logs[-3000:]
-
-    code, logs = finish(launch(ws, tmp_path / "log-2", env, *overrides), tmp_path / "log-2")
-    assert code == 0, logs[-4000:]
-    assert f"resuming from checkpoint step {killed_at}" in logs
-    training = json.loads((ws / "model" / "training.json").read_text())
-    assert training["global_steps"] == TOTAL_STEPS
-    assert (training["resumed_from_step"], training["steps_run"]) == (killed_at, TOTAL_STEPS - killed_at)
-    assert abs(training["dev_accuracy"] - reference[0]["dev_accuracy"]) <= 0.02
 
 
 def ps_available() -> bool:

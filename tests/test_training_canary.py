@@ -150,3 +150,5 @@ def test_the_canary_run_trains_a_few_steps_and_keeps_nothing_of_the_run(
     report = json.loads((area / "model" / "training.json").read_text())
     assert report["global_steps"] == 3
     assert not (ws / "model").exists()
+    # Nor the runs' checkpoints: a canary neither reads nor writes them (not even with the run's own run id).
+    assert not (ws / "train").exists() and not (area / "train").exists()

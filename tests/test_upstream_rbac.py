@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,9 @@ def _resource_calls(account: str, name: str, t: dict[str, Any]) -> list[Call]:
         plural, _, group = resource_type.partition(".")
     by = f"executor resource.go ({name})"
     verbs = {"create": ["create"], "delete": ["delete"], "get": ["get"], "apply": ["get", "create", "patch"]}
-    calls = [Call(account, group, plural, verb, by) for verb in verbs[res["action"]]]
+    # An expression (the train step's get-or-create, templates.TRAIN_ACTION) may evaluate to any action it names.
+    actions = re.findall(r"'([a-z]+)'", res["action"]) if res["action"].startswith("{{=") else [res["action"]]
+    calls = [Call(account, group, plural, verb, by) for action in actions for verb in verbs[action]]
     if res["action"] == "delete":
         # A selector makes kubectl LIST the matches; --wait (on by default) then watches them go.
         if {"--selector", "-l", "--all"} & {f.split("=")[0] for f in flags}:

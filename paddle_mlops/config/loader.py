@@ -117,6 +117,13 @@ def _allowed(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     return [f.alias or name for name, f in fields.items()]
 
 
+# Keys that were renamed: the error names the new key instead of listing what is allowed.
+RENAMED_KEYS = {
+    "training.checkpoint_every": "training.checkpoint.every_steps (with training.checkpoint.every_seconds, "
+    'epoch_end and keep; docs/training.md "Checkpoints and resume")',
+}
+
+
 def format_validation_error(exc: ValidationError, model: type[BaseModel], sources: str) -> str:
     """One paragraph: which file(s), which field, what is wrong, what is allowed."""
     lines = []
@@ -126,6 +133,8 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel], source
         if err["type"] == "value_error" and not loc:
             # A rule across keys (model validators): its message names the keys itself.
             lines.append(str(err["msg"]).removeprefix("Value error, ").rstrip(".") + ".")
+        elif err["type"] == "extra_forbidden" and path in RENAMED_KEYS:
+            lines.append(f"'{path}' was replaced by {RENAMED_KEYS[path]}.")
         elif err["type"] == "extra_forbidden":
             allowed = _allowed(model, loc)
             hint = f" Allowed keys here: {', '.join(allowed)}." if allowed else ""

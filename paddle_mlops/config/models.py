@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from paddle_mlops.config import pretrained_names, task_rules
 from paddle_mlops.config.baseline import BaselineConfig
+from paddle_mlops.config.checkpoint import CheckpointConfig
 from paddle_mlops.config.networking import ACTIVATOR_NAMESPACE, GATEWAY_NAMESPACES, NetworkingLayer
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
 from paddle_mlops.contracts import STEP_CACHE_DIR, pvc_location
@@ -194,7 +195,7 @@ class TrainingConfig(Strict):
         2, ge=1, description="local data-parallel processes (paddle.distributed.launch --nproc_per_node)"
     )
     topology: Literal["collective", "ps"] = "collective"
-    checkpoint_every: int = Field(0, ge=0, description="optimizer steps between checkpoints; 0 disables")
+    checkpoint: CheckpointConfig = CheckpointConfig()
     amp: Literal["off", "fp16", "bf16"] = "off"
     grad_accumulation: int = Field(1, ge=1)
     distill_weight: float = Field(

@@ -23,6 +23,7 @@ from paddle_mlops.preflight.controller_settings import (
     check_kueue_config,
 )
 from paddle_mlops.preflight.objects import check_crds, check_secrets
+from paddle_mlops.preflight.pods_ready import check_kueue_pods_ready
 from paddle_mlops.preflight.release import check_release_digests
 from paddle_mlops.preflight.results import FINDING, OK, WARNING, PreflightUsageError, Result
 from paddle_mlops.preflight.security import check_argo_executor, check_namespaces
@@ -37,6 +38,7 @@ CHECKS = (
     ("knative-features", check_knative_features),
     ("knative-network", check_knative_network),
     ("kueue-config", check_kueue_config),
+    ("kueue-pods-ready", check_kueue_pods_ready),
     ("secret", check_secrets),
     ("eventbus", check_event_bus),
     ("release-digests", check_release_digests),

@@ -8,14 +8,26 @@ preflight` reads it and says what to add:
   `batch/job` alone (apis/config/v1beta2/defaults.go defaultJobFrameworkName), and a TrainJob in a
   queue would then never be admitted;
 - a MultiKueue manager must run the Incremental dispatcher with one cluster per round
-  (multiKueue.dispatcherName, incrementalDispatcherConfig.stepSize: 1): see `pipelines/platform/multikueue.py`.
+  (multiKueue.dispatcherName, incrementalDispatcherConfig.stepSize: 1): see `pipelines/platform/multikueue.py`;
+- `waitForPodsReady` (WAIT_FOR_PODS_READY, docs/training.md "Kueue's manager configuration"): an admitted TrainJob
+  whose pods are not all ready within `timeout` (an image that cannot be pulled, a rendezvous that never happens) is
+  evicted, its quota freed, and requeued with backoff; after `backoffLimitCount` requeues it is deactivated instead
+  of cycling forever; a gang broken mid-run gets `recoveryTimeout` to come back. In the v1beta2 configuration Kueue
+  0.19 turns it on by default (apis/config/v1beta2/defaults.go: timeout 30m, recoveryTimeout = timeout, no backoff
+  limit) unless the DisableWaitForPodsReady feature gate is set; a v1beta1 configuration has it only with
+  `enable: true` (apis/config/v1beta1/configuration_conversion.go). pkg/controller/jobframework/reconciler.go
+  evicts by suspending the same job (stopJob) and re-admits it by unsuspending it (startJob): the TrainJob keeps its
+  name, its pods start again and resume from the run's checkpoints.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
+
+from paddle_mlops.contracts import RENDEZVOUS_TIMEOUT_SECONDS
 
 CONFIGMAP = "kueue-manager-config"
 CONFIGMAP_KEY = "controller_manager_config.yaml"
@@ -27,6 +39,22 @@ DEFAULT_FRAMEWORKS = ("batch/job",)  # apis/config/v1beta2/defaults.go: the list
 DISPATCHER_ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
 DISPATCHER_INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
 DEFAULT_STEP_SIZE = 3  # pkg/controller/workloaddispatcher/incrementaldispatcher.go DefaultStepSize
+V1BETA1 = "config.kueue.x-k8s.io/v1beta1"
+DISABLE_PODS_READY_GATE = "DisableWaitForPodsReady"  # pkg/features/kube_features.go, alpha in 0.19
+# A training node's pods become ready once their image is pulled (8-10 GB; pre-pulled while the data is prepared,
+# pipelines/prepull.py, but a cold node pulls it) and wait for rank 0's name for up to RENDEZVOUS_TIMEOUT_SECONDS.
+IMAGE_PULL_SECONDS = 600
+MIN_TIMEOUT_SECONDS = IMAGE_PULL_SECONDS + RENDEZVOUS_TIMEOUT_SECONDS
+# The documented waitForPodsReady (docs/training.md): the pull and the rendezvous, then evict and requeue; a gang
+# JobSet recreates mid-run (the old pods' grace period, scheduling, the pull on another node) gets 15 minutes.
+WAIT_FOR_PODS_READY: dict[str, Any] = {
+    "timeout": f"{MIN_TIMEOUT_SECONDS // 60}m",
+    "recoveryTimeout": "15m",
+    "blockAdmission": False,
+    "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 5, "backoffBaseSeconds": 60,
+                          "backoffMaxSeconds": 3600},
+}  # fmt: skip
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
 
 
 def parse(data: dict[str, str] | None) -> dict[str, Any]:
@@ -50,3 +78,34 @@ def dispatcher(config: dict[str, Any]) -> tuple[str, int]:
     name = multikueue.get("dispatcherName") or DISPATCHER_ALL_AT_ONCE
     step = (multikueue.get("incrementalDispatcherConfig") or {}).get("stepSize") or DEFAULT_STEP_SIZE
     return str(name), int(step)
+
+
+def seconds(duration: Any) -> float | None:
+    """A metav1.Duration string (`20m`, `1h30m`, `90s`) in seconds; None when it is not one."""
+    text = str(duration).strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def pods_ready(config: dict[str, Any], manager_args: list[str]) -> dict[str, Any] | None:
+    """The waitForPodsReady Kueue runs with this configuration and manager flags (its defaults applied), None when
+    it is off (module docstring)."""
+    gates = {str(k): bool(v) for k, v in (config.get("featureGates") or {}).items()}
+    for arg in manager_args:
+        if arg.startswith("--feature-gates="):
+            for item in arg.split("=", 1)[1].split(","):
+                name, _, flag = item.partition("=")
+                gates[name.strip()] = flag.strip().lower() == "true"
+    block = config.get("waitForPodsReady")
+    if gates.get(DISABLE_PODS_READY_GATE):
+        return None
+    if config.get("apiVersion") == V1BETA1 and not (block or {}).get("enable"):
+        return None
+    block = dict(block or {})
+    block.setdefault("timeout", "30m")
+    block.setdefault("recoveryTimeout", block["timeout"])
+    block["requeuingStrategy"] = dict(block.get("requeuingStrategy") or {})
+    return block

@@ -7,22 +7,51 @@ hostname, rank 0 would wait for a store nobody starts. So this resolves the name
 headless Service's record, which JobSet publishes before the pods are ready) and hands the IP on;
 every other argument goes to the launcher untouched. With `--nnodes 1` there is nothing to meet:
 it runs the launcher without a master, as a single-node PaddleJob would.
+
+It stays the container's first process (the one the kubelet signals) instead of exec'ing the launcher, for two
+things Paddle's launcher gets wrong for a restart policy (paddle/distributed/launch/controllers/controller.py):
+- SIGTERM: the launcher SIGTERMs its workers and SIGKILLs them 30 s later, whatever the grace period. This process
+  passes SIGTERM to the workers themselves (their pid files in the control folder), which checkpoint at the next
+  step boundary and exit 143 together (steps/runtime/graceful_stop.py) within the pod's grace period.
+- the exit code: the launcher exits with its first worker's code, often that of a worker it terminated itself, so
+  a worker that failed on bad configuration or data would be restarted in a loop. A worker exiting with the fatal
+  code leaves a mark in the control folder (steps/runtime/runner.py); then this exits `EXIT_FATAL`, which the
+  pod failure policy does not restart.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-RESOLVE_TIMEOUT_SECONDS = 600.0
+from paddle_mlops.contracts import (
+    EXIT_FAILED,
+    EXIT_FATAL,
+    EXIT_TERMINATED,
+    EXIT_USER_ERROR,
+    LAUNCH_CONTROL_ENV,
+    RENDEZVOUS_TIMEOUT_SECONDS,
+)
+
+RESOLVE_TIMEOUT_SECONDS = float(RENDEZVOUS_TIMEOUT_SECONDS)
 
 
 class RendezvousError(Exception):
-    """The master's address could not be found; the message says what was tried."""
+    """The launch arguments cannot work; the message says what is wrong. Exit 2: a restart changes nothing."""
+
+
+class RendezvousTimeout(RendezvousError):
+    """Rank 0's address did not resolve in time. Exit 1: a restart of the job may find it."""
 
 
 def resolve(host: str, timeout: float, lookup: Callable[[str], str] = socket.gethostbyname) -> str:
@@ -34,7 +63,7 @@ def resolve(host: str, timeout: float, lookup: Callable[[str], str] = socket.get
             return lookup(host)
         except OSError as exc:
             if time.monotonic() + delay > deadline:
-                raise RendezvousError(
+                raise RendezvousTimeout(
                     f"rank-0 address {host!r} did not resolve within {timeout:.0f}s ({exc}). The JobSet's headless "
                     "Service publishes it once the pods exist: check that the TrainJob's pods were created "
                     "(kubectl get pods -l jobset.sigs.k8s.io/jobset-name=<trainjob>) and that DNS works in the "
@@ -74,15 +103,60 @@ def launcher_argv(argv: Sequence[str], lookup: Callable[[str], str] = socket.get
     ]  # fmt: skip
 
 
+class Supervisor:
+    """Runs the launcher as a child and turns SIGTERM and the workers' outcome into the container's exit code."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.control = Path(tempfile.mkdtemp(prefix="paddle-mlops-launch-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.terminated = False
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        """SIGTERM to every worker that registered (they stop together at a step boundary); to the launcher while
+        none has yet (nothing trained, nothing to save)."""
+        del frame
+        self.terminated = True
+        workers = [int(p.read_text()) for p in self.control.glob("pid.*") if p.read_text().strip().isdigit()]
+        for pid in workers or ([self.proc.pid] if self.proc else []):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._forward)
+        try:
+            self.proc = subprocess.Popen(self.command, env={**os.environ, LAUNCH_CONTROL_ENV: str(self.control)})
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C reaches the launcher in our group
+            code = self.proc.wait()
+            return self.exit_code(code)
+        finally:
+            shutil.rmtree(self.control, ignore_errors=True)
+
+    def exit_code(self, code: int) -> int:
+        fatal = sorted(self.control.glob("fatal.*"))
+        if fatal:
+            print(f"launch: a worker failed for good: {fatal[0].read_text().strip()}", file=sys.stderr)
+            return EXIT_FATAL
+        if code < 0:  # the launcher itself was killed by a signal
+            code = 128 - code
+        if self.terminated and code != 0:
+            return EXIT_TERMINATED
+        return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         command = launcher_argv(sys.argv[1:] if argv is None else argv)
+    except RendezvousTimeout as exc:
+        print(f"launch: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except RendezvousError as exc:
         print(f"launch: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     print("launch: " + " ".join(command), file=sys.stderr, flush=True)
-    os.execv(command[0], command)
-    return 0  # pragma: no cover - execv does not return
+    return Supervisor(command).run()
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ from paddle_mlops.config.placement import refuse_run_time_placement
 from paddle_mlops.contracts import (  # noqa: F401 (home_dir re-exported)
     CACHE_OUTPUT,
     EXIT_FAILED,
+    EXIT_FATAL,
     EXIT_OK,
-    EXIT_USER_ERROR,
+    EXIT_TERMINATED,
+    LAUNCH_CONTROL_ENV,
     OUTPUTS_FLAG,
     RERUN_ALL,
     home_dir,
@@ -39,6 +41,10 @@ class StepError(Exception):
 
 class StepFailed(Exception):
     """A failure of the environment (a tool or server that failed): exit code 1, which the workflow retries."""
+
+
+class StepStopped(Exception):
+    """The step stopped on SIGTERM after saving its progress (training's checkpoint): exit code 143, retryable."""
 
 
 @dataclass(frozen=True)
@@ -110,11 +116,13 @@ class Step:
         try:
             result = self.run(config_from_args(args), args, **deps)
         except ConfigError as exc:
-            return _fail(f"[{self.name}] configuration error: {exc}", EXIT_USER_ERROR)
+            return _fail(f"[{self.name}] configuration error: {exc}", EXIT_FATAL)
         except StepError as exc:
-            return _fail(f"[{self.name}] error: {exc}", EXIT_USER_ERROR)
+            return _fail(f"[{self.name}] error: {exc}", EXIT_FATAL)
         except StepFailed as exc:
             return _fail(f"[{self.name}] failed: {exc}", EXIT_FAILED)
+        except StepStopped as exc:
+            return _fail(f"[{self.name}] stopped: {exc}", EXIT_TERMINATED)
         finished = result if isinstance(result, Finished) else Finished(result or {})
         self._write_outputs(args, finished.outputs)
         return finished.exit_code
@@ -130,6 +138,10 @@ class Step:
 
 def _fail(message: str, code: int) -> int:
     print(message, file=sys.stderr)
+    control = os.environ.get(LAUNCH_CONTROL_ENV)
+    if code == EXIT_FATAL and control and Path(control).is_dir():
+        # Under steps.runtime.launch: the launcher's own exit code would hide ours, so leave a mark it reads.
+        (Path(control) / f"fatal.{os.getpid()}").write_text(message, encoding="utf-8")
     return code
 
 

@@ -6,6 +6,7 @@ MLflow 3 UI opens it on runs and metrics, not on the GenAI traces overview."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import warnings
@@ -16,6 +17,9 @@ from typing import Any
 
 from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
+from steps.runtime.runner import StepStopped
+
+log = logging.getLogger("steps.train")
 
 MODEL_INFO = "model-info"  # artifact folder for the exported model's small JSON files
 # The experiment tag the MLflow 3 UI reads to pick its layout (ExperimentKind in mlflow/server/js):
@@ -49,13 +53,18 @@ def start_run(
     data_dir: Path | None = None,
     data_uri: str | None = None,
     provenance: dict[str, Any] | None = None,
+    resume_run_id: str | None = None,
+    resumed_from: int = 0,
 ) -> Iterator[str]:
     """An MLflow run with the configuration and data statistics as parameters and the splits in `data_dir`
     (published at `data_uri`) as dataset inputs; yields its run id. `provenance`: the pretrained weights trained
-    from (name, staged digest, PaddleNLP version), logged as `pretrained.*` params."""
+    from (name, staged digest, PaddleNLP version), logged as `pretrained.*` params. `resume_run_id`: the run a
+    checkpoint was taken in (resumed at step `resumed_from`): continued, not started again, so its metrics go on at
+    the right steps and there is no second run. A run stopped by SIGTERM ends KILLED; the attempt that resumes
+    it sets it RUNNING again."""
     import mlflow
 
-    from steps.runtime import registry, tasks
+    from steps.runtime import registry
 
     uri = registry.tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
@@ -64,21 +73,61 @@ def start_run(
         mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
     tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
             "task_type": cfg.model.task}  # fmt: skip
+    resumed = _resumable(resume_run_id)
     # The context manager ends the run FINISHED, or FAILED when an exception escapes.
-    with mlflow.start_run(run_name=run_name(), tags=tags) as active:
-        params = flatten("model", cfg.model.model_dump()) | flatten(
-            "training", cfg.training.model_dump(exclude={"job"})
-        )
-        params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels", "pretrained")})
-        params["world_size"] = world
-        params |= {
-            k.replace("pretrained_", "pretrained.", 1): v for k, v in (provenance or {}).items() if k != "pretrained"
-        }
-        params["pretrained.name"] = (provenance or {}).get("pretrained")
-        mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
-        if data_dir is not None:
-            log_datasets(data_dir, data_uri or str(data_dir), stats, tasks.for_config(cfg))
-        yield active.info.run_id
+    with (
+        mlflow.start_run(run_id=resumed, tags=tags) if resumed else mlflow.start_run(run_name=run_name(), tags=tags)
+    ) as active:
+        try:
+            if resumed:
+                # The exit handler closes the runs its workflow left RUNNING, by this tag: now this workflow's.
+                mlflow.set_tags({"resumed_from_step": str(resumed_from), "workflow": run_name() or ""})
+            else:
+                _log_inputs(cfg, world, stats, data_dir, data_uri, provenance)
+            yield active.info.run_id
+        except StepStopped:
+            mlflow.end_run("KILLED")
+            raise
+
+
+def _resumable(run_id: str | None) -> str | None:
+    """`run_id` when the tracking server still has it, else None (and a warning: a new run starts)."""
+    if not run_id:
+        return None
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mlflow.MlflowClient().get_run(run_id)
+    except MlflowException:
+        log.warning("MLflow run %s of the checkpoint is gone from the tracking server; starting a new run", run_id)
+        return None
+    return run_id
+
+
+def _log_inputs(
+    cfg: PipelineConfig,
+    world: int,
+    stats: dict[str, Any],
+    data_dir: Path | None,
+    data_uri: str | None,
+    provenance: dict[str, Any] | None,
+) -> None:
+    """A new run's parameters (configuration, data statistics, pretrained provenance) and dataset inputs."""
+    import mlflow
+
+    from steps.runtime import tasks
+
+    params = flatten("model", cfg.model.model_dump()) | flatten("training", cfg.training.model_dump(exclude={"job"}))
+    params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels", "pretrained")})
+    params["world_size"] = world
+    params |= {
+        k.replace("pretrained_", "pretrained.", 1): v for k, v in (provenance or {}).items() if k != "pretrained"
+    }
+    params["pretrained.name"] = (provenance or {}).get("pretrained")
+    mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
+    if data_dir is not None:
+        log_datasets(data_dir, data_uri or str(data_dir), stats, tasks.for_config(cfg))
 
 
 def open_experiment(name: str, uri: str) -> Any:

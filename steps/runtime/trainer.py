@@ -6,66 +6,30 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PRETRAINED_RECORD
-from steps.runtime import data, dygraph, optimization, tasks, train_tracking
-from steps.runtime.checkpoints import Checkpoints, check_layout, rng_state
-from steps.runtime.runner import StepError
+from paddle_mlops.contracts import CHECKPOINTS, PRETRAINED_RECORD
+from steps.runtime import data, dygraph, graceful_stop, optimization, run_id, tasks, train_snapshot, train_tracking
+from steps.runtime.checkpointing import Checkpointer, Resume
+from steps.runtime.checkpoints import check_layout
+from steps.runtime.graceful_stop import StopDecision
+from steps.runtime.runner import StepError, StepFailed, StepStopped
 from steps.runtime.sampler import LengthGroupedBatchSampler
-from steps.runtime.tasks.base import ModelRows
 from steps.runtime.train_progress import LiveProgress
+from steps.runtime.train_state import Setup, TrainState, seed_everything, summary
+from steps.runtime.train_trace import StepTrace
 
 EVAL_BATCH_ROWS = 128
 
 log = logging.getLogger("steps.train")
-
-
-@dataclass
-class Setup:
-    """What a training run works with, built once before the first epoch."""
-
-    train: ModelRows
-    train_targets: list[Any]  # per model row: a label id, or a label id per token
-    dev: list[dict[str, Any]]  # the dev split's rows; empty on ranks other than 0: only rank 0 evaluates
-    sampler: LengthGroupedBatchSampler
-    total_steps: int
-    optimizer: Any
-    scheduler: Any
-    model: Any  # the model, wrapped in paddle.DataParallel when there are several processes
-    amp: str | None
-    scaler: Any
-
-
-@dataclass
-class TrainState:
-    """Where training stands: restored from a checkpoint, advanced by every step, read by the summary."""
-
-    step: int = 0
-    start_epoch: int = 0
-    skip: int = 0  # batches of `start_epoch` already trained before the checkpoint
-    resumed_from: int = 0
-    best: dict[str, Any] = field(default_factory=dict)  # epoch and dev_<metric> of the best epoch so far
-    best_state: dict[str, np.ndarray] | None = None
-    history: list[dict[str, float]] = field(default_factory=list)
-    trained: int = 0  # examples trained over all processes
-    loop_seconds: float = 0.0  # the optimisation loop alone
-
-    def keep_best(self, epoch: int, dev: dict[str, float], model: Any) -> None:
-        self.best = {"epoch": epoch, **{f"dev_{k}": v for k, v in dev.items()}}
-        self.best_state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
-
-    def improves(self, dev: dict[str, float], metric: str) -> bool:
-        return self.best_state is None or dev[metric] > self.best.get(f"dev_{metric}", -1.0)
 
 
 class Trainer:
@@ -79,8 +43,12 @@ class Trainer:
         git_sha: str,
         dump_params: Path | None = None,
         data_uri: str | None = None,
+        checkpoint_root: str | None = None,
+        explicit_run_id: str | None = None,
     ) -> None:
-        """`data_uri`: where `data_dir` was staged from (the workspace data/): the splits' source in MLflow."""
+        """`data_uri`: where `data_dir` was staged from (the workspace data/): the splits' source in MLflow.
+        `checkpoint_root`: where runs keep their checkpoints (`<root>/<task>/<run id>/checkpoints/`; default
+        `<out_dir>/train`); `explicit_run_id`: the `run-id` parameter (empty: the training inputs' digest)."""
         import paddle
         import paddle.distributed as dist
 
@@ -98,7 +66,11 @@ class Trainer:
         self.rank = dist.get_rank()
         self.labels = data.read_label_map(data_dir / "label_map.json")
         self.stats = json.loads((data_dir / "stats.json").read_text()) if (data_dir / "stats.json").is_file() else {}
-        self.checkpoints = Checkpoints(out_dir / "checkpoints")
+        self.run_id = run_id.run_id(explicit_run_id, git_sha, cfg, data_dir, self._layout())
+        root = (checkpoint_root or str(out_dir / "train")).rstrip("/")
+        self.checkpointer = Checkpointer(cfg, f"{root}/{cfg.task}/{self.run_id}/{CHECKPOINTS}", self.rank)
+        self.stop = StopDecision(self.world, self.use_gpu)
+        self.trace = StepTrace(self.rank)
         seed_everything(cfg.training.seed)
         self.tokenizer, self.model = self._build()
 
@@ -181,35 +153,57 @@ class Trainer:
         return {name: float(report[name]) for name in self.task.spec.metrics}
 
     def run(self) -> dict[str, Any]:
+        """Train (resuming from the run's newest complete checkpoint), export the best epoch; the summary.
+        StepStopped when a SIGTERM stopped it after checkpointing."""
+        graceful_stop.REQUEST.arm()  # after the imports that replaced it: a SIGTERM from here on stops at a step
+        resume = self._fetch_resume()
         if self.rank != 0:
-            return self._train(None)
+            return self._train(None, resume)
+        mlflow_run = resume.meta.get("mlflow_run_id") if resume else None
         with train_tracking.start_run(
-            self.cfg, self.git_sha, self.world, self.stats, self.data_dir, self.data_uri, self.provenance
-        ) as run_id:
-            return self._train(run_id)
+            self.cfg, self.git_sha, self.world, self.stats, self.data_dir, self.data_uri, self.provenance,
+            resume_run_id=mlflow_run, resumed_from=resume.step if resume else 0,
+        ) as tracked:  # fmt: skip
+            return self._train(tracked, resume)
 
-    def _train(self, run_id: str | None) -> dict[str, Any]:
+    def _fetch_resume(self) -> Resume | None:
+        """Every rank loads the same checkpoint, or none: a rank on another step would wait in a collective forever."""
+        import paddle
+        import paddle.distributed as dist
+
+        resume = self.checkpointer.fetch()
+        step = resume.step if resume else 0
+        if self.world > 1:
+            low, high = paddle.to_tensor([-step], dtype="int64"), paddle.to_tensor([step], dtype="int64")
+            dist.all_reduce(low, op=dist.ReduceOp.MAX)
+            dist.all_reduce(high, op=dist.ReduceOp.MAX)
+            if -int(low.item()) != int(high.item()):
+                raise StepFailed(f"the ranks found different checkpoints in {self.checkpointer.uri} "
+                                 f"(steps {-int(low.item())}..{int(high.item())}); retry")  # fmt: skip
+        if resume is not None:
+            check_layout(f"{self.checkpointer.uri}/{resume.step}", resume.meta.get("layout"), self._layout())
+        return resume
+
+    def _train(self, run_id: str | None, resume: Resume | None) -> dict[str, Any]:
         import paddle
 
         # Optimizer accumulators are named when first used; a fresh name scope makes the names in a
         # checkpoint match however many optimizers this process created before (tests, notebooks).
         with paddle.utils.unique_name.guard(), dygraph.dense_kernels_on_cpu(self.use_gpu):
-            return self._train_loop(run_id)
+            return self._train_loop(run_id, resume)
 
-    def _train_loop(self, run_id: str | None) -> dict[str, Any]:
+    def _train_loop(self, run_id: str | None, resume: Resume | None) -> dict[str, Any]:
         setup = self._setup()
-        state = self._resume(setup.optimizer)
+        state = self._resume(setup, resume)
         tcfg = self.cfg.training
         live = LiveProgress(self.rank == 0, setup.total_steps, state.step, self.world, tcfg.metrics_port,
                             self.use_gpu, self.out_dir / "metrics-port")  # fmt: skip
         started, cpu_started = time.time(), time.process_time()
-        with live:
-            for epoch in range(state.start_epoch, tcfg.epochs):
-                if state.step >= setup.total_steps:
-                    break
-                record = self._train_epoch(setup, state, epoch, live)
-                if self.rank == 0:
-                    self._score_epoch(setup, state, epoch, record, run_id)
+        try:
+            with live:
+                self._epochs(setup, state, live, run_id)
+        finally:
+            live.stop()
         if self.dump_params and self.rank == 0:
             # the final (not best-on-dev) parameters, for comparing runs parameter by parameter
             np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
@@ -217,11 +211,25 @@ class Trainer:
             # resumed from a checkpoint taken at the very last step: nothing left to train, evaluate it
             dev = self.evaluate(self.model, setup.dev)
             state.keep_best(state.start_epoch + 1, dev, self.model)
-        summary = _summary(self.world, state, started, cpu_started)
-        live.stop()
+        result = summary(self.world, state, started, cpu_started)
         if self.rank == 0:
-            self._finish(run_id, state, summary)
-        return {**summary, **state.best}
+            self._finish(run_id, state, result)
+        return {**result, **state.best, "run_id": self.run_id}
+
+    def _epochs(self, setup: Setup, state: TrainState, live: LiveProgress, run_id: str | None) -> None:
+        last = self.cfg.training.epochs - 1
+        for epoch in range(state.start_epoch, self.cfg.training.epochs):
+            # A run resumed at its last step still scores the epoch it stopped in, as the uninterrupted run did.
+            if state.step >= setup.total_steps and not (epoch == state.start_epoch and state.skip):
+                break
+            record = self._train_epoch(setup, state, epoch, live, run_id)
+            if self.rank == 0:
+                self._score_epoch(setup, state, epoch, record, run_id)
+            final = epoch == last or state.step >= setup.total_steps
+            # After the dev evaluation, so the checkpoint holds this epoch's best; it resumes at the next epoch.
+            capture = partial(self._snapshot, setup, state, epoch + 1, 0, run_id)
+            self.checkpointer.at_epoch_end(state.step, final, capture)
+        self.checkpointer.wait()
 
     def _setup(self) -> Setup:
         import paddle
@@ -251,27 +259,39 @@ class Trainer:
         return Setup(train, train_targets, dev, sampler, total_steps, optimizer, scheduler, model,
                      amp, scaler)  # fmt: skip
 
-    def _resume(self, optimizer: Any) -> TrainState:
-        """A fresh state, or the newest complete checkpoint's (model and optimizer restored in place)."""
-        import paddle
-
-        tcfg = self.cfg.training
-        latest = self.checkpoints.latest() if tcfg.checkpoint_every else None
-        if latest is None:
+    def _resume(self, setup: Setup, resume: Resume | None) -> TrainState:
+        """A fresh state, or the checkpoint's: parameters, optimizer and LR schedule, loss scaler, the generators'
+        states and the data position restored, so the run continues exactly where the checkpoint was taken."""
+        if resume is None:
+            log.info("run %s: no checkpoint in %s, training from the start", self.run_id, self.checkpointer.uri)
             return TrainState()
-        saved, meta = Checkpoints.load(latest)
-        check_layout(latest, meta.get("layout"), self._layout())
-        self.model.set_state_dict(saved["model"])
-        optimizer.set_state_dict(saved["optimizer"])
-        step = meta["step"]
-        random.setstate(rng_state(meta["python_rng"]))
-        paddle.seed(tcfg.seed + step)  # dropout stream restarts deterministically from the step
+        train_snapshot.restore(resume.arrays, self.model, setup.optimizer, setup.scaler, resume.meta)
+        train_snapshot.set_rng_states(resume.rng, self.use_gpu)
+        state = TrainState.resumed(resume.meta, resume.arrays.get("best"))
+        self.checkpointer.restart_clock(state.step)
         if self.rank == 0:
-            log.info("resuming from checkpoint step %d (%s)", step, latest)
-        return TrainState(step=step, start_epoch=meta["epoch"], skip=meta["batches_done"], resumed_from=step,
-                          best=meta["best"], best_state=saved.get("best"))  # fmt: skip
+            log.info("resuming from checkpoint step %d (%s/%d)", state.step, self.checkpointer.uri, state.step)
+        return state
 
-    def _train_epoch(self, setup: Setup, state: TrainState, epoch: int, live: LiveProgress) -> dict[str, float]:
+    def _snapshot(self, setup: Setup, state: TrainState, epoch: int, batches_done: int, run_id: str | None) -> Any:
+        """Rank 0: the state after this step, copied off the training tensors (training goes on meanwhile)."""
+        meta = {**state.position(epoch, batches_done), "layout": self._layout(), "run_id": self.run_id,
+                "mlflow_run_id": run_id, "git_sha": self.git_sha}  # fmt: skip
+        return train_snapshot.capture(state.step, self.model, setup.optimizer, setup.scaler, state.best_state, meta,
+                                      self.use_gpu)  # fmt: skip
+
+    def _after_step(self, setup: Setup, state: TrainState, epoch: int, done: int, run_id: str | None) -> None:
+        """At a step boundary: stop if any rank was signalled (after a final checkpoint), else checkpoint if due."""
+        capture = partial(self._snapshot, setup, state, epoch, done, run_id)
+        if self.stop.after_step(state.step):
+            self.checkpointer.final(state.step, capture)
+            self.stop.barrier()
+            raise StepStopped(f"SIGTERM: stopped after step {state.step}, checkpoint in {self.checkpointer.uri}")
+        self.checkpointer.after_step(state.step, capture)
+
+    def _train_epoch(
+        self, setup: Setup, state: TrainState, epoch: int, live: LiveProgress, run_id: str | None
+    ) -> dict[str, float]:
         """One epoch, or what a resumed one has left; its train loss and throughput (empty when it trained nothing)."""
         import paddle
 
@@ -286,20 +306,21 @@ class Trainer:
         for position, indices in enumerate(setup.sampler):
             if epoch == state.start_epoch and position < state.skip:
                 continue
+            if state.step >= setup.total_steps:
+                break
             wait_started = time.perf_counter()
             micro = optimization.split(indices, tcfg.grad_accumulation)
             batches = [(part, self._batch(setup, part)) for part in micro]
             loader_wait = time.perf_counter() - wait_started
             loss = optimization.step_gradients(setup.model, batches, len(indices), setup.amp, setup.scaler)
+            self.trace.record(state.step + 1, epoch, setup.optimizer.get_lr(), setup.train, indices)
             optimization.apply_step(setup.optimizer, setup.scheduler, setup.scaler)
             losses.append(loss)
             seen += len(indices)
             state.step += 1
             live.step(state.step, epoch + 1, loss, len(indices), wait=loader_wait)
-            if tcfg.checkpoint_every and state.step % tcfg.checkpoint_every == 0 and self.rank == 0:
-                self._checkpoint(state, epoch, position + 1, setup.optimizer)
-            if state.step >= setup.total_steps:
-                break
+            # Checkpoint capture counts as training time: the benchmarks measure what checkpoints cost.
+            self._after_step(setup, state, epoch, position + 1, run_id)
         elapsed = time.time() - t0
         state.loop_seconds += elapsed
         state.trained += seen * self.world
@@ -331,16 +352,7 @@ class Trainer:
         return {"world_size": self.world, "batch_size": tcfg.batch_size,
                 "grad_accumulation": tcfg.grad_accumulation, "seed": tcfg.seed}  # fmt: skip
 
-    def _checkpoint(self, state: TrainState, epoch: int, batches_done: int, optimizer: Any) -> None:
-        saved: dict[str, Any] = {"model": self.model.state_dict(), "optimizer": optimizer.state_dict()}
-        if state.best_state is not None:
-            saved["best"] = state.best_state
-        meta = {"step": state.step, "epoch": epoch, "batches_done": batches_done, "best": state.best,
-                "python_rng": random.getstate(), "layout": self._layout()}  # fmt: skip
-        path = self.checkpoints.save(state.step, saved, meta)
-        log.info("checkpoint saved: %s", path)
-
-    def _finish(self, run_id: str | None, state: TrainState, summary: dict[str, Any]) -> None:
+    def _finish(self, run_id: str | None, state: TrainState, result: dict[str, Any]) -> None:
         """Export the best-on-dev parameters with `training.json`, and record them in MLflow."""
         best = state.best
         self.model.set_state_dict(state.best_state)
@@ -350,33 +362,10 @@ class Trainer:
         self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir, self.provenance)
         dev = {k: v for k, v in best.items() if k.startswith("dev_")}
         training = {"mlflow_run_id": run_id, "task": self.cfg.task, "task_type": self.cfg.model.task,
-                    "best_epoch": best["epoch"], **dev, "git_sha": self.git_sha, **summary}  # fmt: skip
+                    "best_epoch": best["epoch"], **dev, "git_sha": self.git_sha, "run_id": self.run_id,
+                    **result}  # fmt: skip
         (model_dir / "training.json").write_text(json.dumps(training, indent=2))
         metric = f"dev_{self.cfg.gate.metric}"
         log.info("best %s %.4f at epoch %d; model exported to %s", metric, best[metric], best["epoch"], model_dir)
         if run_id:
             train_tracking.log_best(best, model_dir, self.data_dir, state.history, self.out_dir)
-
-
-def _summary(world: int, state: TrainState, started: float, cpu_started: float) -> dict[str, Any]:
-    """The run's step counts and timings, for `training.json` and the caller."""
-    return {
-        "world_size": world,
-        "global_steps": state.step,
-        # steps this run executed: global_steps - resumed_from_step
-        "steps_run": state.step - state.resumed_from,
-        "resumed_from_step": state.resumed_from,
-        "train_seconds": round(time.time() - started, 2),
-        # CPU seconds of this process: wall time is meaningless on a shared, oversubscribed machine
-        "train_cpu_seconds": round(time.process_time() - cpu_started, 2),
-        # the optimisation loop alone (no dev evaluation, export or MLflow): benchmarks compare this
-        "train_samples_per_second": round(state.trained / max(state.loop_seconds, 1e-9), 2),
-    }
-
-
-def seed_everything(seed: int) -> None:
-    import paddle
-
-    random.seed(seed)
-    np.random.seed(seed)
-    paddle.seed(seed)

@@ -39,6 +39,7 @@ class Backend(Protocol):
     def read(self, key: str) -> bytes | None: ...
     def read_tagged(self, key: str) -> tuple[bytes, str] | None: ...
     def children(self, prefix: str) -> list[str]: ...
+    def delete_prefix(self, prefix: str) -> None: ...
 
 
 class LocalBackend:
@@ -110,6 +111,10 @@ class LocalBackend:
         """The names one level below `prefix` (a listing of "folders"), sorted."""
         path = self._path(prefix)
         return sorted(p.name for p in path.iterdir() if not p.name.startswith(".")) if path.is_dir() else []
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Everything under `prefix` (a "folder"), gone; nothing there is no error."""
+        shutil.rmtree(self._path(prefix), ignore_errors=True)
 
 
 def _error_code(exc: ClientError) -> str | None:
@@ -209,6 +214,14 @@ class S3Backend:
             names.update(p["Prefix"][len(base) :].rstrip("/") for p in page.get("CommonPrefixes", []))
             names.update(o["Key"][len(base) :] for o in page.get("Contents", []))
         return sorted(n for n in names if n)
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Every object under `prefix/`, deleted 1000 at a time (DeleteObjects' limit); nothing there is no error."""
+        base = "/".join(p for p in (self.prefix, prefix.strip("/")) if p) + "/"
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True})
 
 
 def resolve_root(store_uri: str) -> str:
