@@ -185,7 +185,8 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
     }
     templates = {**templates, **release}
     assert set(declared["validate"]) == {
-        "verdict", "reason", "model-uri", "manifest-digest", "metrics", "run-id", "image-digest", "git-sha"
+        "verdict", "reason", "model-uri", "manifest-digest", "metrics", "run-id", "image-digest", "git-sha",
+        "registered-version",
     }  # fmt: skip
     assert set(declared["register"]) == {"model-version"}
     assert set(declared["rollout"]) == {"serving-url", "outcome"}
