@@ -31,9 +31,9 @@ from steps.runtime.runner import StepError
 log = logging.getLogger("steps.train_cache")
 MODEL = "model"
 # The training settings that change the trained parameters. Left out: where and how the job runs (placement,
-# backend, cluster resources but its world size, the metrics port), and checkpoint settings (a resumed run ends
-# with the parameters of an uninterrupted one).
-UNUSED_TRAINING = ("job", "placement", "backend", "metrics_port", "nproc", "checkpoint_every", "checkpoint")
+# backend, cluster resources but its world size, the metrics port), checkpoint settings (a resumed run ends with
+# the parameters of an uninterrupted one), and the length of a new training image's canary run.
+UNUSED_TRAINING = ("job", "placement", "backend", "metrics_port", "nproc", "checkpoint", "canary_steps")
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
