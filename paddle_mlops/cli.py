@@ -72,6 +72,18 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     group.add_argument(
         "--from", dest="start_from", metavar="STEP", help="rerun from this step on, reusing earlier ones"
     )
+    run.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compute every step, reusing nothing from the step cache (the results are still recorded in it)",
+    )
+    run.add_argument(
+        "--rerun",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="compute STEP even when the step cache holds its outputs (repeatable); docs/caching.md",
+    )
     run.add_argument("--git-sha", default=None, help="commit recorded on the run (default: git rev-parse HEAD)")
     run.add_argument(
         "--library-warnings",
@@ -180,6 +192,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         library_warnings=args.library_warnings,
         task=cfg.task,
         parameters=params,
+        no_cache=args.no_cache,
+        rerun=args.rerun,
     )
     code, _ = LocalExecutor(cfg, doc, opts, console, results=results, follow=follow).run()
     return code

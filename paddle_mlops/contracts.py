@@ -148,6 +148,31 @@ DEFAULT_HOME = ".paddle-mlops"
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 
 
+# The name of the run a step belongs to: the local executor sets RUN_ENV, Argo sets ARGO_WORKFLOW_ENV in every pod.
+RUN_ENV = "PADDLE_MLOPS_RUN"
+ARGO_WORKFLOW_ENV = "ARGO_WORKFLOW_NAME"
+
+
+def workflow_run_name() -> str:
+    """This step's run: `$PADDLE_MLOPS_RUN`, else `$ARGO_WORKFLOW_NAME`, else empty."""
+    return os.environ.get(RUN_ENV) or os.environ.get(ARGO_WORKFLOW_ENV) or ""
+
+
+# The step cache (steps/runtime/step_cache.py): the output parameter every cacheable step reports its use of the
+# cache in, the `rerun` value that computes every step, and the task that looks training up in the cache before
+# the training job would start (its name is the train task's plus this suffix).
+CACHE_OUTPUT = "cache"
+RERUN_ALL = "all"
+CACHE_LOOKUP_SUFFIX = "-cache"
+# The step cache's folder beside the workspace root (<workdir>/step-cache locally), and where train-cache leaves the
+# train step's key for the training job (in the workspace).
+STEP_CACHE_DIR = "step-cache"
+# The workflow parameters that carry the step cache root and the steps to rerun to every cacheable step.
+STEP_CACHE_PARAMETER = "step-cache"
+RERUN_PARAMETER = "rerun"
+TRAIN_KEY_FILE = "cache/train-key.json"
+
+
 def home_dir() -> Path:
     """Where embedded defaults live locally: `$PADDLE_MLOPS_HOME`, else `./.paddle-mlops` (absolute)."""
     return Path(os.environ.get(HOME_ENV, DEFAULT_HOME)).resolve()
@@ -157,6 +182,20 @@ def tracking_uri(configured: str | None = None, home: Path | None = None) -> str
     """`$MLFLOW_TRACKING_URI`, else `configured` (`mlflow.tracking_uri`), else SQLite `mlflow.db` in
     `home` (default `home_dir()`). Creates nothing; an empty string counts as unset."""
     return os.environ.get(TRACKING_URI_ENV) or configured or f"sqlite:///{(home or home_dir()) / 'mlflow.db'}"
+
+
+# MLflow's client-side SQLite store puts a new experiment's artifacts under `./mlruns` of whatever directory the
+# process runs in (mlflow/store/tracking/__init__.py DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH): a run from the checkout
+# would write there, outside the workdir. Experiments we create keep them beside the database instead.
+ARTIFACTS_DIR = "mlruns"
+
+
+def artifact_root(uri: str) -> Path | None:
+    """Where the experiments of a local SQLite tracking store keep their artifacts (`<db folder>/mlruns`); None for
+    a tracking server, whose own artifact root (`mlflow server --artifacts-destination`) decides."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///") :]).resolve().parent / ARTIFACTS_DIR
 
 
 # The MLflow 3 UI lays an experiment out by its `workflowType`: the URL parameter, else the browser's last

@@ -56,13 +56,14 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
 def _branch(cfg: PipelineConfig) -> DAG:
     """`finetune-task`: one task's chain, on the branch-scoped step templates."""
     prepare_data = templates.prepare_data(cfg, BRANCH)
+    train_cache = templates.train_cache(cfg, BRANCH)
     train = templates.train(cfg, BRANCH)
     evaluate = templates.evaluate(cfg, BRANCH)
     upload = templates.upload(cfg, BRANCH)
     with DAG(name=BRANCH_TEMPLATE, inputs=[Parameter(name=name) for name in BRANCH_INPUTS]) as branch:
         given = {name: f"{{{{inputs.parameters.{name}}}}}" for name in BRANCH_INPUTS}
         task = {name: given[name] for name in ("git-sha", *BRANCH.inputs)}
-        steps = (prepare_data, train, evaluate, upload)
+        steps = (prepare_data, train_cache, train, evaluate, upload)
         templates.chain(steps, task, given["image-digest"], given["serve-image-digest"])
     return branch
 

@@ -16,7 +16,7 @@ from typing import Any
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF, image_repository
+from paddle_mlops.contracts import PART_OF, STEP_CACHE_PARAMETER, image_repository
 from pipelines import k8s
 from pipelines.platform.network import TRAIN_POD_LABELS
 from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
@@ -87,6 +87,9 @@ def train_script_args(scope: RunScope = WORKFLOW) -> list[str]:
         "--workspace", scope.workspace,
         "--checkpoint-root", CHECKPOINT_ROOT,
         "--run-id", RUN_ID,
+        # the model is recorded in the step cache under the key train-cache computed (docs/caching.md)
+        "--step-cache", f"{{{{workflow.parameters.{STEP_CACHE_PARAMETER}}}}}",
+        "--train-key", "{{inputs.parameters.train-key}}",
     ]  # fmt: skip
 
 

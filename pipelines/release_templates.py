@@ -23,6 +23,7 @@ VALIDATE_OUTPUTS = (
     "run-id",
     "image-digest",
     "git-sha",
+    "registered-version",
 )
 
 

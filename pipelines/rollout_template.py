@@ -27,6 +27,8 @@ RESULTS = {
     "verdict": ("validate", "verdict"),
     "validation": ("validate", "reason"),
     "model_version": ("register", "model-version"),
+    # a duplicate (a model published before, e.g. by a run whose steps were all reused) was registered before
+    "registered_version": ("validate", "registered-version"),
     "serving_url": ("rollout", "serving-url"),
     "rollout": ("rollout", "outcome"),
 }

@@ -23,7 +23,17 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.loader import known_tasks
-from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG, PART_OF, image_repository
+from paddle_mlops.contracts import (
+    CACHE_LOOKUP_SUFFIX,
+    CACHE_OUTPUT,
+    OUTPUTS_DIR,
+    OUTPUTS_FLAG,
+    PART_OF,
+    RERUN_ALL,
+    RERUN_PARAMETER,
+    STEP_CACHE_PARAMETER,
+    image_repository,
+)
 from pipelines import k8s, prepull, trainjob
 from pipelines.observability import argo_template_metrics
 from pipelines.paddlejob import TASK_LABEL, WORKFLOW_LABEL, TrainingJobSpec, build_paddlejob
@@ -50,6 +60,15 @@ def common_args(git_sha: str, scope: RunScope = WORKFLOW) -> list[str]:
     ]  # fmt: skip
 
 
+# The step cache (docs/caching.md): where cacheable steps reuse and record outputs, and which steps compute anyway.
+CACHE_ARGS = [
+    "--step-cache",
+    f"{{{{workflow.parameters.{STEP_CACHE_PARAMETER}}}}}",
+    "--rerun",
+    f"{{{{workflow.parameters.{RERUN_PARAMETER}}}}}",
+]
+
+
 # Secret holding the image-signing key (`cosign generate-key-pair`); the public half is in
 # argo/policies.yaml for Kyverno.
 COSIGN_SECRET = "cosign-signing-key"
@@ -70,13 +89,17 @@ def step_container(
     resources: Resources = k8s.TOOLS_RESOURCES,
     commit_input: bool = True,
     scope: RunScope = WORKFLOW,
+    cacheable: bool = False,
     **extra: Any,
 ) -> Container:
     """A restricted container running one step module from the tools image; with `commit_input` it
     takes the built commit as its `git-sha` input, else it reads the submitted parameter. `scope` says
-    where it reads the task, its overrides and the workspace (run_scope.py)."""
+    where it reads the task, its overrides and the workspace (run_scope.py). A `cacheable` step
+    (steps/runtime/reuse.py) gets the step cache and what to rerun, and reports its use of the cache."""
     git_sha = COMMIT if commit_input else SUBMITTED_GIT_SHA
     inputs = [*(["git-sha"] if commit_input else []), *scope.inputs, *inputs]
+    if cacheable:
+        args, outputs = [*args, *CACHE_ARGS], [*outputs, CACHE_OUTPUT]
     return Container(
         name=name,
         image=extra.pop("image", cfg.images.tools),
@@ -157,7 +180,22 @@ def build_image(cfg: PipelineConfig) -> Container:
 
 def prepare_data(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
     return step_container(
-        cfg, "prepare-data", "prepare_data", args=["--output", f"{scope.workspace}/data"], scope=scope
+        cfg, "prepare-data", "prepare_data", args=["--output", f"{scope.workspace}/data"], scope=scope, cacheable=True
+    )
+
+
+def train_cache(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
+    """Look the training run up by its content key before any training job exists (steps/train_cache.py): on a hit
+    the cached model is in the workspace and `reused` is true, so the DAG skips `train` and no GPU is queued for."""
+    return step_container(
+        cfg,
+        f"train{CACHE_LOOKUP_SUFFIX}",
+        "train_cache",
+        args=["--workspace", scope.workspace, "--image-digest", "{{inputs.parameters.image-digest}}"],
+        inputs=["image-digest"],
+        outputs=["reused", "key"],
+        scope=scope,
+        cacheable=True,
     )
 
 
@@ -189,7 +227,13 @@ class TrainResource(Resource):
         name = kwargs.get("name", self.name)
         # The exit hook runs once the task (with its retries) has ended, also after `argo stop` and
         # past the workflow deadline; `tasks.<name>.status` is set for it (workflow/controller/dag.go).
-        hook = m.LifecycleHook(template=DELETE_TRAIN_JOBS, expression=f'tasks["{name}"].status != "Succeeded"')
+        # A task skipped by its `when` (training reused from the step cache) created no job: argo-workflows v4.1.2
+        # workflow/controller/dag.go runs the exit hook of every completed node, Skipped ones included, so the
+        # expression leaves them out.
+        hook = m.LifecycleHook(
+            template=DELETE_TRAIN_JOBS,
+            expression=f'tasks["{name}"].status != "Succeeded" && tasks["{name}"].status != "Skipped"',
+        )
         if any(p.name == "task" for p in self.inputs or []):
             # A finetune-batch branch deletes only its own task's jobs. The hook's arguments resolve in the scope of
             # the DAG the task is in, which holds that DAG's inputs (argo-workflows v4.1.2 workflow/controller/dag.go
@@ -219,7 +263,7 @@ def train(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Resource:
         manifest=yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True),
         success_condition=job.success_condition,
         failure_condition=job.failure_condition,
-        inputs=[Parameter(name=name) for name in ("image-digest", "git-sha", *scope.inputs)],
+        inputs=[Parameter(name=name) for name in ("image-digest", "git-sha", "train-key", *scope.inputs)],
         timeout=f"{deadline}s",
         active_deadline_seconds=deadline,
         retry_strategy=k8s.resource_retry_strategy(cfg),
@@ -304,6 +348,7 @@ def evaluate(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
         args=["--workspace", scope.workspace],
         outputs=["gate-passed", "mlflow-run-id", "metrics"],
         scope=scope,
+        cacheable=True,
     )
 
 
@@ -323,16 +368,22 @@ def upload(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
         ],  # fmt: skip
         inputs=["mlflow-run-id", "serve-image-digest"],
         outputs=["model-uri", "manifest-digest"],
+        cacheable=True,
     )
 
 
 def chain(steps: Sequence[Any], given: dict[str, Any], image_digest: Any, serve_image_digest: Any) -> list[Any]:
-    """prepare-data → train → evaluate → upload (only when the gate passed), inside the DAG being built: the chain
-    train-deploy runs once and finetune-batch once per task. `steps` are the four templates; `given` the arguments
-    every step takes (the built commit, and a branch's task and overrides)."""
-    prepare_data, train_job, evaluate_model, upload_model = steps
+    """prepare-data → train-cache → train (unless the cache held it) → evaluate → upload (only when the gate passed),
+    inside the DAG being built: the chain train-deploy runs once and finetune-batch once per task. `steps` are the five
+    templates; `given` the arguments every step takes (the built commit, and a branch's task and overrides)."""
+    prepare_data, find_trained, train_job, evaluate_model, upload_model = steps
     t_data = prepare_data(name="prepare-data", arguments=given)
-    t_train = train_job(name="train", arguments={**given, "image-digest": image_digest})
+    t_cache = find_trained(name=f"train{CACHE_LOOKUP_SUFFIX}", arguments={**given, "image-digest": image_digest})
+    t_train = train_job(
+        name="train",
+        when=f"{t_cache.get_parameter('reused')} == false",
+        arguments={**given, "image-digest": image_digest, "train-key": t_cache.get_parameter("key")},
+    )
     t_eval = evaluate_model(name="evaluate", arguments=given)
     t_upload = upload_model(
         name="upload",
@@ -344,8 +395,8 @@ def chain(steps: Sequence[Any], given: dict[str, Any], image_digest: Any, serve_
             "serve-image-digest": serve_image_digest,
         },
     )
-    t_data >> t_train >> t_eval >> t_upload
-    return [t_data, t_train, t_eval, t_upload]
+    t_data >> t_cache >> t_train >> t_eval >> t_upload
+    return [t_data, t_cache, t_train, t_eval, t_upload]
 
 
 def batch_summary(cfg: PipelineConfig) -> Container:
@@ -408,6 +459,18 @@ def run_parameters(cfg: PipelineConfig) -> list[Parameter]:
         ),
         Parameter(name="overrides", value="[]", description='JSON list of "a.b=c" config overrides'),
         Parameter(name="workspace", value=cfg.storage.workspace, description="per-run area; the run name is appended"),
+        Parameter(
+            name=STEP_CACHE_PARAMETER,
+            value=cfg.storage.step_cache_uri(),
+            description="step cache: outputs kept by content key and reused by any run with the same key "
+            "(docs/caching.md); empty: no reuse",
+        ),
+        Parameter(
+            name=RERUN_PARAMETER,
+            value="",
+            description=f"steps to compute even when the cache holds their outputs: '{RERUN_ALL}', or names separated "
+            "by commas",
+        ),
     ]
 
 

@@ -1,11 +1,11 @@
 """WorkflowTemplate `train-deploy`: from a commit to a published model, one DAG.
 
-build-image → prepare-data → train → evaluate → upload (when the gate passed), with an exit handler that
-closes the MLflow run. Publishing is the hand-over: the new `manifest.json` is the bucket notification that
-starts the `rollout` workflow (validate → register → rollout, pipelines/rollout_template.py), the same path
-a model published from anywhere else takes, so a model is registered and rolled out once, by one path.
-The local executor reads this same DAG (`build(cfg).to_dict()`, ordered by
-`paddle_mlops.local.dag.load_workflow`) and delivers the notification to the rollout itself.
+build-image → prepare-data → train-cache → train (unless the step cache held it) → evaluate → upload (when the
+gate passed), with an exit handler that closes the MLflow run. Publishing is the hand-over: the new
+`manifest.json` is the bucket notification that starts the `rollout` workflow (validate → register → rollout,
+pipelines/rollout_template.py), the same path a model published from anywhere else takes, so a model is
+registered and rolled out once, by one path. The local executor reads this same DAG (`build(cfg).to_dict()`,
+ordered by `paddle_mlops.local.dag.load_workflow`) and delivers the notification to the rollout itself.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
     with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
         build_image = templates.build_image(cfg)
         prepare_data = templates.prepare_data(cfg)
+        train_cache = templates.train_cache(cfg)
         train = templates.train(cfg)
         warm = cfg.training.backend == "trainjob"
         if warm:
@@ -94,10 +95,10 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             t_build = build_image(name="build-image")
             # Every later task records the commit build-image built, never the submitted value.
             commit = {"git-sha": t_build.get_parameter("git-sha")}
-            steps = (prepare_data, train, evaluate, upload)
+            steps = (prepare_data, train_cache, train, evaluate, upload)
             built = (t_build.get_parameter("image-digest"), t_build.get_parameter("serve-image-digest"))
-            t_data, t_train, t_eval, t_upload = templates.chain(steps, commit, *built)
-            tasks = [t_build, t_data, t_train, t_eval, t_upload]
+            t_data, t_cache, t_train, t_eval, t_upload = templates.chain(steps, commit, *built)
+            tasks = [t_build, t_data, t_cache, t_train, t_eval, t_upload]
             t_build >> t_data
             if warm:
                 digest = {"image-digest": t_build.get_parameter("image-digest")}
@@ -109,8 +110,9 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                 t_allowed >> t_warm
                 release_prepull(
                     name="release-prepull",
-                    depends=f"train.Succeeded || train.Failed || train.Errored || train.Omitted || prepull-image.Failed"
-                    f" || {training_canary.PREPULL}.Failed",
+                    # train.Skipped: the step cache held the model, so no training job ever started
+                    depends="train.Succeeded || train.Failed || train.Errored || train.Omitted || train.Skipped "
+                    f"|| prepull-image.Failed || {training_canary.PREPULL}.Failed",
                 )
         by_name = {task.name: task for task in tasks}
         for task, output in RESULTS.values():

@@ -87,6 +87,8 @@ def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
     manifest["metadata"]["name"] = "{{workflow.name}}-train-canary"
     manifest["metadata"]["labels"][COMPONENT_LABEL] = TRAIN
     trainer = manifest["spec"]["trainer"]
+    # A canary's few steps are nobody's model: never recorded in the step cache under the run's training key.
+    trainer["command"] = _without(trainer["command"], RUN_ONLY_FLAGS)
     at = trainer["command"].index("--workspace") + 1
     run_area = trainer["command"][at]
     trainer["command"][at : at + 1] = [
@@ -122,3 +124,21 @@ def train_canary(cfg: PipelineConfig) -> Resource:
         retry_strategy=k8s.resource_retry_strategy(cfg),
         metrics=m.Metrics.model_validate(argo_template_metrics(TRAIN)),
     )
+
+
+# The train step's flags that tie it to the run's own training (its step cache entry), which a canary must not touch.
+RUN_ONLY_FLAGS = ("--step-cache", "--train-key")
+
+
+def _without(command: list[str], flags: tuple[str, ...]) -> list[str]:
+    """`command` without each of `flags` and the value after it."""
+    out: list[str] = []
+    skip = False
+    for part in command:
+        if skip:
+            skip = False
+        elif part in flags:
+            skip = True
+        else:
+            out.append(part)
+    return out

@@ -37,6 +37,8 @@ LOCAL_DIGEST = "local"
 # shorter is looked up as a ref name and the build fails late), and a branch name never is one.
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 REVISION_LABEL = "org.opencontainers.image.revision"
+# The images' created time and every file time in them (0: the Unix epoch): fixed, so the digest is the inputs'.
+SOURCE_DATE_EPOCH = 0
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,25 +120,31 @@ def build_args(
         f"context={git_repo}#{git_sha}",
         "--opt",
         f"filename={dockerfile}",
-        # The commit inside the image, beside the tag: a tag can be moved, the label travels with it.
+        # Reproducible (moby/buildkit docs/build-repro.md): a fixed SOURCE_DATE_EPOCH is the image's created time
+        # and, with rewrite-timestamp, every file's time in its layers. No commit goes into the image itself (the
+        # tag names it, the signature records it): a commit that changes nothing the Dockerfile copies builds the
+        # same digest, and the step cache reuses what was trained on it (docs/caching.md).
         "--opt",
-        f"label:{REVISION_LABEL}={git_sha}",
+        f"build-arg:SOURCE_DATE_EPOCH={SOURCE_DATE_EPOCH}",
         "--output",
-        f"type=image,name={image}:{git_sha},push=true",
+        f"type=image,name={image}:{git_sha},push=true,rewrite-timestamp=true",
         "--metadata-file",
         str(metadata),
     ]
 
 
-def sign_command(image_ref: str) -> list[str] | None:
-    """Keyed cosign signing of `image@digest` when a signing key is provided; None when it is not."""
+def sign_command(image_ref: str, commit: str | None = None) -> list[str] | None:
+    """Keyed cosign signing of `image@digest` when a signing key is provided; None when it is not. The signature
+    carries the `commit` built (an image built again from a later commit with the same inputs gets one more)."""
     if not os.environ.get("COSIGN_PRIVATE_KEY"):
         return None
     cosign = shutil.which("cosign")
     if cosign is None:
         raise StepError("COSIGN_PRIVATE_KEY is set but cosign is not on PATH; run the step in the tools image")
     # --yes: no interactive prompt; --tlog-upload=false: an air-gapped cluster has no Rekor.
-    return [cosign, "sign", "--yes", "--tlog-upload=false", "--key", "env://COSIGN_PRIVATE_KEY", image_ref]
+    annotations = ["-a", f"{REVISION_LABEL}={commit}"] if commit else []
+    return [cosign, "sign", "--yes", "--tlog-upload=false", "--key", "env://COSIGN_PRIVATE_KEY", *annotations,
+            image_ref]  # fmt: skip
 
 
 def read_digest(metadata: Path) -> str:
@@ -160,7 +168,7 @@ def build_and_sign(buildctl: list[str], git_repo: str, commit: str, dockerfile: 
         raise StepFailed(f"buildctl failed for {image} with exit code {result.returncode}; see the build log above")
     digest = read_digest(metadata)
     reference = f"{image}@{digest}"
-    sign = sign_command(reference)
+    sign = sign_command(reference, commit)
     if sign is None:
         runner.log.warning("%s is not signed (no COSIGN_PRIVATE_KEY); admission policies will refuse it", reference)
     elif subprocess.run(sign, check=False).returncode != 0:

@@ -32,8 +32,10 @@ if not __package__:  # run as a script path: make `steps` importable
 
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
-from steps.runtime import engine_selection, evaluation, runner, s3, workspace  # noqa: E402
+from paddle_mlops.contracts import CACHE_OUTPUT, ENGINE_FILE  # noqa: E402
+from steps.runtime import cache_keys, engine_selection, evaluation, reuse, runner, s3, workspace  # noqa: E402
 from steps.runtime import gate as gate_rules  # noqa: E402
+from steps.runtime.engines.variants import RECORD_FILE, SPECS  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
 
 log = logging.getLogger("steps.evaluate")
@@ -112,6 +114,48 @@ def _modified(directory: Path) -> dict[str, int]:
     return {p.relative_to(directory).as_posix(): p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()}
 
 
+# What the rollout does with a served model, which changes nothing evaluate measures: left out of its key.
+ROLLOUT_ONLY = ("target", "model_name", "host", "port", "ready_timeout_seconds", "smoke_instances", "deployment_mode",
+                "canary_percent", "canary_window_seconds", "max_error_rate", "regions", "max_request_bytes",
+                "max_instances", "networking_layer", "gateway_namespaces")  # fmt: skip
+SCORES = "scores.json"  # the cached report (the test metrics, engine table, baseline), before the gate
+
+
+def selection_files() -> set[str]:
+    """The top-level names evaluate writes into `model/` (engine.json, the variants' record and converted files):
+    what its key leaves out of the model train exported."""
+    names = {ENGINE_FILE, RECORD_FILE}
+    for spec in SPECS.values():
+        if spec.built_from:
+            names.update(path.split("/")[0] for path in spec.files)
+    return names
+
+
+def cache_key(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> cache_keys.Key:
+    """What the engine selection and the scores depend on (docs/caching.md): this step's code, the task, the gate
+    metric, the baseline's settings and the serving settings it measures with, the exported model, the splits, this
+    host (the speeds it ranks are this host's) and the locked libraries. Not the gate: it is decided on every run."""
+    serving = {k: v for k, v in cfg.serving.model_dump(mode="json").items() if k not in ROLLOUT_ONLY}
+    return cache_keys.Key(
+        STEP.name,
+        {
+            "code": cache_keys.code_digest("steps.evaluate"),
+            "config": cache_keys.digest_json(
+                {
+                    "serving": serving,
+                    "settings": cache_keys.config_part(
+                        cfg, "task", "model.task", "gate.metric", "gate.baseline", "baseline"
+                    ),
+                }  # fmt: skip
+            ),
+            "model": cache_keys.dir_digest(model_dir, exclude=selection_files()),
+            "data": cache_keys.dir_digest(data_dir),
+            "host": cache_keys.digest_json(cache_keys.host_part()),
+            "libraries": cache_keys.lock_digest(),
+        },
+    )
+
+
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     ws = args.workspace
     try:
@@ -119,6 +163,23 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         data_dir = workspace.stage_in(workspace.join(ws, "data"), endpoint_url=cfg.storage.endpoint_url)
     except FileNotFoundError as exc:
         raise StepError(f"{exc}; run prepare-data and train into workspace {ws} first.") from None
+    cached = reuse.begin(args, cache_key(cfg, model_dir, data_dir), cfg.storage.endpoint_url)
+    eval_dir = Path(tempfile.mkdtemp(prefix="evaluate-")) if s3.is_s3(ws) else Path(ws) / "eval"
+    restored = cached.restore({"model": workspace.join(ws, "model"), "eval": workspace.join(ws, "eval")})
+    if restored is not None:
+        eval_dir = workspace.stage_in(workspace.join(ws, "eval"), endpoint_url=cfg.storage.endpoint_url)
+        model_dir = workspace.stage_in(workspace.join(ws, "model"), endpoint_url=cfg.storage.endpoint_url)
+        metrics = json.loads((eval_dir / SCORES).read_text(encoding="utf-8"))
+        return _decide(cfg, ws, eval_dir, metrics, _run_id(model_dir)) | {CACHE_OUTPUT: restored[CACHE_OUTPUT]}
+    metrics, run_id = _measure(cfg, ws, model_dir, data_dir)
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    (eval_dir / SCORES).write_text(json.dumps(metrics, ensure_ascii=False, indent=2), encoding="utf-8")
+    outputs = _decide(cfg, ws, eval_dir, metrics, run_id)
+    return cached.record({"model": model_dir, "eval": _scores_only(eval_dir)}, {}) | outputs
+
+
+def _measure(cfg: PipelineConfig, ws: str, model_dir: Path, data_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """The engine selection (its files into the workspace's `model/`) and the test report with the baseline."""
     before = _modified(model_dir)
     selection = engine_selection.select(cfg, model_dir, data_dir)
     for line in engine_selection.table_lines(selection):
@@ -132,31 +193,50 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         model_dir, workspace.join(ws, "model"), cfg.storage.endpoint_url, only=written, removed=set(before) - set(after)
     )
     scored = evaluation.with_baseline(cfg, evaluation.score(cfg, model_dir, data_dir), data_dir)
-    metrics, run_id = scored.metrics, scored.run_id
+    metrics = scored.metrics
     metrics["engine"] |= {
         k: selection[k] for k in ("selected", "reason", "ranking", "ranked_by", "max_metric_drop", "variants")
     }
+    return metrics, scored.run_id
 
+
+def _decide(
+    cfg: PipelineConfig, ws: str, eval_dir: Path, metrics: dict[str, Any], run_id: str | None
+) -> dict[str, str]:
+    """The gate against the current champion (taken on every run, a reused report included), `metrics.json` and the
+    training run's MLflow record; the step's outputs."""
     from mlflow import MlflowClient
 
     from steps.runtime import registry
 
     client = MlflowClient(registry.tracking_uri(cfg))
     gate = gate_rules.judge(cfg, metrics, client)
-    metrics |= {"gate": asdict(gate), "mlflow_run_id": run_id}
-
-    eval_dir = Path(tempfile.mkdtemp(prefix="evaluate-")) if s3.is_s3(ws) else Path(ws) / "eval"
-    eval_dir.mkdir(parents=True, exist_ok=True)
+    metrics = metrics | {"gate": asdict(gate), "mlflow_run_id": run_id}
     text = json.dumps(metrics, ensure_ascii=False, indent=2)
     (eval_dir / "metrics.json").write_text(text, encoding="utf-8")
     workspace.stage_out(eval_dir, workspace.join(ws, "eval"), cfg.storage.endpoint_url)
     if run_id:
         log_to_mlflow(client, run_id, metrics, gate, eval_dir / "metrics.json")
     else:
-        log.warning("%s has no mlflow_run_id; test metrics are not logged to MLflow", model_dir / "training.json")
+        log.warning("the model has no mlflow_run_id in training.json; test metrics are not logged to MLflow")
     _log_summary(metrics)
     print(f"gate {'PASSED' if gate.passed else 'FAILED'}: {gate.reason}")
     return {"metrics": text, "gate-passed": "true" if gate.passed else "false", "mlflow-run-id": run_id or ""}
+
+
+def _run_id(model_dir: Path) -> str | None:
+    """The training run the exported model names (training.json)."""
+    try:
+        return json.loads((model_dir / "training.json").read_text(encoding="utf-8")).get("mlflow_run_id") or None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _scores_only(eval_dir: Path) -> Path:
+    """A folder holding just the report before the gate: what is cached of `eval/` (plots are drawn again)."""
+    keep = Path(tempfile.mkdtemp(prefix="evaluate-scores-"))
+    (keep / SCORES).write_bytes((eval_dir / SCORES).read_bytes())
+    return keep
 
 
 def _log_summary(metrics: dict[str, Any]) -> None:
@@ -184,6 +264,7 @@ STEP = runner.Step(
         runner.Output("gate-passed", "'true' or 'false'"),
         runner.Output("mlflow-run-id", "the training MLflow run id"),
     ),
+    cacheable=True,
 )
 main = STEP.main
 

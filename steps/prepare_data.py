@@ -12,25 +12,49 @@ import logging
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import dataset, pretrained, runner, s3, workspace
+from steps.runtime import cache_keys, dataset, pretrained, reuse, runner, s3, workspace
 
 log = logging.getLogger("steps.prepare_data")
+# The name of the data area in a cache entry, and the configuration its content depends on.
+DATA = "data"
+CONFIG_SECTIONS = ("task", "data", "model.task", "model.pretrained", "model.max_seq_len", "model.allow_download",
+                   "model.scratch_if_unstaged")  # fmt: skip
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="workspace data directory (local path or s3:// URI)")
 
 
-def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
-    local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
+def cache_key(cfg: PipelineConfig, record: dict[str, Any] | None) -> cache_keys.Key:
+    """What the data area depends on (docs/caching.md): this step's code, the data and task settings, the corpus's
+    content, the pretrained weights it resolved (their tokenizer decides the vocabulary), the locked libraries."""
+    return cache_keys.Key(
+        STEP.name,
+        {
+            "code": cache_keys.code_digest("steps.prepare_data"),
+            "config": cache_keys.config_part(cfg, *CONFIG_SECTIONS),
+            "source": dataset.source_identity(cfg),
+            "pretrained": cache_keys.digest_json(record),
+            "libraries": cache_keys.lock_digest(),
+        },
+    )
+
+
+def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     # model.pretrained as a name: which staged weights this run trains from, or why it cannot, before anything
     # is written (validate re-prepares the test split and needs no weights, so only this step resolves).
     record = pretrained.resolve(cfg)
+    cached = reuse.begin(args, cache_key(cfg, record), cfg.storage.endpoint_url)
+    restored = cached.restore({DATA: args.output})
+    if restored is not None:
+        return restored
+    local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
     pretrained.write_record(local, record)
     stats = dataset.prepare(cfg, local)
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
@@ -45,9 +69,10 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         sizes,
         args.output,
     )
+    return cached.record({DATA: local}, {})
 
 
-STEP = runner.Step("prepare-data", __doc__, run, _arguments)
+STEP = runner.Step("prepare-data", __doc__, run, _arguments, cacheable=True)
 main = STEP.main
 
 

@@ -25,7 +25,7 @@ if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
 
 from paddle_mlops.config import PipelineConfig  # noqa: E402
 from paddle_mlops.contracts import TRAIN_RUNS  # noqa: E402
-from steps.runtime import graceful_stop, runner, s3, workspace  # noqa: E402
+from steps.runtime import graceful_stop, reuse, runner, s3, workspace  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
 from steps.runtime.trainer import Trainer  # noqa: E402
 
@@ -45,9 +45,15 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--run-id", default="",
-        help="the training run the checkpoints belong to (the `run-id` workflow parameter); empty: a digest of the "
-        "commit, task, model and training configuration, data digests and batch layout",
+        help="the training run the checkpoints belong to (the `run-id` workflow parameter); empty: the train step's "
+        "content key (--train-key), else a digest of the commit, task, model and training configuration, data "
+        "digests and batch layout",
     )  # fmt: skip
+    parser.add_argument(
+        "--step-cache", default="", metavar="URI",
+        help="step cache root: the exported model is recorded under the key train-cache left in the workspace",
+    )  # fmt: skip
+    parser.add_argument("--train-key", default="", help="the content key train-cache computed (docs/caching.md)")
     parser.add_argument(
         "--dump-params", type=Path, default=None, metavar="NPZ",
         help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
@@ -80,13 +86,18 @@ def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         ps.run(cfg, data_dir, local)
         _stage_out(cfg, local, ws, args.canary_steps)
         return
+    # The run id a restart finds its checkpoints by: the one the workflow was given, else the train step's content
+    # key, so every restart, retry and resubmission of the same inputs resumes the same run (docs/caching.md).
+    run_id = args.run_id or args.train_key
     trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri,
-                      checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=args.run_id)  # fmt: skip
+                      checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=run_id)  # fmt: skip
     trainer.run()
     if trainer.rank == 0:
         _stage_out(cfg, local, ws, args.canary_steps)
         # The model is in the workspace: a rerun of this run id would only export it again.
         trainer.checkpointer.discard()
+        if args.step_cache and args.train_key and not args.canary_steps:
+            reuse.record_key_file(args.step_cache, ws, {"model": local / "model"}, cfg.storage.endpoint_url)
 
 
 def _stage_out(cfg: PipelineConfig, local: Path, ws: str, canary: int) -> None:

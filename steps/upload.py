@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import objectstore, runner, workspace
+from steps.runtime import cache_keys, objectstore, reuse, runner, workspace
+from steps.runtime.objectstore.backends import resolve_root
 from steps.runtime.runner import StepError
 
 log = logging.getLogger("steps.upload")
 PUBLISHED = "published.json"
+UPLOAD = "upload"  # the workspace area of published.json, and its name in a cache entry
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +63,32 @@ def pretrained_provenance(model_config: Any) -> dict[str, Any] | None:
     return fields or None
 
 
+def cache_key(cfg: PipelineConfig, args: argparse.Namespace, model_dir: Path) -> cache_keys.Key:
+    """What the publication depends on (docs/caching.md): this step's code, the files published, where and under
+    which name, and the serving image recorded with them. The run, commit and metrics in the manifest are a record
+    of who published first, not part of the key: the same files are published once."""
+    return cache_keys.Key(
+        STEP.name,
+        {
+            "code": cache_keys.code_digest("steps.upload"),
+            "model": cache_keys.dir_digest(model_dir),
+            "store": cache_keys.digest_json([resolve_root(cfg.storage.uri), cfg.mlflow.registered_model]),
+            "serve_image": _serve_image(args),
+        },
+    )
+
+
+def _still_published(outputs: dict[str, str], endpoint: str | None) -> bool:
+    """Whether the version a cache entry names is still in the store with the manifest it published."""
+    data = objectstore.read_manifest_bytes(outputs.get("model-uri", ""), endpoint) if outputs.get("model-uri") else None
+    return data is not None and objectstore.sha256_bytes(data) == outputs.get("manifest-digest")
+
+
+def _serve_image(args: argparse.Namespace) -> str | None:
+    # A local run builds no image (build-image outputs a placeholder): only a real digest is recorded.
+    return args.serve_image_digest if args.serve_image_digest.startswith("sha256:") else None
+
+
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     endpoint = os.environ.get("S3_ENDPOINT_URL") or cfg.storage.endpoint_url
     try:
@@ -70,6 +98,14 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     model_dir = ws / "model"
     if not model_dir.is_dir():
         raise StepError(f"{workspace.join(args.workspace, 'model')} does not exist; run the train step first")
+    cached = reuse.begin(args, cache_key(cfg, args, model_dir), endpoint)
+    if cached.entry is not None and not _still_published(cached.entry.outputs, endpoint):
+        log.info("upload: %s is no longer in the store; publishing again", cached.entry.outputs.get("model-uri"))
+        cached.entry = None
+    restored = cached.restore({UPLOAD: workspace.join(args.workspace, UPLOAD)})
+    if restored is not None:
+        print(f"published before: {restored['model-uri']} (the same files; nothing sent)")
+        return restored
     metadata = {
         "task": cfg.task,
         "task_type": cfg.model.task,
@@ -79,8 +115,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         "data_stats": _read_json(ws / "data" / "stats.json"),
         # Which pretrained weights the model was fine-tuned from (name, staged digest, PaddleNLP version).
         "pretrained": pretrained_provenance(_read_json(model_dir / "model_config.json")),
-        # A local run builds no image (build-image outputs a placeholder): only a real digest is recorded.
-        "serve_image_digest": args.serve_image_digest if args.serve_image_digest.startswith("sha256:") else None,
+        "serve_image_digest": _serve_image(args),
     }
     version = args.version or default_version(args.git_sha, args.run_id)
     result = objectstore.publish(
@@ -97,15 +132,16 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         f"published {result.model_uri}: {result.bytes_sent} bytes sent, {result.skipped} objects already stored, "
         f"manifest sha256 {result.manifest_digest}"
     )
-    _record(args.workspace, endpoint, result.model_uri, result.manifest_digest)
-    return {"model-uri": result.model_uri, "manifest-digest": result.manifest_digest}
+    local = _record(args.workspace, endpoint, result.model_uri, result.manifest_digest)
+    return cached.record({UPLOAD: local}, {"model-uri": result.model_uri, "manifest-digest": result.manifest_digest})
 
 
-def _record(ws: str, endpoint: str | None, model_uri: str, digest: str) -> None:
-    """`<workspace>/upload/published.json`: what a finetune-batch summary reads back for this task."""
+def _record(ws: str, endpoint: str | None, model_uri: str, digest: str) -> Path:
+    """`<workspace>/upload/published.json`: what a finetune-batch summary reads back for this task; its local copy."""
     local = Path(tempfile.mkdtemp(prefix="upload-"))
     (local / PUBLISHED).write_text(json.dumps({"model_uri": model_uri, "manifest_digest": digest}), encoding="utf-8")
-    workspace.stage_out(local, workspace.join(ws, "upload"), endpoint)
+    workspace.stage_out(local, workspace.join(ws, UPLOAD), endpoint)
+    return local
 
 
 STEP = runner.Step(
@@ -117,6 +153,7 @@ STEP = runner.Step(
         runner.Output("model-uri", "the published model URI"),
         runner.Output("manifest-digest", "the manifest's sha256"),
     ),
+    cacheable=True,
 )
 main = STEP.main
 

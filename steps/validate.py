@@ -159,6 +159,7 @@ def _compare_claims(metrics: dict[str, Any], published: dict[str, Any]) -> None:
 
 def _outputs(uri: str, digest: str, published: dict[str, Any], image_digest: str) -> dict[str, str]:
     return {
+        "registered-version": "",
         "model-uri": uri,
         "manifest-digest": digest,
         "run-id": str(published.get("run_id") or ""),
@@ -184,7 +185,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     if earlier is not None:
         reason = f"{uri} (manifest sha256 {digest}) was validated before as version {earlier}: event dropped"
         print(f"duplicate: {reason}")
-        return outputs | {"verdict": DUPLICATE, "reason": reason, "metrics": "{}"}
+        return outputs | {"verdict": DUPLICATE, "reason": reason, "metrics": "{}", "registered-version": earlier}
     with tempfile.TemporaryDirectory(prefix="validate-data-") as tmp:
         data_dir = Path(tmp)
         dataset.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
@@ -227,6 +228,7 @@ STEP = runner.Step(
         runner.Output("run-id", "the MLflow run the manifest names (empty for a model trained elsewhere)"),
         runner.Output("image-digest", "--image-digest, else the serving image digest the manifest names, else empty"),
         runner.Output("git-sha", "the commit the manifest names"),
+        runner.Output("registered-version", "a duplicate's registered version (judged before), else empty"),
     ),
 )
 main = STEP.main

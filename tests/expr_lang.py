@@ -4,7 +4,8 @@ argoproj/argo-workflows v4.1.2 util/expr/argoexpr/eval.go `EvalBool`: expr-lang,
 bool. util/expr/env/env.go `GetFuncMap`: `asInt` is expr-lang's builtin `int`, which parses strings with
 strconv.Atoi (expr-lang builtin/lib.go `Int`). expr-lang compares values of different types as unequal
 and does not coerce. Supported: `&&`/`and`, `||`/`or`, `!`/`not`, comparisons, `in [...]`, `asInt(...)`,
-the conditional `c ? a : b` (expr-lang's ternary), member access, int and string literals; anything else raises.
+the conditional `c ? a : b` (expr-lang's ternary), member access (`a.b`, `a["b"]`), int and string literals;
+anything else raises.
 """
 
 from __future__ import annotations
@@ -149,11 +150,17 @@ class _Parser:
         return _as_int(arg)
 
     def member(self, name: str) -> Any:
-        """`name.key.key...` looked up in the scope."""
+        """`name.key["key"]...` looked up in the scope (member access by name or by string index)."""
         result = self.scope[name]
-        while self.peek()[1] == ".":
-            self.take(".")
-            result = result[self.take()[1]]
+        while self.peek()[1] in (".", "["):
+            if self.take()[1] == ".":
+                result = result[self.take()[1]]
+                continue
+            kind, key = self.take()
+            if kind != "str":
+                raise SyntaxError(f"only string indexes are supported, got {key!r}")
+            self.take("]")
+            result = result[key]
         return result
 
 

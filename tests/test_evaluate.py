@@ -28,13 +28,15 @@ def tracking(workspace: Path, tmp_path_factory: pytest.TempPathFactory):  # type
     """One SQLite MLflow per module (creating its schema takes seconds) with a finished training run."""
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    store = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{store / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         # storage.uri 'local' (the baseline's stored answers) is <home>/store: never the checkout's .paddle-mlops/
         mp.setenv("PADDLE_MLOPS_HOME", str(tmp_path_factory.mktemp("home")))
         mlflow_client = MlflowClient(uri)
-        run = mlflow_client.create_run(mlflow_client.create_experiment("ernie-sentiment"))
+        experiment = mlflow_client.create_experiment("ernie-sentiment", artifact_location=(store / "mlruns").as_uri())
+        run = mlflow_client.create_run(experiment)
         mlflow_client.set_terminated(run.info.run_id)
         (workspace / "model" / "training.json").write_text(json.dumps({"mlflow_run_id": run.info.run_id}))
         yield mlflow_client

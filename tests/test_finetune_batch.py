@@ -66,7 +66,8 @@ def _branches(doc: dict[str, Any], items: list[dict[str, Any]]) -> list[dict[str
                 own = task_inputs(task, branch)
                 commands[task.name] = [branch.render(part, own) for part in container_command(task)]
             else:
-                commands[task.name] = yaml.safe_load(branch.render(task.template["resource"]["manifest"], inputs))
+                own = {**inputs, "train-key": f"key-of-{inputs['task']}"}
+                commands[task.name] = yaml.safe_load(branch.render(task.template["resource"]["manifest"], own))
         out.append({"inputs": inputs, "commands": commands})
     return out
 
@@ -106,7 +107,12 @@ def test_a_failing_branch_cancels_nothing_and_the_summary_runs_after_all(doc: di
         assert depends_met(summary_depends, {"finetune": status}, ())
     # Each branch's chain is the train-deploy chain, publishing only past its own gate.
     branch = {t["name"]: t for t in templates[finetune_batch.BRANCH_TEMPLATE]["dag"]["tasks"]}
-    assert [branch[n].get("depends") for n in ("train", "evaluate", "upload")] == ["prepare-data", "train", "evaluate"]
+    assert [branch[n].get("depends") for n in ("train-cache", "train", "evaluate", "upload")] == [
+        "prepare-data",
+        "train-cache",
+        "train",
+        "evaluate",
+    ]
     assert branch["upload"]["when"] == "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
 
 

@@ -189,6 +189,7 @@ def test_training_job_becomes_a_local_launch(
     train = next(t for t in executor.workflow.tasks if t.name == "train")
     assert train.kind == "resource"
     executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
+    executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
     cmd = executor.command_for(train)
     # The TrainJob's node command on one node: no rendezvous master or rank, one node.
     assert cmd[1:3] == ["-m", "steps.runtime.launch"]
@@ -198,6 +199,9 @@ def test_training_job_becomes_a_local_launch(
     assert Path(script).is_file()  # the worker's relative script path now points into this checkout
     assert cmd[cmd.index("--workspace") + 1] == f"{tmp_path}/runs/{executor.scope.workflow_name}"
     assert json.loads(cmd[cmd.index("--overrides") + 1]) == sets
+    # the model is recorded in the workdir's step cache under the key train-cache computed
+    assert cmd[cmd.index("--step-cache") + 1] == str(tmp_path / "step-cache")
+    assert cmd[cmd.index("--train-key") + 1] == "k" * 64
 
 
 def test_parameter_server_jobs_use_the_ps_interpreter(
@@ -224,6 +228,7 @@ def test_parameter_server_jobs_use_the_ps_interpreter(
             cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w"))
         )
         executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
+        executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
         train = next(t for t in executor.workflow.tasks if t.name == "train")
         first[bool(sets)] = executor.command_for(train)[0]
     assert first == {False: sys.executable, True: "/opt/ps/bin/python"}

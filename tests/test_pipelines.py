@@ -15,7 +15,7 @@ from pipelines import paddlejob, retrain_cron, rollout_template, templates, trai
 from tests.argo_conditions import parse as parse_selector
 from tests.conftest import PROJECT_ROOT
 
-DAG_ORDER = ["build-image", "prepare-data", "train", "evaluate", "upload"]
+DAG_ORDER = ["build-image", "prepare-data", "train-cache", "train", "evaluate", "upload"]
 # What the published model's notification starts (pipelines/rollout_template.py).
 RELEASE_ORDER = ["validate", "register", "rollout"]
 ALLOWED_EXPRESSION = re.compile(
@@ -61,9 +61,7 @@ def test_dag_runs_the_steps_in_order(doc: dict) -> None:
     assert [name for name in dag_order(doc) if "prepull" not in name and name not in CANARY] == DAG_ORDER
     tasks = _tasks(doc)
     # train also waits for the training image to be allowed (its canary passed, or none was needed).
-    expected = {name: before for before, name in pairwise(DAG_ORDER)} | {
-        "train": "prepare-data && allow-training-image"
-    }
+    expected = {name: before for before, name in pairwise(DAG_ORDER)} | {"train": "train-cache && allow-training-image"}
     assert all(tasks[name].get("depends") == expected[name] for name in DAG_ORDER[1:])
 
 
@@ -116,6 +114,8 @@ def test_workflow_parameters_and_defaults(doc: dict) -> None:
         "task": "sentiment",
         "overrides": "[]",
         "workspace": "s3://paddle-mlops/runs",
+        "step-cache": "s3://paddle-mlops/step-cache",
+        "rerun": "",
         "region": "cn-north",
         "priority": "normal",
         "run-id": "",
@@ -175,8 +175,9 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
         "serve-image-digest": "/tmp/outputs/serve-image-digest",
         "git-sha": "/tmp/outputs/git-sha",
     }
-    assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics"}
-    assert set(declared["upload"]) == {"model-uri", "manifest-digest"}
+    assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics", "cache"}
+    assert set(declared["upload"]) == {"model-uri", "manifest-digest", "cache"}
+    assert set(declared["train-cache"]) == {"reused", "key", "cache"}
     release = _templates(rollout_template.build(_cfg()).to_dict())
     declared |= {
         name: {p["name"]: p["valueFrom"]["path"] for p in t.get("outputs", {}).get("parameters", [])}
@@ -184,7 +185,8 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
     }
     templates = {**templates, **release}
     assert set(declared["validate"]) == {
-        "verdict", "reason", "model-uri", "manifest-digest", "metrics", "run-id", "image-digest", "git-sha"
+        "verdict", "reason", "model-uri", "manifest-digest", "metrics", "run-id", "image-digest", "git-sha",
+        "registered-version",
     }  # fmt: skip
     assert set(declared["register"]) == {"model-version"}
     assert set(declared["rollout"]) == {"serving-url", "outcome"}

@@ -91,12 +91,17 @@ def test_a_branch_name_or_a_missing_branch_is_refused(git_server: str) -> None:
         build_image.commit_to_build(git_server + "-missing", "", "main")
 
 
-def test_the_image_carries_the_commit_as_a_label() -> None:
+def test_the_image_is_tagged_with_the_commit_and_its_signature_records_it(monkeypatch: pytest.MonkeyPatch) -> None:
     args = build_image.build_args(
         ["buildctl"], "https://g/r.git", MAIN, "Dockerfile", "reg/train", build_image.Path("m")
     )
-    assert f"label:org.opencontainers.image.revision={MAIN}" in args
-    assert f"type=image,name=reg/train:{MAIN},push=true" in args
+    assert f"type=image,name=reg/train:{MAIN},push=true,rewrite-timestamp=true" in args
+    # not in the image: a commit that changes nothing the image copies must build the same digest (docs/caching.md)
+    assert not any("org.opencontainers.image.revision" in arg for arg in args)
+    monkeypatch.setenv("COSIGN_PRIVATE_KEY", "key")
+    monkeypatch.setattr(build_image.shutil, "which", lambda name: f"/usr/bin/{name}")
+    sign = build_image.sign_command(f"reg/train@sha256:{'0' * 64}", MAIN)
+    assert sign is not None and sign[sign.index("-a") + 1] == f"org.opencontainers.image.revision={MAIN}"
 
 
 def test_every_step_after_the_build_records_the_commit_the_build_resolved() -> None:

@@ -48,11 +48,14 @@ def test_step_outputs_are_the_outputs_the_dag_reads() -> None:
     for module, template in templates.items():
         step = importlib.import_module(f"steps.{module}").STEP
         declared = {p["name"]: p["valueFrom"]["path"] for p in template.get("outputs", {}).get("parameters", [])}
-        assert {out.name for out in step.outputs} == set(declared), module
+        outputs = step.declared_outputs()
+        assert {out.name for out in outputs} == set(declared), module
         args = template["container"]["args"]
-        if step.outputs:
+        if outputs:
             written_to = args[args.index(OUTPUTS_FLAG) + 1]
-            assert all(declared[out.name] == f"{written_to}/{out.name}" for out in step.outputs), module
+            assert all(declared[out.name] == f"{written_to}/{out.name}" for out in outputs), module
+        # A cacheable step is given the cache root and what to rerun by every template that runs it.
+        assert step.cacheable == ("--step-cache" in args and "--rerun" in args), module
 
 
 def _step(run, outputs=()) -> Step:  # noqa: ANN001

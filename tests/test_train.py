@@ -142,6 +142,9 @@ def test_train_exports_best_model_and_tracks_mlflow(
 
     run = mlflow.MlflowClient(tracking).get_run(training["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.info.run_name == "run-test-1"
+    # the experiment keeps its artifacts beside the SQLite store, not in ./mlruns of the working directory
+    assert run.info.artifact_uri.startswith((tmp_path / "mlruns").as_uri())
+    assert (tmp_path / "mlruns" / "ernie-sentiment" / run.info.run_id / "artifacts" / "model-info").is_dir()
     assert run.data.tags["git_sha"] == "abc123" and run.data.tags["workflow"] == "run-test-1"
     assert run.data.params["model.hidden_size"] == "32" and run.data.params["training.epochs"] == "2"
     history = mlflow.MlflowClient(tracking).get_metric_history(run.info.run_id, "dev_accuracy")

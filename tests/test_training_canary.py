@@ -44,12 +44,13 @@ def allow(cfg: Any, digest: str) -> None:
 
 
 def walk(doc: dict[str, Any], results: dict[str, str], allowed: str) -> dict[str, str]:
-    """Each task's status as Argo's DAG gives it: `results` for the tasks that run (default Succeeded)."""
+    """Each task's status as Argo's DAG gives it: `results` for the tasks that run (default Succeeded), with the step
+    cache missing the training (a new image is a new training key)."""
     statuses: dict[str, str] = {}
     for task in load_workflow(doc).tasks:
         if not depends_met(task.depends_expr, statuses, task.depends):
             statuses[task.name] = "Omitted"
-        elif task.when and not evaluate_when(task.when.replace(_ALLOWED, allowed)):
+        elif task.when and not evaluate_when(task.when.replace(_ALLOWED, allowed).replace(_REUSED, "false")):
             statuses[task.name] = "Skipped"
         else:
             statuses[task.name] = results.get(task.name, "Succeeded")
@@ -57,6 +58,8 @@ def walk(doc: dict[str, Any], results: dict[str, str], allowed: str) -> dict[str
 
 
 _ALLOWED = "{{tasks.training-image.outputs.parameters.allowed}}"
+# The step cache held no model for this run (a new image is a new training key: docs/caching.md).
+_REUSED = "{{tasks.train-cache.outputs.parameters.reused}}"
 
 
 def test_an_image_allowed_before_skips_the_canary_and_trains_everywhere(cfg: Any, tmp_path: Path) -> None:
@@ -120,6 +123,10 @@ def test_the_canary_is_the_runs_trainjob_pinned_to_the_first_region(cfg: Any) ->
     assert command[command.index("--workspace") + 1] == f"{ws}/training-canary"
     assert command[command.index("--data") + 1] == f"{ws}/data"
     assert command[command.index("--canary-steps") + 1] == str(cfg.training.canary_steps)
+    # the run's training records its model in the step cache; a canary's few steps never do
+    real_command = real["spec"]["trainer"]["command"]
+    assert "--step-cache" in real_command and "--train-key" in real_command
+    assert "--step-cache" not in command and "--train-key" not in command
     env = {e["name"]: e.get("value") for e in canary["spec"]["trainer"]["env"]}
     assert env["MLFLOW_TRACKING_URI"] == training_canary.CANARY_TRACKING_URI  # no run in the real experiment
     pull = _resource(doc, "prepull-canary")

@@ -30,6 +30,7 @@ VALUES = {
     "{{outputs.parameters.outcome}}": ("promoted", "rolled-back"),
     "{{outputs.parameters.gate-passed}}": ("true", "false"),
     "{{tasks.evaluate.outputs.parameters.gate-passed}}": ("true", "false"),
+    "{{tasks.train-cache.outputs.parameters.reused}}": ("true", "false"),
     "{{tasks.training-image.outputs.parameters.allowed}}": ("true", "false"),  # steps/training_image.py
     "{{status}}": ("Succeeded", "Failed", "Error"),
 }

@@ -30,6 +30,7 @@ from paddle_mlops.config import load_config
 from pipelines import paddlejob, train_deploy
 from pipelines.platform import rbac
 from tests.argo_conditions import SelectorError, parse, verdict
+from tests.expr_lang import evaluate
 
 ARGO = Path(__file__).resolve().parents[1] / "argo"
 NOW = "2025-06-01T10:00:00Z"
@@ -247,8 +248,15 @@ def check_cleanup(text: str) -> list[str]:
         if not hook:
             problems.append(f"task {task['name']} has no exit hook")
             continue
-        if hook.get("expression") not in (None, f'tasks["{task["name"]}"].status != "Succeeded"'):
-            problems.append(f"task {task['name']}: exit hook runs on {hook['expression']!r}")
+        expression = hook.get("expression")
+        # It must fire for every phase that can leave a job behind, and for no other: Succeeded, and Skipped (the
+        # step cache held the model: no job was created; test_upstream_argo_cache.py).
+        fires = {
+            phase: expression is None or evaluate(expression, {"tasks": {task["name"]: {"status": phase}}})
+            for phase in ("Succeeded", "Skipped", "Failed", "Error", "Omitted")
+        }
+        if fires != {"Succeeded": False, "Skipped": False, "Failed": True, "Error": True, "Omitted": True}:
+            problems.append(f"task {task['name']}: exit hook runs on {expression!r}")
         delete = templates[hook["template"]]["resource"]
         args = _kubectl_args(delete)
         if args[:3] != ["kubectl", "delete", "--ignore-not-found"] or resource not in args:

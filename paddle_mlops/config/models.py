@@ -17,7 +17,7 @@ from paddle_mlops.config.baseline import BaselineConfig
 from paddle_mlops.config.checkpoint import CheckpointConfig
 from paddle_mlops.config.networking import ACTIVATOR_NAMESPACE, GATEWAY_NAMESPACES, NetworkingLayer
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN, TEXT_CLASSIFICATION, TaskType
-from paddle_mlops.contracts import pvc_location
+from paddle_mlops.contracts import STEP_CACHE_DIR, pvc_location
 
 _PINNED_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$")
 
@@ -284,6 +284,20 @@ class StorageConfig(Strict):
     workspace: str = Field(
         "s3://paddle-mlops/runs", description="where steps exchange data and models on the cluster (per workflow)"
     )
+    step_cache: str | None = Field(
+        None,
+        description="where step outputs are kept by content key and reused (docs/caching.md): an s3:// prefix or a "
+        "directory; null: `step-cache` beside the workspace (s3://paddle-mlops/step-cache); '' turns reuse off",
+    )
+
+    def step_cache_uri(self) -> str:
+        """The step cache root: `step_cache`, else the folder `step-cache` beside the workspace root."""
+        if self.step_cache is not None:
+            return self.step_cache
+        root = self.workspace.rstrip("/")
+        parent = root.rpartition("/")[0]
+        # a workspace at a bucket's root (s3://bucket) has no parent in the bucket: the cache goes inside it
+        return f"{root if parent in ('s3:', 's3:/') else parent}/{STEP_CACHE_DIR}"
 
 
 class MLflowConfig(Strict):

@@ -27,7 +27,18 @@ from rich.console import Console
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.placement import run_time_overrides
-from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, HOME_ENV, TRACKING_URI_ENV, tracking_uri
+from paddle_mlops.contracts import (
+    CACHE_LOOKUP_SUFFIX,
+    CACHE_OUTPUT,
+    CLUSTER_ONLY_ANNOTATION,
+    HOME_ENV,
+    RERUN_ALL,
+    RERUN_PARAMETER,
+    STEP_CACHE_DIR,
+    STEP_CACHE_PARAMETER,
+    TRACKING_URI_ENV,
+    tracking_uri,
+)
 from paddle_mlops.local import fanout
 from paddle_mlops.local import summary as run_summary
 from paddle_mlops.local.dag import (
@@ -88,6 +99,9 @@ class RunOptions:
     parameters: dict[str, str] = field(default_factory=dict)
     # The summary file in the workdir; `--only/--from` read the previous run from it.
     summary_name: str = "last-run.json"
+    # The step cache (docs/caching.md): reuse nothing (`--no-cache`), or compute these steps anyway (`--rerun`).
+    no_cache: bool = False
+    rerun: list[str] = field(default_factory=list)
 
 
 def _git_sha() -> str:
@@ -132,6 +146,11 @@ class LocalExecutor:
         self.previous = self._load_previous()
         self.order = [t.name for t in self.workflow.tasks]
         self.order += [t.name for t in self.follow_workflow.tasks] if self.follow_workflow else []
+        unknown = sorted(set(opts.rerun) - set(self.order) - {RERUN_ALL})
+        if unknown:
+            raise DagError(
+                f"--rerun: no step named {', '.join(map(repr, unknown))}; the steps are: {', '.join(self.order)}"
+            )
         reuse = opts.only or opts.start_from
         if reuse:
             names = self.order
@@ -171,9 +190,23 @@ class LocalExecutor:
                 # Placement keys went into the DAG this run compiled; the steps get only what they read at run time.
                 "overrides": json.dumps(run_time_overrides(self.opts.overrides)),
                 "workspace": str(self.workdir / "runs"),
+                STEP_CACHE_PARAMETER: str(self.workdir / STEP_CACHE_DIR),
+                RERUN_PARAMETER: self._rerun(),
             }
         )
         return params
+
+    def _rerun(self) -> str:
+        """The steps computed even when the step cache holds their outputs: `--rerun`, all with `--no-cache`, and the
+        steps `--only`/`--from` ask to run again (a rerun the user asked for is never served from the cache)."""
+        if self.opts.no_cache:
+            return RERUN_ALL
+        asked = list(self.opts.rerun)
+        if self.opts.only:
+            asked.append(self.opts.only)
+        elif self.opts.start_from:
+            asked += self.order[self.order.index(self.opts.start_from) :]
+        return ",".join(dict.fromkeys(asked))
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -279,9 +312,24 @@ class LocalExecutor:
         result = TaskResult(name, "Succeeded" if code == 0 else "Failed", seconds, code, log=str(log_path))
         if code == 0:
             result.outputs = self._read_outputs(task)
+            if not task.name.endswith(CACHE_LOOKUP_SUFFIX):  # a lookup's report is about the task it looks up
+                self._note_reuse(result, result.outputs)
         else:
             result.reason = "\n".join([*tail, *self._worker_log_tails(task)])
         return result
+
+    def _note_reuse(self, result: TaskResult, outputs: dict[str, str]) -> bool:
+        """A step that reused its outputs from the step cache (its `cache` output) is Reused, and says from where."""
+        try:
+            report = json.loads(outputs.get(CACHE_OUTPUT) or "{}")
+        except json.JSONDecodeError:
+            return False
+        if not isinstance(report, dict) or report.get("reused") is not True:
+            return False
+        result.status = "Reused"
+        result.reason = f"reused from run {report.get('run') or '?'} (key {str(report.get('key') or '')[:12]})"
+        self.console.print(f"[bold blue]↺ {result.name} {result.reason}[/]", highlight=False)
+        return True
 
     def _worker_log_tails(self, task: Task) -> list[str]:
         """paddle.distributed.launch keeps other ranks' output in workerlog.N files."""
@@ -312,10 +360,17 @@ class LocalExecutor:
             return True
         index = self.order.index(task.name)
         if self.opts.only:
-            return task.name == self.opts.only
+            return task.name in (self.opts.only, self._lookup_of(self.opts.only))
         if self.opts.start_from:
-            return index >= self.order.index(self.opts.start_from)
+            start = self._lookup_of(self.opts.start_from)
+            return index >= min(self.order.index(start), self.order.index(self.opts.start_from))
         return True
+
+    def _lookup_of(self, step: str) -> str:
+        """The step's cache lookup task (train-cache for train) when it has one, else the step: running the step again
+        runs its lookup too, or the lookup's earlier answer (`reused`) would skip it."""
+        lookup = f"{step}{CACHE_LOOKUP_SUFFIX}"
+        return lookup if lookup in self.order else step
 
     def _run_tasks(self, tasks: list[Task], results: list[TaskResult]) -> TaskResult | None:
         """Run `tasks` in the current scope, appending to `results`; the first that failed, if any. After a failure
@@ -346,7 +401,10 @@ class LocalExecutor:
             result = self._reused(task)
         elif task.when and not evaluate_when(self.scope.render(task.when)):
             result = TaskResult(f"{self.prefix}{task.name}", "Skipped", reason=f"when: {self.scope.render(task.when)}")
-            self.console.print(f"[yellow]⤼ {result.name} skipped[/] ({result.reason})")
+            # skipped because its cache lookup task (train-cache for train) found its outputs: Reused, not Skipped
+            lookup = self.scope.task_outputs.get(f"{task.name}{CACHE_LOOKUP_SUFFIX}") or {}
+            if not self._note_reuse(result, lookup):
+                self.console.print(f"[yellow]⤼ {result.name} skipped[/] ({result.reason})")
         else:
             result = self._run_process(task, self.command_for(task))
         results.append(result)

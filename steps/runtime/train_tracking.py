@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
 from steps.runtime.runner import StepStopped
 
@@ -64,8 +66,9 @@ def start_run(
 
     from steps.runtime import registry
 
-    mlflow.set_tracking_uri(registry.tracking_uri(cfg))
-    experiment = mlflow.set_experiment(cfg.mlflow.experiment)
+    uri = registry.tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    experiment = open_experiment(cfg.mlflow.experiment, uri)
     if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
         mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
     tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
@@ -125,6 +128,23 @@ def _log_inputs(
     mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
     if data_dir is not None:
         log_datasets(data_dir, data_uri or str(data_dir), stats, tasks.for_config(cfg))
+
+
+def open_experiment(name: str, uri: str) -> Any:
+    """The experiment `name`, made the active one; created first when missing, with its artifacts beside a local
+    SQLite store (`contracts.artifact_root`) rather than under the working directory."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    root = contracts.artifact_root(uri)
+    if root is not None and mlflow.get_experiment_by_name(name) is None:
+        try:
+            folder = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+            mlflow.create_experiment(name, artifact_location=(root / folder).as_uri())
+        except MlflowException as exc:  # another process created it first: use theirs
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+    return mlflow.set_experiment(name)
 
 
 def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any = None) -> None:

@@ -1,5 +1,5 @@
 """The baseline's answers in the object store, keyed by everything that can change them: the three splits' sha256
-(from the `stats.json` of the data area just prepared, never a model's claim), the kind, its settings and the
+(from the `stats.json` of the data area just prepared, never a model's claim), the kind, its code, its settings and the
 library versions. Written once (create-if-absent), so evaluate and validate of one dataset judge against one figure."""
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from importlib import metadata
 from pathlib import Path
 
 from paddle_mlops.config import PipelineConfig
+from steps.runtime import cache_keys
 from steps.runtime.baselines.fitted import KINDS, Fitted
 from steps.runtime.objectstore.backends import open_backend, resolve_root
 
 log = logging.getLogger("steps.baseline")
 PREFIX = "baselines"
-# Bump when a baseline's features or fitting change: the stored answers of the old code are not reused.
-CODE_VERSION = 1
 LIBRARIES = ("scikit-learn", "scipy", "python-crfsuite")
 
 
@@ -28,7 +27,9 @@ def key(cfg: PipelineConfig, data_dir: Path) -> tuple[str, dict[str, str]]:
     versions = {name: _version(name) for name in LIBRARIES}
     material = {
         "kind": KINDS[cfg.model.task],
-        "code": CODE_VERSION,
+        # the baselines' own code, digested (steps/runtime/cache_keys.py): a change to their features or fitting
+        # is never answered from what the old code stored, with no version number to remember to bump
+        "code": cache_keys.code_digest("steps.runtime.baselines"),
         "splits": stats["sha256"],
         "crf_iterations": cfg.baseline.crf_iterations,
         "versions": versions,

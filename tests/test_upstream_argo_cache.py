@@ -1,0 +1,81 @@
+"""What Argo does with a training run the step cache already holds (docs/caching.md), from the controller's source.
+
+argo-workflows v4.1.2:
+- workflow/controller/dag.go executeDAGTask: a task whose `when` evaluates false is initialised as a Skipped node and
+  never executed; on later passes every completed node, Skipped ones included, goes through runOnExitNode, which
+  (workflow/controller/exit_handler.go) runs the exit hook whenever its expression evaluates true. So the train
+  task's hook must say false for Skipped, or a reused run starts a pod that deletes training jobs nobody created.
+- dag.go expands a bare task name in `depends` to `(T.Succeeded || T.Skipped || T.Daemoned)`: evaluate runs after a
+  skipped train; an expression that lists phases explicitly (release-prepull's) must list Skipped itself.
+- workflow/controller/cache/cache.go: a memoization entry holds a node's `Outputs` (parameters and artifact
+  references) and operator.go initializeCacheHitNode gives a hit exactly those; configmap_cache.go keeps the
+  entries in one ConfigMap of the controller's namespace and rewrites it on every hit (lastHitTimestamp). The train
+  step's result is a model in the run's workspace, not an output, so memoize could not stand in for it; the step
+  cache is an index in the object store instead (steps/runtime/step_cache.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from paddle_mlops.local.dag import depends_met
+from tests.expr_lang import evaluate
+
+ARGO = Path(__file__).resolve().parents[1] / "argo"
+PHASES = ("Succeeded", "Failed", "Error", "Skipped", "Omitted")
+
+
+def _template(name: str) -> dict[str, Any]:
+    (doc,) = [d for d in yaml.safe_load_all((ARGO / f"{name}.yaml").read_text()) if d["kind"] == "WorkflowTemplate"]
+    return doc
+
+
+def _tasks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every DAG task of the template, by name (the batch branch's chain included)."""
+    found = {}
+    for template in doc["spec"]["templates"]:
+        for task in (template.get("dag") or {}).get("tasks", []):
+            found[task["name"]] = task
+    return found
+
+
+@pytest.mark.parametrize("name", ["train-deploy", "finetune-batch"])
+def test_a_reused_training_skips_the_job_and_its_exit_hook(name: str) -> None:
+    tasks = _tasks(_template(name))
+    train = tasks["train"]
+    assert train["when"] == "{{tasks.train-cache.outputs.parameters.reused}} == false"
+    assert "train-cache" in train["depends"]
+    hook = train["hooks"]["exit"]["expression"]
+    fires = {phase: evaluate(hook, {"tasks": {"train": {"status": phase}}}) for phase in PHASES}
+    # exit_handler.go runs the hook for any completed node whose expression is true: only a job that did not succeed
+    assert fires == {"Succeeded": False, "Failed": True, "Error": True, "Skipped": False, "Omitted": True}
+
+
+@pytest.mark.parametrize("name", ["train-deploy", "finetune-batch"])
+def test_evaluate_runs_after_a_skipped_train(name: str) -> None:
+    tasks = _tasks(_template(name))
+    evaluate_task = tasks["evaluate"]
+    statuses = {"train": "Skipped", "train-cache": "Succeeded", "prepare-data": "Succeeded"}
+    assert depends_met(evaluate_task.get("depends"), statuses, ("train",))
+    assert not depends_met(evaluate_task.get("depends"), {**statuses, "train": "Failed"}, ("train",))
+
+
+def test_the_image_pre_pull_is_released_when_training_is_reused() -> None:
+    release = _tasks(_template("train-deploy"))["release-prepull"]
+    statuses = {"train": "Skipped", "prepull-image": "Succeeded"}
+    assert depends_met(release["depends"], statuses, ())
+
+
+def test_training_is_not_memoized() -> None:
+    """A memoization hit restores a node's outputs alone (cache.go Entry.Outputs); the train template has none: what
+    it makes is the model in the workspace, which only the step cache carries from one run to another."""
+    for name in ("train-deploy", "finetune-batch"):
+        templates = {t["name"]: t for t in _template(name)["spec"]["templates"]}
+        assert not templates["train"].get("outputs")
+        assert not any("memoize" in t for t in templates.values())
+        lookup = templates["train-cache"]
+        assert {p["name"] for p in lookup["outputs"]["parameters"]} == {"reused", "key", "cache"}
