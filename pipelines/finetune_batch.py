@@ -26,6 +26,7 @@ from hera.workflows import models as m
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.loader import known_tasks
 from pipelines import templates, training_canary
+from pipelines.dag_task import dag_task
 from pipelines.run_scope import BRANCH
 
 NAME = "finetune-batch"
@@ -89,28 +90,32 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         # Not fail-fast: a failed branch neither stops the others nor the summary (dag.go assessDAGPhase judges
         # the DAG by its leaves, so `summary` failing is what fails the workflow when a task failed).
         with DAG(name="main", fail_fast=False):
-            t_build = build_image(name="build-image")
+            t_build = dag_task(build_image, name="build-image")
             built = {
                 "git-sha": t_build.get_parameter("git-sha"),
                 "image-digest": t_build.get_parameter("image-digest"),
                 "serve-image-digest": t_build.get_parameter("serve-image-digest"),
             }
-            t_fan = branch(
+            t_fan = dag_task(
+                branch,
                 name=FAN_OUT,
                 with_param="{{workflow.parameters.tasks}}",
                 arguments={"task": "{{item.task}}", "overrides": "{{item.overrides}}", **built},
             )
             t_build >> t_fan
-            summary(name="summary", depends=ENDED, arguments={"git-sha": built["git-sha"]})
+            dag_task(summary, name="summary", depends=ENDED, arguments={"git-sha": built["git-sha"]})
             if warm:
                 digest = {"image-digest": built["image-digest"]}
                 # A training image no canary has passed on trains in the first region first; every branch trains,
                 # and every other region pulls it, once the canary passed or was not needed.
                 t_allowed = canary_tasks(t_build, None, {"git-sha": built["git-sha"], **digest})
                 t_allowed >> t_fan
-                t_warm = prepull_image(name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True))
+                t_warm = dag_task(
+                    prepull_image, name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True)
+                )
                 t_allowed >> t_warm
-                release_prepull(
+                dag_task(
+                    release_prepull,
                     name="release-prepull",
                     # finetune.Omitted: the build or the canary failed, so no branch ran (the first region's
                     # DaemonSet may be there all the same)

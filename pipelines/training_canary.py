@@ -31,11 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from hera.workflows import Container, Parameter, Resource
+from hera.workflows import Container, Parameter, Resource, Task
 from hera.workflows import models as m
 
 from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig
 from pipelines import k8s, prepull, templates, trainjob
+from pipelines.dag_task import dag_task
 from pipelines.observability import argo_template_metrics
 from pipelines.run_scope import WORKFLOW
 
@@ -165,7 +166,7 @@ def prepare_data(cfg: PipelineConfig) -> Container:
     return step
 
 
-AddTasks = Callable[[Any, Any, dict[str, Any]], Any]
+AddTasks = Callable[[Task, Task | None, dict[str, Any]], Task]
 
 
 def tasks(cfg: PipelineConfig, *, batch: bool = False) -> AddTasks:
@@ -185,26 +186,26 @@ def tasks(cfg: PipelineConfig, *, batch: bool = False) -> AddTasks:
     check_t, prepull_t, train_t, allow_t = check(cfg), prepull_canary(cfg), train_canary(cfg), allow(cfg)
     data_t = prepare_data(cfg) if batch else None
 
-    def add(t_build: Any, t_data: Any, given: dict[str, Any]) -> Any:
+    def add(t_build: Task, t_data: Task | None, given: dict[str, Any]) -> Task:
         digest = {"image-digest": given["image-digest"]}
-        t_check = check_t(name=CHECK, arguments={**given})
+        t_check = dag_task(check_t, name=CHECK, arguments={**given})
         new = f"{t_check.get_parameter('allowed')} == false"
         if data_t is not None:
             if t_data is not None:
                 raise ValueError("finetune-batch's canary prepares its own data: pass t_data=None")
-            t_data = data_t(name=DATA, arguments={"git-sha": given["git-sha"]}, when=new)
+            t_data = dag_task(data_t, name=DATA, arguments={"git-sha": given["git-sha"]}, when=new)
             t_check >> t_data
         elif t_data is None:
             raise ValueError("the canary trains on the run's prepared data: pass its prepare-data task")
         pull_failed = m.ContinueOn(failed=True)
-        t_pull = prepull_t(name=PREPULL, arguments=digest, when=new, continue_on=pull_failed)
+        t_pull = dag_task(prepull_t, name=PREPULL, arguments=digest, when=new, continue_on=pull_failed)
         # A failed pre-pull only costs the cold pull: the canary goes on after it.
         after = f"{t_check.name} && {t_data.name} && ({t_pull.name} || {t_pull.name}.Failed)"
-        t_canary = train_t(name=TRAIN, arguments={**given}, when=new, depends=after)
+        t_canary = dag_task(train_t, name=TRAIN, arguments={**given}, when=new, depends=after)
         if batch:  # the exit hook TrainResource gave it, with the task the branches' delete-train-jobs deletes by
             hook = (t_canary.hooks or {})["exit"]
             hook.arguments = m.Arguments(parameters=[m.Parameter(name="task", value=WORKFLOW.task)])
-        t_allow = allow_t(name=ALLOW, arguments={**given}, when=new)
+        t_allow = dag_task(allow_t, name=ALLOW, arguments={**given}, when=new)
         t_build >> t_check
         t_check >> t_pull
         t_canary >> t_allow
