@@ -8,6 +8,12 @@ same step templates, reading its task and overrides from its inputs and working 
 task, deleted by its own exit hook) and publishes under its own model name, whose bucket notification starts that
 task's `rollout` (validate → register → rollout). A failing branch cancels nothing: the DAG is not fail-fast and
 `summary` runs after every branch has ended, lists each task's outcome and fails the workflow if a task failed.
+
+A training image no canary has passed on trains in the first region first (pipelines/training_canary.py, TrainJob
+backend), before the fan-out: training-image → (new) prepare-canary-data, prepull-canary → train-canary →
+allow-training-image → finetune, prepull-image. A failed canary omits the fan-out, so no branch trains and no other
+region pulls the image: the batch stops there (the workflow fails at train-canary; `summary` is not run, there being
+no branch to report), as train-deploy does, and every region keeps the images allowed before.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.loader import known_tasks
-from pipelines import templates
+from pipelines import templates, training_canary
+from pipelines.dag_task import dag_task
 from pipelines.run_scope import BRANCH
 
 NAME = "finetune-batch"
@@ -74,30 +81,44 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         build_image = templates.build_image(cfg)
         branch = _branch(cfg)
         summary = templates.batch_summary(cfg)
-        warm = cfg.training.backend == "trainjob"
+        warm = training_canary.applies(cfg)  # the TrainJob backend: pre-pulls, and a new image's canary
         if warm:
             prepull_image = templates.prepull_image(cfg)
             release_prepull = templates.release_prepull(cfg)
+            canary_tasks = training_canary.tasks(cfg, batch=True)
         templates.exit_handler(cfg)
         # Not fail-fast: a failed branch neither stops the others nor the summary (dag.go assessDAGPhase judges
         # the DAG by its leaves, so `summary` failing is what fails the workflow when a task failed).
         with DAG(name="main", fail_fast=False):
-            t_build = build_image(name="build-image")
+            t_build = dag_task(build_image, name="build-image")
             built = {
                 "git-sha": t_build.get_parameter("git-sha"),
                 "image-digest": t_build.get_parameter("image-digest"),
                 "serve-image-digest": t_build.get_parameter("serve-image-digest"),
             }
-            t_fan = branch(
+            t_fan = dag_task(
+                branch,
                 name=FAN_OUT,
                 with_param="{{workflow.parameters.tasks}}",
                 arguments={"task": "{{item.task}}", "overrides": "{{item.overrides}}", **built},
             )
             t_build >> t_fan
-            summary(name="summary", depends=ENDED, arguments={"git-sha": built["git-sha"]})
+            dag_task(summary, name="summary", depends=ENDED, arguments={"git-sha": built["git-sha"]})
             if warm:
                 digest = {"image-digest": built["image-digest"]}
-                t_warm = prepull_image(name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True))
-                t_build >> t_warm
-                release_prepull(name="release-prepull", depends=f"{ENDED} || {FAN_OUT}.Omitted || prepull-image.Failed")
+                # A training image no canary has passed on trains in the first region first; every branch trains,
+                # and every other region pulls it, once the canary passed or was not needed.
+                t_allowed = canary_tasks(t_build, None, {"git-sha": built["git-sha"], **digest})
+                t_allowed >> t_fan
+                t_warm = dag_task(
+                    prepull_image, name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True)
+                )
+                t_allowed >> t_warm
+                dag_task(
+                    release_prepull,
+                    name="release-prepull",
+                    # finetune.Omitted: the build or the canary failed, so no branch ran (the first region's
+                    # DaemonSet may be there all the same)
+                    depends=f"{ENDED} || {FAN_OUT}.Omitted || prepull-image.Failed || {training_canary.PREPULL}.Failed",
+                )
     return wt

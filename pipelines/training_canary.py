@@ -15,27 +15,50 @@ appears in the experiment). Only when it succeeds does `allow-training-image` re
 (steps/runtime/training_images.py: `<storage.uri>/training-images/<digest>.json`) and the other regions pull it
 and train. A failed canary fails the workflow there: nothing is recorded, no other region pulled or ran the image,
 and every region keeps training on the images allowed before. A run whose image is allowed skips all three.
+
+In finetune-batch the same tasks come before its fan-out (`tasks(cfg, batch=True)`): every branch trains only once
+the image is allowed. Its branches prepare their data after the fan-out, so the canary prepares its own first
+(`prepare-canary-data`: the workflow's `task` and `overrides` parameters, into `<workspace>/<workflow>/data`, only
+when the image is new), and a failed canary omits the whole fan-out: the batch stops, as train-deploy does.
+
+The legacy PaddleJob backends have no canary (`applies`): they place every run in `cluster.region` alone.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import yaml
-from hera.workflows import Container, Parameter, Resource
+from hera.workflows import Container, Parameter, Resource, Task
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig, RegionConfig
+from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig
 from pipelines import k8s, prepull, templates, trainjob
+from pipelines.dag_task import dag_task
 from pipelines.observability import argo_template_metrics
 from pipelines.run_scope import WORKFLOW
 
 CHECK, PREPULL, TRAIN, ALLOW = "training-image", "prepull-canary", "train-canary", "allow-training-image"
+# finetune-batch only: the canary's own prepared data (train-deploy's canary reads the run's prepare-data).
+DATA = "prepare-canary-data"
 COMPONENT_LABEL = "paddle-mlops/component"
 CANARY_AREA = "training-canary"
 # The canary's MLflow run stays inside its pod: a throwaway SQLite file, not the experiment of real runs.
 CANARY_TRACKING_URI = "sqlite:////tmp/training-canary-mlflow.db"
+
+
+def applies(cfg: PipelineConfig) -> bool:
+    """Whether runs on this configuration canary a new training image: the TrainJob backend only.
+
+    The canary holds a new image back from every region but the first, and the TrainJob is what a run may place in
+    several (`k8s.training_regions`, its node affinity). The legacy PaddleJob backends (`kubeflow-paddlejob`,
+    `paddle-operator`) place every run in `cluster.region` alone (pipelines/paddlejob.py: that region's GPU node
+    selector and tolerations): a new image's first run there is a full training in that one region, with no canary
+    before it and no record written, and nothing holds it back from a configuration compiled for another region.
+    """
+    return cfg.training.backend == "trainjob"
 
 
 def canary_region(cfg: PipelineConfig) -> RegionConfig:
@@ -82,6 +105,12 @@ def prepull_canary(cfg: PipelineConfig) -> Resource:
 
 def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
     """The run's TrainJob, pinned to the first region, training `canary_steps` steps into a scratch area."""
+    if not applies(cfg):
+        raise ConfigError(
+            f"training.backend {cfg.training.backend!r} has no training image canary: it places every run in "
+            f"cluster.region {cfg.cluster.region!r} alone; the canary runs with training.backend trainjob "
+            "(docs/training.md, 'A new training image: one region first')"
+        )
     manifest = copy.deepcopy(trainjob.trainjob(cfg).manifest)
     # A fixed name, as the run's own TrainJob (templates.TRAIN_ACTION: a retried step waits on it, creates no other).
     manifest["metadata"]["name"] = "{{workflow.name}}-train-canary"
@@ -124,6 +153,65 @@ def train_canary(cfg: PipelineConfig) -> Resource:
         retry_strategy=k8s.resource_retry_strategy(cfg),
         metrics=m.Metrics.model_validate(argo_template_metrics(TRAIN)),
     )
+
+
+def prepare_data(cfg: PipelineConfig) -> Container:
+    """finetune-batch's `prepare-canary-data`: prepare-data at the workflow's scope (its `task` and `overrides`
+    parameters, into `<workspace>/<workflow>/data`, which the canary TrainJob reads), under a name of its own
+    because the batch's `prepare-data` template is its branches' (pipelines/run_scope.py BRANCH)."""
+    step = templates.prepare_data(cfg, WORKFLOW)
+    # Hera added this object to the WorkflowTemplate being built when it was made: renamed here, it is added as DATA.
+    step.name = DATA
+    step.metrics = m.Metrics.model_validate(argo_template_metrics(DATA))
+    return step
+
+
+AddTasks = Callable[[Task, Task | None, dict[str, Any]], Task]
+
+
+def tasks(cfg: PipelineConfig, *, batch: bool = False) -> AddTasks:
+    """The canary's templates (made now: call it inside the WorkflowTemplate); the function it returns, called inside
+    the DAG as `add(t_build, t_data, given)` (`given`: the built `git-sha` and `image-digest`), adds the canary's tasks
+    and returns the one the run's training and every other region's pre-pull wait for: `allow-training-image`,
+    skipped when the image is allowed.
+
+    train-deploy passes `t_data`, its prepare-data, whose `<run>/data` the canary trains on. finetune-batch
+    (`batch=True`) passes None: its branches prepare their data only after the fan-out the canary comes before, so
+    `prepare-canary-data` prepares the workflow task's data when the image is new; and its `delete-train-jobs`
+    template is the branches' (it deletes one task's jobs), so the canary's exit hook names the workflow's task, the
+    `paddle-mlops/task` label the canary TrainJob carries.
+    """
+    if not applies(cfg):
+        raise ConfigError(f"training.backend {cfg.training.backend!r}: no training image canary (see applies)")
+    check_t, prepull_t, train_t, allow_t = check(cfg), prepull_canary(cfg), train_canary(cfg), allow(cfg)
+    data_t = prepare_data(cfg) if batch else None
+
+    def add(t_build: Task, t_data: Task | None, given: dict[str, Any]) -> Task:
+        digest = {"image-digest": given["image-digest"]}
+        t_check = dag_task(check_t, name=CHECK, arguments={**given})
+        new = f"{t_check.get_parameter('allowed')} == false"
+        if data_t is not None:
+            if t_data is not None:
+                raise ValueError("finetune-batch's canary prepares its own data: pass t_data=None")
+            t_data = dag_task(data_t, name=DATA, arguments={"git-sha": given["git-sha"]}, when=new)
+            t_check >> t_data
+        elif t_data is None:
+            raise ValueError("the canary trains on the run's prepared data: pass its prepare-data task")
+        pull_failed = m.ContinueOn(failed=True)
+        t_pull = dag_task(prepull_t, name=PREPULL, arguments=digest, when=new, continue_on=pull_failed)
+        # A failed pre-pull only costs the cold pull: the canary goes on after it.
+        after = f"{t_check.name} && {t_data.name} && ({t_pull.name} || {t_pull.name}.Failed)"
+        t_canary = dag_task(train_t, name=TRAIN, arguments={**given}, when=new, depends=after)
+        if batch:  # the exit hook TrainResource gave it, with the task the branches' delete-train-jobs deletes by
+            hook = (t_canary.hooks or {})["exit"]
+            hook.arguments = m.Arguments(parameters=[m.Parameter(name="task", value=WORKFLOW.task)])
+        t_allow = dag_task(allow_t, name=ALLOW, arguments={**given}, when=new)
+        t_build >> t_check
+        t_check >> t_pull
+        t_canary >> t_allow
+        return t_allow
+
+    return add
 
 
 # The train step's flags that tie it to the run's own training (its step cache entry), which a canary must not touch.

@@ -1,4 +1,5 @@
-"""A new training image trains in one region first (#39 item 6; pipelines/training_canary.py).
+"""A new training image trains in one region first (#39 item 6; pipelines/training_canary.py), in train-deploy and
+before finetune-batch's fan-out; the legacy PaddleJob backends have none.
 
 The DAG is walked as Argo walks it: `depends` over the task results of argo-workflows v4.1.2 workflow/common/
 ancestry.go (a bare name is Succeeded || Skipped || Daemoned), `when` after substitution as govaluate compares two
@@ -17,9 +18,11 @@ import pytest
 import yaml
 from fixtures_ernie import common, prepared_workspace
 
-from paddle_mlops.config import load_config, load_regions
+from paddle_mlops.config import ConfigError, load_config, load_regions
+from paddle_mlops.config.loader import known_tasks
 from paddle_mlops.local.dag import depends_met, evaluate_when, load_workflow
-from pipelines import train_deploy, training_canary
+from pipelines import finetune_batch, train_deploy, training_canary
+from pipelines.paddlejob import TASK_LABEL, WORKFLOW_LABEL
 from steps import train, training_image
 from steps.runtime import training_images
 
@@ -152,3 +155,124 @@ def test_the_canary_run_trains_a_few_steps_and_keeps_nothing_of_the_run(
     assert not (ws / "model").exists()
     # Nor the runs' checkpoints: a canary neither reads nor writes them (not even with the run's own run id).
     assert not (ws / "train").exists() and not (area / "train").exists()
+
+
+# -- finetune-batch: the same canary before its fan-out ---------------------------------------------------------------
+
+CANARY_TASKS = (training_canary.DATA, "prepull-canary", "train-canary", "allow-training-image")
+
+
+def _main_tasks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    (main,) = [t for t in doc["spec"]["templates"] if t["name"] == "main"]
+    return {t["name"]: t for t in main["dag"]["tasks"]}
+
+
+def dag_phase(doc: dict[str, Any], statuses: dict[str, str]) -> str:
+    """The main DAG's phase as argo-workflows workflow/controller/dag.go assessDAGPhase judges it (read at commit
+    32cbee0): by its leaf tasks, an Omitted task taking its parents' phase with Failed preferred; Failed when a leaf's
+    is (none here has continueOn)."""
+    tasks = load_workflow(doc).tasks
+    phase: dict[str, str] = {}
+    for task in tasks:  # in dependency order
+        status = statuses[task.name]
+        inherited = [phase[d] for d in task.depends]
+        phase[task.name] = ("Failed" if "Failed" in inherited else "Succeeded") if status == "Omitted" else status
+    leaves = [t.name for t in tasks if not any(t.name in other.depends for other in tasks)]
+    return "Failed" if any(phase[leaf] in ("Failed", "Errored") for leaf in leaves) else "Succeeded"
+
+
+def test_finetune_batch_trains_no_branch_before_the_canary_allowed_the_image(cfg: Any, tmp_path: Path) -> None:
+    """The fan-out (every branch's training) and the other regions' pre-pull wait for allow-training-image: skipped
+    for an image allowed before, run after the canary passed in the first region for a new one."""
+    doc = finetune_batch.build(cfg).to_dict()
+    tasks = _main_tasks(doc)
+    assert tasks[finetune_batch.FAN_OUT]["depends"] == "build-image && allow-training-image"
+    assert tasks["prepull-image"]["depends"] == "allow-training-image"
+    allow(cfg, OLD)
+    assert check(cfg, OLD, tmp_path) == "true"
+    statuses = walk(doc, {}, "true")
+    assert {n: statuses[n] for n in CANARY_TASKS} == dict.fromkeys(CANARY_TASKS, "Skipped")
+    assert statuses[finetune_batch.FAN_OUT] == statuses["prepull-image"] == statuses["summary"] == "Succeeded"
+    assert check(cfg, NEW, tmp_path) == "false"
+    statuses = walk(doc, {}, "false")
+    assert {n: statuses[n] for n in CANARY_TASKS} == dict.fromkeys(CANARY_TASKS, "Succeeded")
+    assert statuses[finetune_batch.FAN_OUT] == statuses["prepull-image"] == "Succeeded"
+
+
+def test_a_failing_canary_keeps_the_old_training_image_for_the_batch(cfg: Any, tmp_path: Path) -> None:
+    """A new image's canary fails in the first region: no branch trains on it, no other region pulls it, nothing is
+    recorded; the batch stops there (as train-deploy does) and the image allowed before is still the one allowed."""
+    allow(cfg, OLD)
+    assert check(cfg, NEW, tmp_path) == "false"
+    doc = finetune_batch.build(cfg).to_dict()
+    for failed in ("train-canary", training_canary.DATA):  # the canary, or the data it trains on
+        statuses = walk(doc, {failed: "Failed"}, "false")
+        assert statuses["prepull-canary"] == "Succeeded" and statuses[failed] == "Failed"
+        omitted = ("allow-training-image", finetune_batch.FAN_OUT, "prepull-image", "summary")
+        assert {n: statuses[n] for n in omitted} == dict.fromkeys(omitted, "Omitted"), failed
+        assert statuses["release-prepull"] == "Succeeded"  # the first region's pre-pull is cleaned up
+        assert dag_phase(doc, statuses) == "Failed"  # the batch stops: the omitted summary takes the canary's phase
+    assert check(cfg, NEW, tmp_path) == "false" and check(cfg, OLD, tmp_path) == "true"
+    assert [d["image_digest"] for d in training_images.allowed_images(cfg)] == [OLD]
+    # A failed pre-pull in the first region only costs the cold pull: the canary and then the batch still run.
+    statuses = walk(doc, {"prepull-canary": "Failed"}, "false")
+    assert statuses["train-canary"] == statuses[finetune_batch.FAN_OUT] == "Succeeded"
+    assert dag_phase(doc, walk(doc, {}, "false")) == "Succeeded"
+
+
+def test_the_batch_canary_trains_the_workflow_task_on_data_it_prepared(cfg: Any) -> None:
+    """The branches prepare their data after the fan-out, so the batch's canary prepares the workflow task's data
+    itself, where the canary TrainJob (the same one train-deploy runs) reads it; its exit hook deletes it by the
+    task label it carries, through the branches' delete-train-jobs template."""
+    doc = finetune_batch.build(cfg).to_dict()
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    data = templates[training_canary.DATA]["container"]["args"]
+    canary = _resource(doc, "train-canary")
+    assert canary == _resource(train_deploy.build(cfg).to_dict(), "train-canary")
+    command = canary["spec"]["trainer"]["command"]
+    ws = "{{workflow.parameters.workspace}}/{{workflow.name}}"
+    assert data[data.index("--output") + 1] == command[command.index("--data") + 1] == f"{ws}/data"
+    assert data[data.index("--task") + 1] == command[command.index("--task") + 1] == "{{workflow.parameters.task}}"
+    overrides = "{{workflow.parameters.overrides}}"
+    assert data[data.index("--overrides") + 1] == command[command.index("--overrides") + 1] == overrides
+    # not a branch's workspace: batch-summary reads <run>/<task> only, and no task is called `data`
+    assert "data" not in known_tasks()
+    hook = _main_tasks(doc)["train-canary"]["hooks"]["exit"]
+    assert hook["template"] == "delete-train-jobs"
+    assert hook["arguments"]["parameters"] == [{"name": "task", "value": "{{workflow.parameters.task}}"}]
+    flags = templates["delete-train-jobs"]["resource"]["flags"]
+    selector = dict(s.split("=", 1) for s in flags[flags.index("--selector") + 1].split(","))
+    labels = canary["metadata"]["labels"]
+    assert selector == {TASK_LABEL: "{{inputs.parameters.task}}", WORKFLOW_LABEL: labels[WORKFLOW_LABEL]}
+    assert labels[TASK_LABEL] == "{{workflow.parameters.task}}"  # what the hook passes as its task
+
+
+def test_train_deploy_and_finetune_batch_wire_the_canary_alike(cfg: Any) -> None:
+    """One canary, two workflows: the same tasks, templates, arguments, `when` and `depends`, except that the batch's
+    canary trains after its own prepare-canary-data and its exit hook names the workflow's task."""
+    single, batch = _main_tasks(train_deploy.build(cfg).to_dict()), _main_tasks(finetune_batch.build(cfg).to_dict())
+    for name in ("training-image", "prepull-canary", "train-canary", "allow-training-image"):
+        ours, theirs = dict(single[name]), dict(batch[name])
+        if name == "train-canary":
+            assert ours.pop("depends").replace("prepare-data", training_canary.DATA) == theirs.pop("depends")
+            assert "arguments" not in ours["hooks"]["exit"]
+            del theirs["hooks"]["exit"]["arguments"]
+        assert ours == theirs, name
+
+
+def test_legacy_paddlejob_backends_have_no_canary(tmp_path: Path) -> None:
+    """kubeflow-paddlejob / paddle-operator place every run in cluster.region alone (its GPU node selector): there is
+    no other region to hold a new image back from, so neither workflow has a canary, and asking for one says why."""
+    cfg = load_config(overrides=[f"storage.uri={tmp_path / 'store'}", "training.backend=kubeflow-paddlejob"])
+    assert not training_canary.applies(cfg)
+    for build in (train_deploy.build, finetune_batch.build):
+        names = {t["name"] for t in build(cfg).to_dict()["spec"]["templates"]}
+        assert not names & {"training-image", *CANARY_TASKS, "prepull-image"}, build
+    job = _resource(train_deploy.build(cfg).to_dict(), "train")
+    (worker,) = job["spec"]["paddleReplicaSpecs"].values()
+    region = load_regions()[cfg.cluster.region]
+    assert worker["template"]["spec"]["nodeSelector"] == region.node_selector()  # one region, always
+    with pytest.raises(ConfigError, match=r"no training image canary.*cluster\.region"):
+        training_canary.canary_trainjob(cfg)
+    with pytest.raises(ConfigError, match="no training image canary"):
+        training_canary.tasks(cfg)
