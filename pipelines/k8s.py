@@ -71,7 +71,7 @@ def tmp_volume() -> EmptyDirVolume:
 
 def shm_volume(size: str) -> EmptyDirVolume:
     """NCCL and the DataLoader share tensors through /dev/shm, whose container default is 64Mi."""
-    return EmptyDirVolume(name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=size)
+    return EmptyDirVolume(name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=m.Quantity(size))
 
 
 def _named(kind: str, field: str, name: str, known: dict[str, Any]) -> Any:
@@ -112,7 +112,7 @@ def gpu_node_selector(region: RegionConfig) -> dict[str, str]:
 
 def runtime_env(cfg: PipelineConfig, git_sha: str) -> list[m.EnvVar]:
     """Credentials only by Secret reference; endpoints are not secrets and come from config.
-    `git_sha` is the Argo expression of the commit the template records (see templates.COMMIT)."""
+    `git_sha` is the Argo expression of the commit the template records (see step_container.COMMIT)."""
     secret = cfg.storage.credentials_secret
     env = [
         m.EnvVar(

@@ -13,7 +13,7 @@ from hera.workflows import CronWorkflow, Parameter
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
-from pipelines import templates, train_deploy
+from pipelines import train_deploy, workflow_spec
 
 NAME = "scheduled-retrain"
 # The `git-sha` value that asks the build step to resolve the branch head.
@@ -22,7 +22,7 @@ RESOLVE_BRANCH_HEAD = ""
 
 def build(cfg: PipelineConfig) -> CronWorkflow:
     """The `scheduled-retrain` CronWorkflow for this configuration (no side effects)."""
-    settings = templates.workflow_settings(cfg)
+    settings = workflow_spec.workflow_settings(cfg)
     return CronWorkflow(
         name=NAME,
         schedule=cfg.cluster.retrain_schedule,

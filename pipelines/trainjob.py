@@ -27,19 +27,12 @@ from typing import Any
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import PART_OF, REGION_ENV
 from pipelines import k8s, restart_policy
-from pipelines.paddlejob import (
-    KUBEFLOW_PORT,
-    TrainingJobSpec,
-    job_metadata,
-    job_resources,
-    node_env,
-    train_image,
-    train_script_args,
-)
-from pipelines.platform.kueue import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
-from pipelines.platform.network import TRAIN_POD_LABELS
-from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
+from pipelines.job_spec import TrainingJobSpec, job_metadata
+from pipelines.kueue_names import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from pipelines.labels import TRAIN_POD_LABELS
 from pipelines.run_scope import WORKFLOW, RunScope
+from pipelines.service_accounts import TRAIN_SERVICE_ACCOUNT
+from pipelines.train_node import MASTER_PORT, job_resources, node_env, train_image, train_script_args
 
 API = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "paddle-distributed"
@@ -53,7 +46,6 @@ ANCESTOR_TRAINER = "trainer"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go: the condition types a TrainJob has.
 CONDITION_TYPES = ("Suspended", "Complete", "Failed")
-MASTER_PORT = KUBEFLOW_PORT
 # runtimePatches are keyed by a domain-prefixed manager (trainer plugins/jobset/jobset.go Validate);
 # Kueue writes its own under kueue.x-k8s.io/manager.
 PATCH_MANAGER = "paddle-mlops.io/placement"

@@ -134,7 +134,8 @@ def _resource_calls(account: str, name: str, t: dict[str, Any]) -> list[Call]:
         plural, _, group = resource_type.partition(".")
     by = f"executor resource.go ({name})"
     verbs = {"create": ["create"], "delete": ["delete"], "get": ["get"], "apply": ["get", "create", "patch"]}
-    # An expression (the train step's get-or-create, templates.TRAIN_ACTION) may evaluate to any action it names.
+    # An expression (the train step's get-or-create, resource_templates.TRAIN_ACTION) may evaluate to any action
+    # it names.
     actions = re.findall(r"'([a-z]+)'", res["action"]) if res["action"].startswith("{{=") else [res["action"]]
     calls = [Call(account, group, plural, verb, by) for action in actions for verb in verbs[action]]
     if res["action"] == "delete":

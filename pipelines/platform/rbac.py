@@ -20,9 +20,8 @@ from typing import Any
 from paddle_mlops.config import PipelineConfig
 from pipelines.platform import events
 from pipelines.platform.meta import metadata
-
-TRAIN_SERVICE_ACCOUNT = "paddle-mlops-train"
-ROLLOUT_SERVICE_ACCOUNT = "paddle-mlops-rollout"
+from pipelines.service_accounts import ROLLOUT_SERVICE_ACCOUNT, TRAIN_SERVICE_ACCOUNT
+from pipelines.training_backend import training_job
 
 TASK_RESULTS = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
 
@@ -56,9 +55,6 @@ def role_binding(name: str, namespace: str, service_account_name: str) -> dict[s
 
 
 def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    # Imported here: the job builders name this module's training service account.
-    from pipelines.templates import training_job
-
     resource, group = training_job(cfg).resource.split(".", 1)
     return [
         TASK_RESULTS,
