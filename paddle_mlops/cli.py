@@ -274,11 +274,18 @@ def _cmd_ui(args: argparse.Namespace, console: Console) -> int:
         return 0
 
 
+def _served_model(task: str) -> str:
+    """The name the task's model is served under (`serving.model_name`, which a loaded configuration always sets)."""
+    name = load_config(None, "local", task=task).serving.model_name
+    assert name is not None  # task_rules.fill_defaults sets it (ernie-<task>) when the files leave it out
+    return name
+
+
 def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
     from steps.runtime.local_server import read_current, served_models, stop_local_server
 
     home = args.workdir.resolve()
-    models = [load_config(None, "local", task=args.task).serving.model_name] if args.task else served_models(home)
+    models = [_served_model(args.task)] if args.task else served_models(home)
     if args.action == "status":
         records = {m: read_current(home, m) for m in models}
         records = {m: r for m, r in records.items() if r}

@@ -83,12 +83,14 @@ def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
     from steps.runtime.runner import StepError
 
     version = version or content_version(model_dir)
+    registered_model = cfg.mlflow.registered_model
+    assert registered_model is not None  # task_rules.fill_defaults sets it (ernie-<task>) when the files leave it out
     try:
         notifications.check_name("--version", version)
         result = objectstore.publish(
             model_dir,
             cfg.storage.uri,
-            cfg.mlflow.registered_model,
+            registered_model,
             version,
             {"published_by": getpass.getuser(), "source": str(model_dir)},
             endpoint_url=notify.endpoint_url(cfg),

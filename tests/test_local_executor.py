@@ -190,7 +190,7 @@ def test_training_job_becomes_a_local_launch(
     assert train.kind == "resource"
     executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
     executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
-    cmd = executor.command_for(train)
+    cmd = executor.handler.command_for(train, executor.scope)
     # The TrainJob's node command on one node: no rendezvous master or rank, one node.
     assert cmd[1:3] == ["-m", "steps.runtime.launch"]
     assert "--master" not in cmd and "--rank" not in cmd and cmd[cmd.index("--nnodes") + 1] == "1"
@@ -230,7 +230,7 @@ def test_parameter_server_jobs_use_the_ps_interpreter(
         executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
         executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
         train = next(t for t in executor.workflow.tasks if t.name == "train")
-        first[bool(sets)] = executor.command_for(train)[0]
+        first[bool(sets)] = executor.handler.command_for(train, executor.scope)[0]
     assert first == {False: sys.executable, True: "/opt/ps/bin/python"}
 
 
