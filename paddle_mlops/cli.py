@@ -1,8 +1,14 @@
-"""`paddle-mlops`: run the pipeline locally, compile it for Argo, browse and serve the results."""
+"""`paddle-mlops`: run the pipeline locally, compile it for Argo, browse and serve the results.
+
+Each command imports what only it needs inside its function: the DAGs (`pipelines/`: hera), the store's
+notification (boto3), the cluster checks (kubernetes) and MLflow take 2-5 s each to import, which `--help`,
+`config` and every other command would otherwise pay.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -13,13 +19,16 @@ from typing import Any
 
 from rich.console import Console
 
+from paddle_mlops import batch
 from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.config.loader import default_config_path
+from paddle_mlops.config.pretrained_names import PROJECT_NAMES
 from paddle_mlops.config.task_rules import missing_data
 from paddle_mlops.config.tasks import DEFAULT_TASK
 from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE, mlflow_ui_url
 from paddle_mlops.local.dag import DagError
+from paddle_mlops.local.executor import FollowOn, LocalExecutor, RunOptions
 
 DEFAULT_WORKDIR = Path(DEFAULT_HOME)
 
@@ -155,9 +164,7 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from paddle_mlops import batch
     from paddle_mlops.local import notify
-    from paddle_mlops.local.executor import FollowOn, LocalExecutor, RunOptions
     from pipelines import finetune_batch, rollout_template, train_deploy
 
     config_path = args.config or default_config_path()
@@ -206,7 +213,6 @@ def _pretrain_once(
     built and staged into this workdir's store before the first run that needs it, as `weights pretrain` does; later
     runs find it staged and reuse it. Production stages ERNIE 3.0 instead (configs/env/prod.yaml)."""
     from paddle_mlops import weights
-    from paddle_mlops.config.pretrained_names import PROJECT_NAMES
 
     name = cfg.model.pretrained_name
     if name not in PROJECT_NAMES:
@@ -354,8 +360,6 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
-        import importlib
-
         return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
     args = build_parser().parse_args(argv)
     console = Console(soft_wrap=True)

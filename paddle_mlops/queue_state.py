@@ -19,7 +19,7 @@ Sources (kubernetes-sigs/kueue v0.19.2):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -223,8 +223,6 @@ def _flavor_quotas(cq: dict[str, Any], labels: dict[str, dict[str, str]]) -> lis
 
 def with_lent(flavors: list[FlavorQuota], cohorts: dict[str, str]) -> list[FlavorQuota]:
     """Each queue's share of what the other queues of its cohort borrow in the same flavor."""
-    from dataclasses import replace
-
     out = []
     for f in flavors:
         peers = [
@@ -292,8 +290,6 @@ def _row(wl: dict[str, Any], cluster_queue: str, regions: dict[str, str]) -> Wor
 def _with_positions(
     rows: list[WorkloadRow], wls: dict[tuple[str, str], dict[str, Any]], summary: Any
 ) -> list[WorkloadRow]:
-    from dataclasses import replace
-
     pending = [r for r in rows if r.state == "pending"]
     if summary is not None:
         where = {

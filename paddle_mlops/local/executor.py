@@ -87,6 +87,8 @@ def _git_sha() -> str:
 
 
 class LocalExecutor:
+    """Walks a compiled workflow (and its follow-on) on this machine; its tasks run through `self.handler`."""
+
     def __init__(
         self,
         cfg: PipelineConfig,
