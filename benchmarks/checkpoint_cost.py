@@ -138,7 +138,7 @@ def production_checkpoint(base: Path, quick: bool) -> dict[str, Any]:
     """Capture, write and upload one checkpoint of a production-sized model's state; seconds per stage."""
     import paddle
 
-    from paddle_mlops.config.models import ModelConfig
+    from paddle_mlops.config.inputs import ModelConfig
     from steps.runtime import ernie, optimization, train_snapshot
     from steps.runtime.checkpoints import CheckpointStore
     from tests.s3server import moto_s3_server

@@ -198,7 +198,7 @@ def served_selection(args: argparse.Namespace, shape: Shape, results: dict[str, 
     """Every variant the gate allows served as evaluate serves it for the selection (steps/runtime/serving/loopback.py:
     the real serving stack on a loopback port, 16 aiohttp clients, interleaved rounds): `served_texts_per_s`."""
     from paddle_mlops.config import load_config
-    from paddle_mlops.config.models import ServingConfig
+    from paddle_mlops.config.serving import ServingConfig
     from steps.runtime.engine_selection import gate
     from steps.runtime.ernie import ExportedModel
     from steps.runtime.serving.loopback import served_speeds

@@ -64,7 +64,7 @@ import httpx
 
 from benchmarks import load
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from steps.runtime.processes import stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +143,7 @@ def export_model(shape: Shape, directory: Path) -> Path:
     """A random-weight ERNIE classifier of `shape`, exported the way the train step exports."""
     import paddle
 
-    from paddle_mlops.config.models import ModelConfig
+    from paddle_mlops.config.inputs import ModelConfig
     from steps.runtime import data, ernie
 
     directory.mkdir(parents=True, exist_ok=True)

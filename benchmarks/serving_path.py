@@ -132,7 +132,7 @@ def run_host(args: argparse.Namespace) -> int:
     """Serve one predictor through our app and the bare one on one loop; print their ports, serve until killed."""
     import asyncio
 
-    from paddle_mlops.config.models import ServingConfig
+    from paddle_mlops.config.serving import ServingConfig
     from steps.runtime import serving
     from steps.runtime.ernie import ExportedModel
 

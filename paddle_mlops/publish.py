@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import hashlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from paddle_mlops.command_line import add_config_args, exit_status
 from paddle_mlops.config import ConfigError, PipelineConfig, load_config
 from paddle_mlops.config.loader import default_config_path
 from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, EXPORTED_FILES, HOME_ENV
+from paddle_mlops.local.executor import LocalExecutor, RunOptions
 
 
 class PublishError(Exception):
@@ -83,12 +85,14 @@ def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
     from steps.runtime.runner import StepError
 
     version = version or content_version(model_dir)
+    registered_model = cfg.mlflow.registered_model
+    assert registered_model is not None  # task_rules.fill_defaults sets it (ernie-<task>) when the files leave it out
     try:
         notifications.check_name("--version", version)
         result = objectstore.publish(
             model_dir,
             cfg.storage.uri,
-            cfg.mlflow.registered_model,
+            registered_model,
             version,
             {"published_by": getpass.getuser(), "source": str(model_dir)},
             endpoint_url=notify.endpoint_url(cfg),
@@ -109,7 +113,6 @@ def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
 def _roll_out_here(cfg: PipelineConfig, args: argparse.Namespace, model_uri: str, console: Console) -> int:
     """The local rollout the notification starts, as `paddle-mlops run` starts it after its upload."""
     from paddle_mlops.local import notify
-    from paddle_mlops.local.executor import LocalExecutor, RunOptions
     from pipelines import rollout_template
 
     params = notify.rollout_parameters(cfg, notify.notification(cfg, model_uri))
@@ -130,8 +133,6 @@ def _roll_out_here(cfg: PipelineConfig, args: argparse.Namespace, model_uri: str
 
 
 def _publish(args: argparse.Namespace, console: Console) -> int:
-    import os
-
     cfg = load_config(args.config or default_config_path(), args.env, args.overrides, task=args.task)
     model_dir = check_model_dir(args.model_dir)
     os.environ[HOME_ENV] = str(args.workdir.resolve())  # the local store, as `run` sets it for its steps

@@ -12,8 +12,9 @@ from hera.workflows import EmptyDirVolume, Resources, RetryStrategy
 from hera.workflows import models as m
 
 from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
-from paddle_mlops.config.models import RegionConfig, TeamConfig
 from paddle_mlops.config.placement import allowed_regions
+from paddle_mlops.config.regions import RegionConfig
+from paddle_mlops.config.teams import TeamConfig
 from paddle_mlops.contracts import (
     FINAL_EXIT_CODES,
     PRETRAINED_MOUNT,

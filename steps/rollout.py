@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config.loader import load_regions
-from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.config.regions import RegionConfig
 from paddle_mlops.contracts import EXIT_ROLLED_BACK
 from steps.runtime import inference_service as isvc
 from steps.runtime import runner

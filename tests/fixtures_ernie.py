@@ -65,7 +65,7 @@ def make_exported_model(
     task: str = "text-classification",
 ) -> Path:
     """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary."""
-    from paddle_mlops.config.models import ModelConfig
+    from paddle_mlops.config.inputs import ModelConfig
     from steps.runtime import data, ernie
 
     directory = Path(directory)

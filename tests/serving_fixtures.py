@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from steps.runtime import serving
 from tests.fixtures_ernie import make_exported_model
 

@@ -57,7 +57,7 @@ def _train_steps(dense: bool, steps: int = 4) -> tuple[list[float], dict[str, np
     import paddle
     import paddle.nn.functional as F
 
-    from paddle_mlops.config.models import ModelConfig
+    from paddle_mlops.config.inputs import ModelConfig
     from steps.runtime import ernie
 
     paddle.seed(7)

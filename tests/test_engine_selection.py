@@ -58,7 +58,7 @@ def test_the_configurable_engines_are_the_variants_and_their_device_check_matche
     GPU one by its name; both must agree with the variants' own specs."""
     import typing
 
-    from paddle_mlops.config.models import ServingConfig
+    from paddle_mlops.config.serving import ServingConfig
     from steps.runtime.engines.variants import SPECS
 
     allowed = typing.get_args(ServingConfig.model_fields["engine"].annotation)
@@ -207,7 +207,7 @@ def test_every_engine_serves_its_metadata_and_survives_bad_requests(trained: Pat
     import asyncio
     import random
 
-    from paddle_mlops.config.models import ServingConfig
+    from paddle_mlops.config.serving import ServingConfig
     from steps.runtime import serving
     from steps.runtime.engines.runners import EngineUnavailable
     from steps.runtime.engines.variants import build_variants

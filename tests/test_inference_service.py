@@ -11,7 +11,8 @@ import kubernetes.client.models as k8s_models
 import pytest
 
 from paddle_mlops.config.loader import load_config, load_regions
-from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.config.regions import RegionConfig
 from paddle_mlops.lint.rules import ALLOWED_VOLUME_TYPES
 from steps.runtime import inference_service as isvc
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from paddle_mlops.config.loader import load_config, load_regions
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from steps import rollout
 from steps.runtime import inference_service as isvc
 from steps.runtime import region_stores, s3, serving

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from paddle_mlops.config import load_config
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from steps.runtime.engine_selection import RANKED_BY_IN_PROCESS, RANKED_BY_SERVED, Measured, choose, ranked_by
 from steps.runtime.serving.loopback import served_speeds
 from tests.fixtures_ernie import CONFIG

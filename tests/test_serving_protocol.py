@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from paddle_mlops.contracts import SERVING_REQUESTS_TOTAL
 from steps.runtime import serving
 from tests.serving_fixtures import (  # noqa: F401 — quiet_kserve is autouse

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from steps.runtime import serving
 from tests.fixtures_ernie import make_exported_model
 from tests.serving_fixtures import client, quiet_kserve  # noqa: F401 — quiet_kserve is autouse

@@ -177,7 +177,7 @@ def test_paddle_mlops_run_library_warnings_reaches_the_steps(tmp_path: Path) -> 
     for flag in (False, True):
         opts = RunOptions(Path(CONFIG), "local", [], tmp_path, library_warnings=flag)
         executor = LocalExecutor(cfg, doc, opts, Console(quiet=True))
-        env = executor._env()
+        env = executor.handler.env(executor.scope)
         assert (env.get(noise.SHOW_ENV) == "1") is flag
 
 

@@ -82,13 +82,13 @@ def ps_available() -> bool:
 def ps_python() -> str | None:
     """An interpreter whose paddlepaddle has the parameter server, or None.
 
-    The one local runs launch PS jobs with (`executor.ps_python()`: PADDLE_MLOPS_PS_PYTHON, else
+    The one local runs launch PS jobs with (`job_launch.ps_python()`: PADDLE_MLOPS_PS_PYTHON, else
     the checkout's `.venv-ps`, which `make test` builds with paddlepaddle 3.0.0, the last CPU wheel
     with WITH_PSCORE; else this interpreter), checked for the parameter server.
     """
-    from paddle_mlops.local.executor import ps_python as executor_ps_python
+    from paddle_mlops.local.job_launch import ps_python as local_ps_python
 
-    candidate = executor_ps_python()
+    candidate = local_ps_python()
     if candidate == sys.executable:
         return candidate if ps_available() else None
     if not Path(candidate).exists():

@@ -1,6 +1,6 @@
 """`training.checkpoint`: when the trainer checkpoints, how many it keeps, and how long a stopping pod may take.
 
-Its own module so the training section of `models.py` stays one screen; `models.TrainingConfig` holds it.
+Its own module so the training section (`training.py`) stays one screen; `training.TrainingConfig` holds it.
 """
 
 from __future__ import annotations

@@ -18,13 +18,16 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from paddle_mlops.config.models import PipelineConfig, RegionConfig, TeamConfig
+from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.config.regions import RegionConfig
 from paddle_mlops.config.tasks import DEFAULT_TASK, TASK_NAME_PATTERN
+from paddle_mlops.config.teams import TeamConfig
 
 M = TypeVar("M", bound=BaseModel)
+# A file of a directory of named ones (configs/teams/, configs/regions/): keyed by its `name`.
+Named = TypeVar("Named", TeamConfig, RegionConfig)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-ENVIRONMENTS = ("local", "dev", "prod")
 
 
 class ConfigError(Exception):
@@ -223,8 +226,8 @@ def load_task_configs(path: str | os.PathLike[str] | None = None, env: str | Non
     return {name: load_config(base_path, env, task=name) for name in known_tasks(base_path.parent)}
 
 
-def _load_dir(directory: Path, model: type[M]) -> dict[str, M]:
-    out: dict[str, M] = {}
+def _load_dir(directory: Path, model: type[Named]) -> dict[str, Named]:
+    out: dict[str, Named] = {}
     for file in sorted(directory.glob("*.yaml")):
         item = validate(model, read_yaml(file), str(file))
         out[item.name] = item

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paddle_mlops.config.loader import ConfigError
-from paddle_mlops.config.models import PipelineConfig, RegionConfig, TeamConfig
+from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.config.regions import RegionConfig
+from paddle_mlops.config.teams import TeamConfig
 
 # Keys that decide where a run's training may be admitted. They are written into the TrainJob's node affinity and
 # the Kueue objects when the templates are compiled, so a run's `overrides` parameter (which only the steps read)

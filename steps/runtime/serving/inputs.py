@@ -12,7 +12,7 @@ from typing import Any
 from kserve import errors as kerrors
 from kserve.protocol.infer_type import InferRequest
 
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from steps.runtime.serving.app import create_app
 from steps.runtime.serving.model import Classifier, ErnieModel
 from steps.runtime.serving.server import bind_socket, run_server, uvicorn_server

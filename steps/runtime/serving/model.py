@@ -22,7 +22,7 @@ from kserve.protocol.infer_type import InferRequest, InferResponse
 from starlette.routing import get_route_path
 from starlette.types import Scope
 
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops.config.serving import ServingConfig
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION
 from steps.runtime import openmp
 from steps.runtime.serving.batcher import DynamicBatcher
