@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import dataset, evaluation, objectstore, registry, runner
+from steps.runtime import evaluation, objectstore, registry, runner, tasks
 from steps.runtime import gate as gate_rules
 from steps.runtime.baselines import BaselineError
 from steps.runtime.health import check_predictions
@@ -188,7 +188,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         return outputs | {"verdict": DUPLICATE, "reason": reason, "metrics": "{}", "registered-version": earlier}
     with tempfile.TemporaryDirectory(prefix="validate-data-") as tmp:
         data_dir = Path(tmp)
-        dataset.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
+        tasks.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
         try:
             metrics = judge(cfg, uri, tagged, args.event_etag, data_dir, client)
         except BaselineError:

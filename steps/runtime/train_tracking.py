@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -31,7 +30,9 @@ SPLITS = (("train", "training"), ("dev", "validation"), ("test", "testing"))
 
 
 def run_name() -> str | None:
-    return os.environ.get("PADDLE_MLOPS_RUN") or os.environ.get("ARGO_WORKFLOW_NAME") or None
+    """The MLflow run name: the workflow's run (contracts.workflow_run_name, the same the JSON logs carry); None
+    outside a workflow, so MLflow picks one."""
+    return contracts.workflow_run_name() or None
 
 
 def flatten(prefix: str, value: Any) -> dict[str, Any]:

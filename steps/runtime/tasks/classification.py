@@ -105,7 +105,9 @@ class TextClassification(SingleText, SequenceLabels):
             "capped_dropped": result.capped_dropped,
             "examples": len(rows),
         }
-        return dataset.write_area(cfg, out, splits, labels, lambda part: per_label(part, labels), stats)
+        return dataset.write_area(
+            cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts
+        )
 
 
 def per_label(rows: list[dict[str, Any]], labels: dict[int, str]) -> dict[str, int]:
