@@ -103,7 +103,7 @@ def _check_manifest(raw: bytes, stored: str, uri: str, announced: str) -> dict[s
 
 
 def _load_and_smoke(cfg: PipelineConfig, model_dir: Path) -> None:
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.ernie import ExportedModel  # paddle: loaded only when a model is opened
 
     try:
         model = ExportedModel(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)

@@ -25,7 +25,7 @@ class MlflowRegistry:
     """`champion` alias and version tags in the MLflow model registry."""
 
     def __init__(self, cfg: PipelineConfig):
-        from steps.runtime import registry
+        from steps.runtime import registry  # mlflow: loaded only when the MLflow registry is used
 
         self._registry = registry
         self._name = cfg.mlflow.registered_model

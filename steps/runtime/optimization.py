@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from paddle_mlops.config import PipelineConfig
+from steps.runtime.tasks import IGNORE_INDEX
 
 log = logging.getLogger("steps.train")
 
@@ -54,8 +55,6 @@ def loss_of(logits: Any, targets: Any) -> Any:
     labels; IGNORE_INDEX marks [CLS], [SEP] and padding). Paddle's own `mean` with `ignore_index` divides by all
     tokens, ignored ones included, so the token mean is taken here."""
     import paddle.nn.functional as F
-
-    from steps.runtime.tasks import IGNORE_INDEX
 
     if logits.ndim == 2 and targets.ndim == 2:  # a distribution per example (distillation's soft targets)
         return -(targets * F.log_softmax(logits, axis=-1)).sum(axis=-1).mean()

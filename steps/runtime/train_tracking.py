@@ -16,6 +16,7 @@ from typing import Any
 
 from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
+from steps.runtime import tasks
 from steps.runtime.runner import StepStopped
 
 log = logging.getLogger("steps.train")
@@ -117,8 +118,6 @@ def _log_inputs(
     """A new run's parameters (configuration, data statistics, pretrained provenance) and dataset inputs."""
     import mlflow
 
-    from steps.runtime import tasks
-
     params = flatten("model", cfg.model.model_dump()) | flatten("training", cfg.training.model_dump(exclude={"job"}))
     params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels", "pretrained")})
     params["world_size"] = world
@@ -154,8 +153,6 @@ def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any
     (steps/runtime/tasks), which says what a row holds (default: text classification)."""
     import mlflow
     import pandas as pd
-
-    from steps.runtime import tasks
 
     task = task or tasks.for_type("text-classification")
     digests = stats.get("sha256") or {}
@@ -202,7 +199,7 @@ def log_best(
     if (data_dir / "stats.json").is_file():
         mlflow.log_artifact(str(data_dir / "stats.json"), artifact_path=MODEL_INFO)
     if history:
-        from steps.runtime import plots
+        from steps.runtime import plots  # matplotlib: loaded only when there are curves
 
         curves = plots.plot_curves(history, out_dir / plots.PLOTS_DIR / plots.CURVES_PNG)
         mlflow.log_artifact(str(curves), artifact_path=plots.PLOTS_DIR)

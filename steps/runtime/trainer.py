@@ -17,7 +17,18 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHECKPOINTS, PRETRAINED_RECORD
-from steps.runtime import data, dygraph, graceful_stop, optimization, run_id, tasks, train_snapshot, train_tracking
+from steps.runtime import (
+    data,
+    distillation,
+    dygraph,
+    graceful_stop,
+    optimization,
+    pretrained,
+    run_id,
+    tasks,
+    train_snapshot,
+    train_tracking,
+)
 from steps.runtime.checkpointing import Checkpointer, Resume
 from steps.runtime.checkpoints import check_layout
 from steps.runtime.graceful_stop import StopDecision
@@ -80,8 +91,6 @@ class Trainer:
         mcfg = self.cfg.model
         directory = self._pretrained_dir()
         if directory is not None:
-            from steps.runtime import pretrained
-
             model = self.ernie.load_pretrained(directory, len(self.labels), mcfg.dropout, mcfg.task)
             pretrained.check_length(self.cfg, str(mcfg.pretrained), model.config.max_position_embeddings)
             return self.ernie.load_tokenizer(directory), model
@@ -94,8 +103,6 @@ class Trainer:
     def _pretrained_dir(self) -> Path | None:
         """Where the weights are (a name: the digest prepare-data resolved, fetched and verified); None from scratch.
         Sets `self.provenance`, what MLflow and the export record of them."""
-        from steps.runtime import pretrained
-
         mcfg = self.cfg.model
         self.provenance: dict[str, Any] = {"pretrained": mcfg.pretrained}
         if mcfg.pretrained_name is None:
@@ -238,8 +245,6 @@ class Trainer:
         rows = self._rows("train")
         train, train_targets = self.task.encode_training(self.tokenizer, rows, self.cfg.model.max_seq_len, self.labels)
         if tcfg.distill_weight > 0:
-            from steps.runtime import distillation
-
             teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
             train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)
         dev = self._rows("dev") if self.rank == 0 else []
