@@ -165,7 +165,7 @@ def lock_digest(lock: Path = PROJECT_ROOT / "uv.lock") -> str:
 def host_part() -> dict[str, Any]:
     """What a measurement on this host depends on: machine, CPU model, the vector/matrix features engines use,
     and the cores this process may use (a cgroup quota included, as the engine measurements see it)."""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = line.partition(":")

@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from steps.runtime.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS  
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 log = logging.getLogger("steps.engines")
-ErnieHead = ErnieForSequenceClassification | ErnieForTokenClassification
+ErnieHead: TypeAlias = ErnieForSequenceClassification | ErnieForTokenClassification
 
 
 def head_class(task_type: str) -> type[ErnieHead]:

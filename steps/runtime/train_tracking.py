@@ -16,7 +16,7 @@ from typing import Any
 
 from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import tasks
+from steps.runtime import config_names, tasks
 from steps.runtime.runner import StepStopped
 
 log = logging.getLogger("steps.train")
@@ -70,7 +70,7 @@ def start_run(
 
     uri = registry.tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    experiment = open_experiment(cfg.mlflow.experiment, uri)
+    experiment = open_experiment(config_names.experiment(cfg), uri)
     if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
         mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
     tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
@@ -153,6 +153,7 @@ def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any
     (steps/runtime/tasks), which says what a row holds (default: text classification)."""
     import mlflow
     import pandas as pd
+    from mlflow.data.pandas_dataset import from_pandas
 
     task = task or tasks.for_type("text-classification")
     digests = stats.get("sha256") or {}
@@ -169,7 +170,7 @@ def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any
         digest = str(digests.get(path.name) or "")
         with warnings.catch_warnings():  # mlflow's hints on integer columns and ambiguous local sources
             warnings.simplefilter("ignore")
-            dataset = mlflow.data.from_pandas(
+            dataset = from_pandas(
                 frame,
                 source=f"{data_uri.rstrip('/')}/{path.name}",
                 name=split,

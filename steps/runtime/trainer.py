@@ -18,6 +18,7 @@ import numpy as np
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHECKPOINTS, PRETRAINED_RECORD
 from steps.runtime import (
+    config_names,
     data,
     distillation,
     dygraph,
@@ -184,9 +185,10 @@ class Trainer:
             low, high = paddle.to_tensor([-step], dtype="int64"), paddle.to_tensor([step], dtype="int64")
             dist.all_reduce(low, op=dist.ReduceOp.MAX)
             dist.all_reduce(high, op=dist.ReduceOp.MAX)
-            if -int(low.item()) != int(high.item()):
+            lowest, highest = -int(low.numpy().item()), int(high.numpy().item())
+            if lowest != highest:
                 raise StepFailed(f"the ranks found different checkpoints in {self.checkpointer.uri} "
-                                 f"(steps {-int(low.item())}..{int(high.item())}); retry")  # fmt: skip
+                                 f"(steps {lowest}..{highest}); retry")  # fmt: skip
         if resume is not None:
             check_layout(f"{self.checkpointer.uri}/{resume.step}", resume.meta.get("layout"), self._layout())
         return resume
@@ -348,7 +350,7 @@ class Trainer:
         )  # fmt: skip
         if run_id:
             train_tracking.log_epoch(record, epoch + 1)
-        if state.improves(dev, self.cfg.gate.metric):
+        if state.improves(dev, config_names.gate_metric(self.cfg)):
             state.keep_best(epoch + 1, dev, self.model)
 
     def _layout(self) -> dict[str, int]:

@@ -95,7 +95,7 @@ class TextClassification(SingleText, SequenceLabels):
                 f"data.source {source} has only one class ({labels[0]!r}); a classifier needs at least two labels."
             )
         id_of = {name: i for i, name in labels.items()}
-        rows = [{"text": text, "label": id_of[str(label)]} for text, label in result.examples]
+        rows: list[dict[str, Any]] = [{"text": text, "label": id_of[str(label)]} for text, label in result.examples]
         splits = dataset.split(rows, lambda r: r["text"], cfg)
         stats = {
             "raw_lines": result.raw,
