@@ -79,7 +79,7 @@ def log_to_mlflow(
         tags=[RunTag(k, v) for k, v in tags.items()],
     )
     client.log_artifact(run_id, str(metrics_file), artifact_path="evaluation")
-    from steps.runtime import plots
+    from steps.runtime import plots  # matplotlib: loaded only when there is something to plot
 
     folder = metrics_file.parent / plots.PLOTS_DIR
     labels = list(metrics["per_class"])

@@ -18,7 +18,7 @@ if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import cache_keys, dataset, pretrained, reuse, runner, s3, workspace
+from steps.runtime import cache_keys, dataset, pretrained, reuse, runner, s3, tasks, workspace
 
 log = logging.getLogger("steps.prepare_data")
 # The name of the data area in a cache entry, and the configuration its content depends on.
@@ -56,7 +56,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         return restored
     local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
     pretrained.write_record(local, record)
-    stats = dataset.prepare(cfg, local)
+    stats = tasks.prepare(cfg, local)
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
     log.info(

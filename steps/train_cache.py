@@ -84,7 +84,7 @@ def _link_mlflow_run(cfg: PipelineConfig, model_dir: Path, key: cache_keys.Key) 
         return None
     run = workflow_run_name()
     if run_id and run:
-        from steps.runtime import registry
+        from steps.runtime import registry  # mlflow: loaded only to link a run
 
         try:
             registry.connect(cfg).set_tag(run_id, f"reused_by.{run}", key.digest)

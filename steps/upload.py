@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import cache_keys, objectstore, reuse, runner, workspace
+from steps.runtime import cache_keys, config_names, objectstore, reuse, runner, workspace
 from steps.runtime.objectstore.backends import resolve_root
 from steps.runtime.runner import StepError
 
@@ -121,7 +121,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     result = objectstore.publish(
         model_dir,
         cfg.storage.uri,
-        cfg.mlflow.registered_model,
+        config_names.registered_model(cfg),
         version,
         metadata,
         endpoint_url=endpoint,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import dataset, evaluation, objectstore, registry, runner
+from steps.runtime import config_names, evaluation, objectstore, registry, runner, tasks
 from steps.runtime import gate as gate_rules
 from steps.runtime.baselines import BaselineError
 from steps.runtime.health import check_predictions
@@ -81,10 +81,11 @@ def model_uri(cfg: PipelineConfig, args: argparse.Namespace) -> str:
 
 def already_validated(cfg: PipelineConfig, client: Any, digest: str) -> str | None:
     """The registered version of this manifest if an earlier validation judged it, else None."""
-    version = registry.find_version_by_digest(cfg.mlflow.registered_model, digest, client)
+    name = config_names.registered_model(cfg)
+    version = registry.find_version_by_digest(name, digest, client)
     if version is None:
         return None
-    tags = client.get_model_version(cfg.mlflow.registered_model, version).tags or {}
+    tags = client.get_model_version(name, version).tags or {}
     return version if tags.get(registry.VALIDATION_VERDICT) else None
 
 
@@ -103,7 +104,7 @@ def _check_manifest(raw: bytes, stored: str, uri: str, announced: str) -> dict[s
 
 
 def _load_and_smoke(cfg: PipelineConfig, model_dir: Path) -> None:
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.ernie import ExportedModel  # paddle: loaded only when a model is opened
 
     try:
         model = ExportedModel(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
@@ -188,7 +189,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         return outputs | {"verdict": DUPLICATE, "reason": reason, "metrics": "{}", "registered-version": earlier}
     with tempfile.TemporaryDirectory(prefix="validate-data-") as tmp:
         data_dir = Path(tmp)
-        dataset.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
+        tasks.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
         try:
             metrics = judge(cfg, uri, tagged, args.event_etag, data_dir, client)
         except BaselineError:
@@ -211,7 +212,8 @@ def _split_note(split: dict[str, str | None]) -> str:
         return ""
     log.warning("the model was evaluated on test split %s; validate scored the configured one, %s",
                 split["model_reported"], split["sha256"])  # fmt: skip
-    return f" (scored on the configured test split {split['sha256'][:12]}, not the one the model reports)"
+    configured = split["sha256"] or ""
+    return f" (scored on the configured test split {configured[:12]}, not the one the model reports)"
 
 
 STEP = runner.Step(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config import PipelineConfig
+from steps.runtime import cpu_quota
 from steps.runtime.objectstore.manifest import content_digest, file_entries, sha256_bytes, sha256_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -164,9 +165,7 @@ def lock_digest(lock: Path = PROJECT_ROOT / "uv.lock") -> str:
 def host_part() -> dict[str, Any]:
     """What a measurement on this host depends on: machine, CPU model, the vector/matrix features engines use,
     and the cores this process may use (a cgroup quota included, as the engine measurements see it)."""
-    from steps.runtime import cpu_quota
-
-    model, flags = "", set()
+    model, flags = "", set[str]()
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = line.partition(":")

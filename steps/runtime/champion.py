@@ -6,6 +6,7 @@ from typing import Protocol
 
 from paddle_mlops.config.models import PipelineConfig
 from paddle_mlops.contracts import CHAMPION
+from steps.runtime import config_names
 from steps.runtime.rollout_outcome import Outcome
 from steps.runtime.runner import StepError
 
@@ -25,10 +26,10 @@ class MlflowRegistry:
     """`champion` alias and version tags in the MLflow model registry."""
 
     def __init__(self, cfg: PipelineConfig):
-        from steps.runtime import registry
+        from steps.runtime import registry  # mlflow: loaded only when the MLflow registry is used
 
         self._registry = registry
-        self._name = cfg.mlflow.registered_model
+        self._name = config_names.registered_model(cfg)
         self._client = registry.connect(cfg)
 
     def promote(self, version: str) -> str | None:

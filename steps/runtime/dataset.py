@@ -1,9 +1,12 @@
-"""The data area of a run from the configured corpus: read, clean, split deterministically, write.
+"""What every task type builds a run's data area with: the configured corpus read (and identified for the step
+cache), capped, split deterministically, and written with its label map, vocabulary and stats.
 
-prepare-data writes it into the run's workspace; the rollout's validate step writes the same split again to score
-a published model on the task's held-out test set (the split is a function of the text and `data.split_salt`,
-so both see the same rows; `stats.json` carries each split's sha256 to prove it). What a row is depends on the
-task type (steps/runtime/tasks/); reading the source, splitting and writing the area is the same for all.
+prepare-data writes the area into the run's workspace; the rollout's validate step writes the same split again to
+score a published model on the task's held-out test set (the split is a function of the text and `data.split_salt`,
+so both see the same rows; `stats.json` carries each split's sha256 to prove it). What a row is depends on the task
+type (steps/runtime/tasks/, whose `prepare` calls these and is reached through `tasks.prepare`); reading the source,
+splitting and writing the area is the same for all, so this module knows no task type: a task hands it what it
+needs (its rows' vocabulary texts, its per-label counts).
 """
 
 from __future__ import annotations
@@ -108,11 +111,10 @@ def write_area(
     labels: dict[int, str],
     per_label: Callable[[list[dict[str, Any]]], dict[str, int]],
     stats: dict[str, Any],
+    vocab_texts: Callable[[dict[str, Any]], list[str]],
 ) -> dict[str, Any]:
-    """Write the splits, label_map.json, vocab.txt (training from scratch) and stats.json; the stats written."""
-    from steps.runtime import tasks
-
-    task = tasks.for_config(cfg)
+    """Write the splits, label_map.json, vocab.txt (training from scratch: built from `vocab_texts` of each train
+    row) and stats.json; the stats written. `per_label`: a split's examples per label (or entities per type)."""
     # A name: the staged weights prepare-data resolved before writing anything (their tokenizer, not ours).
     record = pretrained.read_record(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +124,7 @@ def write_area(
     )
     vocab_size = None
     if pretrained.trains_from_scratch(cfg, record):
-        texts = (text for row in splits["train"] for text in task.vocab_texts(row))
+        texts = (text for row in splits["train"] for text in vocab_texts(row))
         vocab = data.build_vocab(texts, cfg.data.vocab_min_freq, cfg.data.vocab_max_size)
         (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
         vocab_size = len(vocab)
@@ -139,14 +141,6 @@ def write_area(
     }
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2), encoding="utf-8")
     return stats
-
-
-def prepare(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
-    """Write the task's data area into `out` and return the stats."""
-    from steps.runtime import tasks
-
-    require_source(cfg)
-    return tasks.for_config(cfg).prepare(cfg, out)
 
 
 def require_source(cfg: PipelineConfig) -> None:

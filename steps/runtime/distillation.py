@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from paddle_mlops.config.tasks import TEXT_MATCHING
+from steps.runtime.baselines import pairs, text
 
 log = logging.getLogger("steps.distillation")
 FOLDS = 5
@@ -27,8 +28,6 @@ def teacher_probabilities(
     """[len(train), classes] cross-fitted baseline probabilities of every training example."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
-
-    from steps.runtime.baselines import pairs, text
 
     started = time.monotonic()
     y = np.array([int(r["label"]) for r in train])

@@ -88,7 +88,7 @@ def candidates(cfg: PipelineConfig) -> list[str]:
 
 def _open(cfg: PipelineConfig, model_dir: Path, names: list[str], threads: int) -> tuple[dict[str, Any], dict]:
     """The ExportedModel of every variant this host can run; the reason for each it cannot."""
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.ernie import ExportedModel  # paddle: loaded only when a model is opened
 
     opened, missing = {}, {}
     for name in names:
@@ -211,7 +211,7 @@ def _served(
 ) -> None:
     """Every allowed variant served over loopback HTTP (test rows as the requests): `served_texts_per_s` in `table`;
     a variant whose answers failed when served is unavailable (never served), and says why."""
-    from steps.runtime.serving.loopback import served_speeds
+    from steps.runtime.serving.loopback import served_speeds  # kserve: loaded only to serve over loopback
 
     allowed = {name: models[name] for name in gate(cfg, table) if name in models}
     clients = cfg.serving.max_batch_size

@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -38,10 +38,12 @@ from paddle_mlops.config.inputs import ModelConfig  # noqa: E402
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION  # noqa: E402
 from paddle_mlops.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E402
 from steps.runtime import tasks  # noqa: E402
+from steps.runtime.engines.runners import EngineUnavailable, open_engine  # noqa: E402
+from steps.runtime.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 log = logging.getLogger("steps.engines")
-ErnieHead = ErnieForSequenceClassification | ErnieForTokenClassification
+ErnieHead: TypeAlias = ErnieForSequenceClassification | ErnieForTokenClassification
 
 
 def head_class(task_type: str) -> type[ErnieHead]:
@@ -219,9 +221,6 @@ class ExportedModel:
 
     def _open_engine(self, requested: str | None, use_gpu: bool, fall_back: bool) -> tuple[Any, str, str]:
         """(engine, its variant, why the ones before it in the ranking were passed over)."""
-        from steps.runtime.engines.runners import EngineUnavailable, open_engine
-        from steps.runtime.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS
-
         default = PADDLE_GPU_FP32 if use_gpu else PADDLE_FP32
         if requested:
             order = [requested]
@@ -248,8 +247,6 @@ class ExportedModel:
     def platform(self) -> str:
         """Open Inference Protocol `platform` of the engine in use: framework and format, then the variant
         (`onnxruntime_onnx:onnx-int8`), since the metadata response has no other field for it."""
-        from steps.runtime.engines.variants import SPECS
-
         framework = {"onnxruntime": "onnxruntime_onnx", "openvino": "openvino_ir"}.get(
             SPECS[self.engine_name].engine, "paddle_inference"
         )
@@ -258,8 +255,6 @@ class ExportedModel:
     @property
     def precision(self) -> str:
         """The engine in use's precision: fp32, bf16, fp16 or int8."""
-        from steps.runtime.engines.variants import SPECS
-
         return SPECS[self.engine_name].precision
 
     def logits(self, input_ids: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:

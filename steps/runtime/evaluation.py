@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from paddle_mlops.config import PipelineConfig
-from steps.runtime import tasks
+from steps.runtime import baselines, tasks
+from steps.runtime.baselines import comparison
 from steps.runtime.runner import StepError
 
 log = logging.getLogger("steps.evaluation")
@@ -79,9 +80,6 @@ def with_baseline(cfg: PipelineConfig, scored: Scored, data_dir: Path) -> Scored
     interval and the paired test (steps/runtime/baselines/); nothing under `gate.baseline: off`."""
     if cfg.gate.baseline == "off":
         return scored
-    from steps.runtime import baselines
-    from steps.runtime.baselines import comparison
-
     fitted = baselines.fit(cfg, data_dir)
     figures = comparison.compare(cfg, scored.rows, scored.answers, fitted, scored.labels)
     log.info("%s", comparison.summary_line(figures))
@@ -91,7 +89,7 @@ def with_baseline(cfg: PipelineConfig, scored: Scored, data_dir: Path) -> Scored
 
 def score(cfg: PipelineConfig, model_dir: Path, data_dir: Path) -> Scored:
     """`evaluate`'s report with the answers it was computed from."""
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.ernie import ExportedModel  # paddle: loaded only when a model is opened
 
     task = tasks.for_config(cfg)
     rows = task.read_rows(data_dir / "test.jsonl")

@@ -17,6 +17,7 @@ from typing import Any
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHAMPION
+from steps.runtime import config_names
 
 log = logging.getLogger("steps.gate")
 
@@ -154,8 +155,8 @@ def decide(
 def judge(cfg: PipelineConfig, metrics: dict[str, Any], client: Any) -> GateDecision:
     """The gate of this configuration for a test report: threshold, the baseline in `metrics["baseline"]` (fitted
     on the same splits) and the registered model's champion. evaluate and validate both decide with it."""
-    metric = str(cfg.gate.metric)
-    champ = champion(client, cfg.mlflow.registered_model, metric)
+    metric = config_names.gate_metric(cfg)
+    champ = champion(client, config_names.registered_model(cfg), metric)
     figures = metrics.get("baseline")
     rule = None
     if figures and cfg.gate.baseline != "off":

@@ -98,7 +98,7 @@ class StopDecision:
 
         flag = paddle.to_tensor([1 if self.request.requested else 0], dtype="int32")
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(int(flag.item()))
+        return bool(flag.item())
 
     def barrier(self) -> None:
         """Every rank waits here until rank 0's final checkpoint is in the store."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paddle_mlops.config.models import PipelineConfig
+from steps.runtime import config_names
 from steps.runtime.champion import Registry
 from steps.runtime.health import HttpProbe
 from steps.runtime.processes import stop_group
@@ -109,7 +110,8 @@ def start_local_server(
     cfg: PipelineConfig, model_uri: str, version: str, home: Path, common: list[str]
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """Start `python -m steps.serve` detached (own session) so it outlives this step."""
-    directory = serving_dir(home, cfg.serving.model_name)
+    name = config_names.served_model(cfg)
+    directory = serving_dir(home, name)
     directory.mkdir(parents=True, exist_ok=True)
     ready_file = directory / f"server-{version}.ready.json"
     ready_file.unlink(missing_ok=True)
@@ -125,7 +127,7 @@ def start_local_server(
         "--port",
         str(cfg.serving.port),
         "--model-name",
-        cfg.serving.model_name,
+        name,
         "--ready-file",
         str(ready_file),
     ]
@@ -170,13 +172,14 @@ def rollout_local(
     probe: Any = None,
 ) -> Outcome:
     probe = probe or HttpProbe()
-    directory = serving_dir(home, cfg.serving.model_name)
-    previous = read_current(home, cfg.serving.model_name)
+    name = config_names.served_model(cfg)
+    directory = serving_dir(home, name)
+    previous = read_current(home, name)
     proc, ready_file = start_local_server(cfg, model_uri, version, home, common)
     log_path = directory / f"server-{version}.log"
     try:
         url = wait_local_ready(proc, ready_file, probe, cfg, log_path)
-        probe.smoke(url, cfg.serving.model_name, cfg.smoke_payload())
+        probe.smoke(url, name, cfg.smoke_payload())
     except RolloutFailed as exc:
         stop_group(proc)
         return Outcome(ROLLED_BACK, url=(previous or {}).get("url", ""), reason=str(exc))
@@ -184,7 +187,7 @@ def rollout_local(
     port = int(url.rsplit(":", 1)[1])
     _write_json(
         directory / "current.json",
-        {"pid": proc.pid, "url": url, "port": port, "model": cfg.serving.model_name, "task": cfg.task,
+        {"pid": proc.pid, "url": url, "port": port, "model": name, "task": cfg.task,
          "model_version": version, "model_uri": model_uri},
     )  # fmt: skip
     # The old server goes only after the new one serves and `champion` points at it.

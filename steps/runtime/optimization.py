@@ -6,11 +6,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from paddle_mlops.config import PipelineConfig
+from steps.runtime.tasks import IGNORE_INDEX
+
+# The autocast dtypes (paddle.amp.auto_cast's `dtype`) of `training.amp`'s modes.
+AmpDtype = Literal["float16", "bfloat16"]
+AMP_DTYPES: dict[str, AmpDtype] = {"fp16": "float16", "bf16": "bfloat16"}
 
 log = logging.getLogger("steps.train")
 
@@ -34,14 +39,14 @@ def make_optimizer(cfg: PipelineConfig, model: Any, total_steps: int) -> tuple[A
     return optimizer, scheduler
 
 
-def amp_dtype(mode: str, use_gpu: bool) -> str | None:
+def amp_dtype(mode: str, use_gpu: bool) -> AmpDtype | None:
     """The autocast dtype for `training.amp`, or None for float32 (always on CPU)."""
     if mode == "off":
         return None
     if not use_gpu:
         log.warning("training.amp=%s needs a GPU; training in float32 on CPU", mode)
         return None
-    return {"fp16": "float16", "bf16": "bfloat16"}[mode]
+    return AMP_DTYPES[mode]
 
 
 def split(indices: Sequence[int], parts: int) -> list[list[int]]:
@@ -54,8 +59,6 @@ def loss_of(logits: Any, targets: Any) -> Any:
     labels; IGNORE_INDEX marks [CLS], [SEP] and padding). Paddle's own `mean` with `ignore_index` divides by all
     tokens, ignored ones included, so the token mean is taken here."""
     import paddle.nn.functional as F
-
-    from steps.runtime.tasks import IGNORE_INDEX
 
     if logits.ndim == 2 and targets.ndim == 2:  # a distribution per example (distillation's soft targets)
         return -(targets * F.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
@@ -70,7 +73,7 @@ def loss_of(logits: Any, targets: Any) -> Any:
 
 
 def step_gradients(
-    model: Any, batches: list[tuple[list[int], tuple[Any, Any, Any]]], total: int, amp: str | None, scaler: Any
+    model: Any, batches: list[tuple[list[int], tuple[Any, Any, Any]]], total: int, amp: AmpDtype | None, scaler: Any
 ) -> Any:
     """Forward and backward over one step's micro-batches (indices, (input_ids, token_type_ids, targets)); the
     step's mean loss, still on the device."""

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from paddle_mlops.config import PipelineConfig, load_config
-from steps.runtime import data, dataset, tasks
+from steps.runtime import data, tasks
 
 # The tasks whose built-in corpora the pre-training reads (configs/tasks/<task>.yaml).
 CORPUS_TASKS = ("sentiment", "ner")
@@ -25,7 +25,7 @@ def train_texts(config_path: Path, env: str, overrides: list[str]) -> list[str]:
     for task in CORPUS_TASKS:
         cfg: PipelineConfig = load_config(config_path, env, [*split, "model.pretrained=null"], task=task)
         with tempfile.TemporaryDirectory(prefix=f"pretrain-{task}-") as tmp:
-            dataset.prepare(cfg, Path(tmp))
+            tasks.prepare(cfg, Path(tmp))
             task_type = tasks.for_config(cfg)
             texts += [
                 text for row in task_type.read_rows(Path(tmp) / "train.jsonl") for text in task_type.vocab_texts(row)

@@ -136,7 +136,8 @@ def _serve_or_train(
     if fleet.is_first_worker():
         # Paddle 3.0's stop_worker() no longer tells the servers to stop, and the launcher (like a
         # PaddleJob) waits for every process: without this, run_server() never returns.
-        fleet.fleet._runtime_handle._worker.stop_server()
+        runtime: Any = fleet.fleet._runtime_handle  # None in Paddle's class body until init_worker sets it
+        runtime._worker.stop_server()
     fleet.stop_worker()
     summary = {
         "topology": "ps",
@@ -160,7 +161,8 @@ def _start_worker(startup: Any) -> Any:
     # init_worker pushes the dense parameters to the servers before it waits for them to listen
     # (and Paddle 3.0's wait_server_ready is a no-op), so a trainer that starts faster than the
     # servers fails with "push dense param failed": wait for every server endpoint first.
-    wait_for_servers(fleet.server_endpoints(), SERVER_WAIT_S)
+    endpoints = fleet.server_endpoints()
+    wait_for_servers(endpoints.split(",") if isinstance(endpoints, str) else endpoints, SERVER_WAIT_S)
     fleet.init_worker()
     return exe
 

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHAMPION, PREVIOUS_CHAMPION
+from steps.runtime import config_names
 from steps.runtime.runner import StepError
 
 # MLflow caps model-version tag values; data stats are a summary, not the whole file.
@@ -72,7 +73,7 @@ def register(
     Idempotent: a version already tagged with the same `manifest_digest` is returned as is.
     """
     client = client or connect(cfg)
-    name = cfg.mlflow.registered_model
+    name = config_names.registered_model(cfg)
     digest = tags.get("manifest_digest")
     if not digest:
         raise StepError("register needs the manifest_digest tag; pass the upload step's manifest digest")

@@ -30,6 +30,7 @@ from paddle_mlops.contracts import (  # noqa: F401 (home_dir re-exported)
     OUTPUTS_FLAG,
     RERUN_ALL,
     home_dir,
+    workflow_run_name,
 )
 
 log = logging.getLogger("steps")
@@ -201,7 +202,7 @@ class _JsonFormatter(logging.Formatter):
     def __init__(self, step: str) -> None:
         super().__init__()
         self.fields = {
-            "workflow": os.environ.get("ARGO_WORKFLOW_NAME", os.environ.get("PADDLE_MLOPS_RUN", "")),
+            "workflow": workflow_run_name(),
             "step": step,
             "rank": os.environ.get("PADDLE_TRAINER_ID", "0"),
             "git_sha": os.environ.get("GIT_SHA", ""),

@@ -9,6 +9,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from steps.runtime.metrics import TrainingMetrics
+
 log = logging.getLogger("steps.train")
 
 
@@ -64,8 +66,6 @@ def _training_metrics(port: int, use_gpu: bool, port_file: Path) -> Any:
     """Rank 0 serves Prometheus metrics when `training.metrics_port` is set (docs/observability.md)."""
     if not port:
         return None
-    from steps.runtime.metrics import TrainingMetrics
-
     metrics = TrainingMetrics(gpu=use_gpu)
     bound = metrics.start(port, port_file=port_file)
     log.info("training metrics on port %d (/metrics)", bound)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from steps.runtime.optimization import AmpDtype
 from steps.runtime.sampler import LengthGroupedBatchSampler
 from steps.runtime.tasks.base import ModelRows
 
@@ -26,7 +27,7 @@ class Setup:
     optimizer: Any
     scheduler: Any
     model: Any  # the model, wrapped in paddle.DataParallel when there are several processes
-    amp: str | None
+    amp: AmpDtype | None
     scaler: Any
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Any
 
 from paddle_mlops import contracts
 from paddle_mlops.config import PipelineConfig
+from steps.runtime import config_names, tasks
 from steps.runtime.runner import StepStopped
 
 log = logging.getLogger("steps.train")
@@ -31,7 +31,9 @@ SPLITS = (("train", "training"), ("dev", "validation"), ("test", "testing"))
 
 
 def run_name() -> str | None:
-    return os.environ.get("PADDLE_MLOPS_RUN") or os.environ.get("ARGO_WORKFLOW_NAME") or None
+    """The MLflow run name: the workflow's run (contracts.workflow_run_name, the same the JSON logs carry); None
+    outside a workflow, so MLflow picks one."""
+    return contracts.workflow_run_name() or None
 
 
 def flatten(prefix: str, value: Any) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def start_run(
 
     uri = registry.tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    experiment = open_experiment(cfg.mlflow.experiment, uri)
+    experiment = open_experiment(config_names.experiment(cfg), uri)
     if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
         mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
     tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
@@ -116,8 +118,6 @@ def _log_inputs(
     """A new run's parameters (configuration, data statistics, pretrained provenance) and dataset inputs."""
     import mlflow
 
-    from steps.runtime import tasks
-
     params = flatten("model", cfg.model.model_dump()) | flatten("training", cfg.training.model_dump(exclude={"job"}))
     params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels", "pretrained")})
     params["world_size"] = world
@@ -153,8 +153,7 @@ def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any
     (steps/runtime/tasks), which says what a row holds (default: text classification)."""
     import mlflow
     import pandas as pd
-
-    from steps.runtime import tasks
+    from mlflow.data.pandas_dataset import from_pandas
 
     task = task or tasks.for_type("text-classification")
     digests = stats.get("sha256") or {}
@@ -171,7 +170,7 @@ def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any
         digest = str(digests.get(path.name) or "")
         with warnings.catch_warnings():  # mlflow's hints on integer columns and ambiguous local sources
             warnings.simplefilter("ignore")
-            dataset = mlflow.data.from_pandas(
+            dataset = from_pandas(
                 frame,
                 source=f"{data_uri.rstrip('/')}/{path.name}",
                 name=split,
@@ -201,7 +200,7 @@ def log_best(
     if (data_dir / "stats.json").is_file():
         mlflow.log_artifact(str(data_dir / "stats.json"), artifact_path=MODEL_INFO)
     if history:
-        from steps.runtime import plots
+        from steps.runtime import plots  # matplotlib: loaded only when there are curves
 
         curves = plots.plot_curves(history, out_dir / plots.PLOTS_DIR / plots.CURVES_PNG)
         mlflow.log_artifact(str(curves), artifact_path=plots.PLOTS_DIR)

@@ -17,7 +17,19 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.contracts import CHECKPOINTS, PRETRAINED_RECORD
-from steps.runtime import data, dygraph, graceful_stop, optimization, run_id, tasks, train_snapshot, train_tracking
+from steps.runtime import (
+    config_names,
+    data,
+    distillation,
+    dygraph,
+    graceful_stop,
+    optimization,
+    pretrained,
+    run_id,
+    tasks,
+    train_snapshot,
+    train_tracking,
+)
 from steps.runtime.checkpointing import Checkpointer, Resume
 from steps.runtime.checkpoints import check_layout
 from steps.runtime.graceful_stop import StopDecision
@@ -80,8 +92,6 @@ class Trainer:
         mcfg = self.cfg.model
         directory = self._pretrained_dir()
         if directory is not None:
-            from steps.runtime import pretrained
-
             model = self.ernie.load_pretrained(directory, len(self.labels), mcfg.dropout, mcfg.task)
             pretrained.check_length(self.cfg, str(mcfg.pretrained), model.config.max_position_embeddings)
             return self.ernie.load_tokenizer(directory), model
@@ -94,8 +104,6 @@ class Trainer:
     def _pretrained_dir(self) -> Path | None:
         """Where the weights are (a name: the digest prepare-data resolved, fetched and verified); None from scratch.
         Sets `self.provenance`, what MLflow and the export record of them."""
-        from steps.runtime import pretrained
-
         mcfg = self.cfg.model
         self.provenance: dict[str, Any] = {"pretrained": mcfg.pretrained}
         if mcfg.pretrained_name is None:
@@ -177,9 +185,10 @@ class Trainer:
             low, high = paddle.to_tensor([-step], dtype="int64"), paddle.to_tensor([step], dtype="int64")
             dist.all_reduce(low, op=dist.ReduceOp.MAX)
             dist.all_reduce(high, op=dist.ReduceOp.MAX)
-            if -int(low.item()) != int(high.item()):
+            lowest, highest = -int(low.numpy().item()), int(high.numpy().item())
+            if lowest != highest:
                 raise StepFailed(f"the ranks found different checkpoints in {self.checkpointer.uri} "
-                                 f"(steps {-int(low.item())}..{int(high.item())}); retry")  # fmt: skip
+                                 f"(steps {lowest}..{highest}); retry")  # fmt: skip
         if resume is not None:
             check_layout(f"{self.checkpointer.uri}/{resume.step}", resume.meta.get("layout"), self._layout())
         return resume
@@ -238,8 +247,6 @@ class Trainer:
         rows = self._rows("train")
         train, train_targets = self.task.encode_training(self.tokenizer, rows, self.cfg.model.max_seq_len, self.labels)
         if tcfg.distill_weight > 0:
-            from steps.runtime import distillation
-
             teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
             train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)
         dev = self._rows("dev") if self.rank == 0 else []
@@ -343,7 +350,7 @@ class Trainer:
         )  # fmt: skip
         if run_id:
             train_tracking.log_epoch(record, epoch + 1)
-        if state.improves(dev, self.cfg.gate.metric):
+        if state.improves(dev, config_names.gate_metric(self.cfg)):
             state.keep_best(epoch + 1, dev, self.model)
 
     def _layout(self) -> dict[str, int]:

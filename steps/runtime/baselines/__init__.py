@@ -20,8 +20,10 @@ from typing import Any
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.tasks import TOKEN_CLASSIFICATION
+from steps.runtime import tasks
 from steps.runtime.baselines import cache
 from steps.runtime.baselines.fitted import KINDS, BaselineError, Fitted
+from steps.runtime.data import read_label_map
 
 __all__ = ["KINDS", "BaselineError", "Fitted", "fit", "fit_in_process", "module_for"]
 
@@ -84,9 +86,6 @@ def _child(task_type: str, data_dir: str, iterations: int, results: Any) -> None
 
 def fit_in_process(task_type: str, data_dir: Path, crf_iterations: int = 100) -> Fitted:
     """Fit the task type's baseline on `data_dir`'s train (and dev) split and answer its test split."""
-    from steps.runtime import tasks
-    from steps.runtime.data import read_label_map
-
     task, module = tasks.for_type(task_type), module_for(task_type)
     rows = {split: task.read_rows(data_dir / f"{split}.jsonl") for split in ("train", "dev", "test")}
     labels = read_label_map(data_dir / "label_map.json")

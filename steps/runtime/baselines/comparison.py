@@ -11,16 +11,16 @@ import numpy as np
 
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.tasks import TOKEN_CLASSIFICATION
+from steps.runtime import tasks
 from steps.runtime.baselines import counts, statistics
 from steps.runtime.baselines.fitted import Fitted
+from steps.runtime.tasks.ner import entity_types
 
 
 def per_example(task_type: str, metric: str, rows: Sequence[dict[str, Any]], answers: Sequence[dict[str, Any]],
                 labels: dict[int, str]) -> tuple[np.ndarray, statistics.MetricOfCounts]:  # fmt: skip
     """Per-example counts of `answers` and the function of their sum that gives `metric`."""
     if task_type == TOKEN_CLASSIFICATION:
-        from steps.runtime.tasks.ner import entity_types
-
         types = entity_types(labels)
         return counts.entity_counts(rows, answers, types), counts.entity_metric(metric, len(types))
     return counts.label_counts(rows, answers, labels), counts.label_metric(metric, len(labels))
@@ -34,8 +34,6 @@ def compare(
     labels: dict[int, str],
 ) -> dict[str, Any]:
     """What metrics.json's `baseline` holds: the baseline, its scores, and the paired comparison on `gate.metric`."""
-    from steps.runtime import tasks
-
     task_type, metric = cfg.model.task, str(cfg.gate.metric)
     scores = tasks.for_type(task_type).scores(rows, fitted.answers, labels)
     model_counts, of = per_example(task_type, metric, rows, model_answers, labels)

@@ -9,7 +9,7 @@ from typing import Any
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION, TEXT_MATCHING, TOKEN_CLASSIFICATION
 from steps.runtime.runner import StepError
 
-KINDS = {TEXT_CLASSIFICATION: "text", TEXT_MATCHING: "pairs", TOKEN_CLASSIFICATION: "crf"}
+KINDS: dict[str, str] = {TEXT_CLASSIFICATION: "text", TEXT_MATCHING: "pairs", TOKEN_CLASSIFICATION: "crf"}
 
 
 class BaselineError(StepError):

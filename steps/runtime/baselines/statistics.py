@@ -65,5 +65,5 @@ def bootstrap_difference(
         differences[start : start + size] = metric(weights @ model_counts) - metric(weights @ baseline_counts)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(differences, [alpha, 1 - alpha])
-    p = min(1.0, 2 * min(np.mean(differences <= 0), np.mean(differences >= 0)))
-    return Bootstrap(observed, float(low), float(high), confidence, float(p), samples)
+    p = min(1.0, 2 * min(float(np.mean(differences <= 0)), float(np.mean(differences >= 0))))
+    return Bootstrap(observed, float(low), float(high), confidence, p, samples)

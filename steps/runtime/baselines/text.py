@@ -20,7 +20,9 @@ def vectorizer() -> Any:
     return TfidfVectorizer(analyzer="char", ngram_range=NGRAMS, sublinear_tf=True, lowercase=True, dtype=np.float32)
 
 
-def fit_on_dev(train_x: Any, train_y: Sequence[int], dev_x: Any, dev_y: Sequence[int]) -> tuple[Any, float]:
+def fit_on_dev(
+    train_x: Any, train_y: Sequence[int] | np.ndarray, dev_x: Any, dev_y: Sequence[int]
+) -> tuple[Any, float]:
     """The logistic regression of the grid's C that scores best on dev (accuracy; the smaller C on a tie) and C."""
     from sklearn.linear_model import LogisticRegression
 
@@ -44,7 +46,7 @@ def label_answers(probabilities: np.ndarray, classes: Sequence[int], labels: dic
         full = {labels[i]: 0.0 for i in sorted(labels)}
         for cls, p in zip(classes, row, strict=True):
             full[labels[int(cls)]] = float(p)
-        out.append({"label": max(full, key=full.__getitem__), "probabilities": full})
+        out.append({"label": max(full.items(), key=lambda item: item[1])[0], "probabilities": full})
     return out
 
 

@@ -62,10 +62,13 @@ def open_engine(variant: str, model_dir: Path, threads: int, flags: Iterable[str
 def _require_gpu(spec: Variant) -> None:
     """EngineUnavailable unless this Paddle sees a CUDA device (and, for TensorRT, is built with it)."""
     import paddle
+    from paddle.inference import get_trt_compile_version
 
     if not paddle.device.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
         raise EngineUnavailable(f"{spec.name} needs a CUDA GPU; this Paddle build or node has none")
-    if spec.engine == "paddle-trt" and not paddle.base.core.is_compiled_with_tensorrt():
+    # (0, 0, 0): built without TensorRT (paddle/fluid/pybind/inference_api.cc). Paddle 3's `core` has no
+    # is_compiled_with_tensorrt, so asking it raised AttributeError instead of EngineUnavailable.
+    if spec.engine == "paddle-trt" and tuple(get_trt_compile_version()) == (0, 0, 0):
         raise EngineUnavailable(f"{spec.name} needs a Paddle built with TensorRT; this image's is not")
 
 

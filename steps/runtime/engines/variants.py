@@ -179,7 +179,8 @@ def build_variants(
             _remove(out_dir, spec.files)
             continue
         tools = {dist: _version(dist) for dist in spec.tools}
-        inputs = {"calibration": observed} if spec.calibrated else {}
+        # a calibrated variant without calibration inputs was skipped above (_not_to_build)
+        inputs = {"calibration": observed} if spec.calibrated and observed is not None else {}
         entry: dict = earlier.get(spec.name) or {}
         if spec.built_from in rebuilt or not _current(entry, tools, out_dir, inputs):
             reason = _convert(spec, model_dir, out_dir, calibration or ())

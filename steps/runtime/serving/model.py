@@ -24,7 +24,7 @@ from starlette.types import Scope
 
 from paddle_mlops.config.serving import ServingConfig
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION
-from steps.runtime import openmp
+from steps.runtime import objectstore, openmp
 from steps.runtime.serving.batcher import DynamicBatcher
 from steps.runtime.serving.inputs import Limits
 from steps.runtime.serving.metrics import ENGINE
@@ -65,13 +65,11 @@ def resolve_model_dir(model_uri: str | None, model_dir: str | None, endpoint_url
     local = Path(model_uri)
     if "://" not in model_uri and local.is_dir() and not (local / "manifest.json").exists():
         return local
-    from steps.runtime import objectstore
-
     return Path(objectstore.fetch(model_uri, Path(tempfile.mkdtemp(prefix="model-")), endpoint_url=endpoint_url))
 
 
 def default_classifier(model_dir: Path, cfg: ServingConfig) -> Classifier:
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.ernie import ExportedModel  # paddle: loaded only when a model is opened
 
     return ExportedModel(model_dir, cpu_threads=cfg.cpu_threads, use_gpu=cfg.use_gpu)
 

@@ -4,12 +4,19 @@
 - `matching`: text-matching (sentence pairs)
 - `ner`: token-classification (person/place/organisation names, BIO per character)
 - `base`: the interface and the model-row plumbing they share
+
+`prepare(cfg, out)` writes the configured task's data area (prepare-data, and validate's held-out test set): the
+task type reads and shapes its rows, steps/runtime/dataset.py splits and writes them the same way for every type.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from paddle_mlops.config import PipelineConfig
 from paddle_mlops.config.tasks import TEXT_CLASSIFICATION, TEXT_MATCHING, TOKEN_CLASSIFICATION
+from steps.runtime.dataset import require_source
 from steps.runtime.tasks.base import IGNORE_INDEX, Instance, ModelRows, Task, run_rows
 from steps.runtime.tasks.classification import TextClassification
 from steps.runtime.tasks.matching import TextMatching
@@ -32,4 +39,11 @@ def for_config(cfg: PipelineConfig) -> Task:
     return for_type(cfg.model.task)
 
 
-__all__ = ["IGNORE_INDEX", "Instance", "ModelRows", "TASKS", "Task", "for_config", "for_type", "run_rows"]
+def prepare(cfg: PipelineConfig, out: Path) -> dict[str, Any]:
+    """Write the configured task's data area into `out` and return the stats (StepError first when the task needs
+    a data file and none is configured)."""
+    require_source(cfg)
+    return for_config(cfg).prepare(cfg, out)
+
+
+__all__ = ["IGNORE_INDEX", "Instance", "ModelRows", "TASKS", "Task", "for_config", "for_type", "prepare", "run_rows"]

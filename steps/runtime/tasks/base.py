@@ -149,10 +149,6 @@ class Task(ABC):
     def scores(self, rows: Sequence[dict[str, Any]], answers: Sequence[dict[str, Any]], labels: dict[int, str]) -> dict:
         """The task's metrics (`spec.metrics`, plus per-class or per-type detail) of `answers` against `rows`."""
 
-    def label_names(self, labels: dict[int, str]) -> list[str]:
-        """The classes a report details (per_class): the label names."""
-        return [labels[i] for i in sorted(labels)]
-
 
 class SingleText:
     """Rows with one text (`text`): the instance a client sends is that text, and the vocabulary is built from it."""

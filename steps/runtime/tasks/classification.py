@@ -95,7 +95,7 @@ class TextClassification(SingleText, SequenceLabels):
                 f"data.source {source} has only one class ({labels[0]!r}); a classifier needs at least two labels."
             )
         id_of = {name: i for i, name in labels.items()}
-        rows = [{"text": text, "label": id_of[str(label)]} for text, label in result.examples]
+        rows: list[dict[str, Any]] = [{"text": text, "label": id_of[str(label)]} for text, label in result.examples]
         splits = dataset.split(rows, lambda r: r["text"], cfg)
         stats = {
             "raw_lines": result.raw,
@@ -105,7 +105,9 @@ class TextClassification(SingleText, SequenceLabels):
             "capped_dropped": result.capped_dropped,
             "examples": len(rows),
         }
-        return dataset.write_area(cfg, out, splits, labels, lambda part: per_label(part, labels), stats)
+        return dataset.write_area(
+            cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts
+        )
 
 
 def per_label(rows: list[dict[str, Any]], labels: dict[int, str]) -> dict[str, int]:

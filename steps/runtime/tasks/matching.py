@@ -86,7 +86,9 @@ class TextMatching(SequenceLabels):
         rows, capped = dataset.capped(rows, _key, cfg)
         splits = dataset.split(rows, _key, cfg)
         stats = {**counts, "capped_dropped": capped, "examples": len(rows)}
-        return dataset.write_area(cfg, out, splits, labels, lambda part: per_label(part, labels), stats)
+        return dataset.write_area(
+            cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts
+        )
 
 
 def _key(row: dict[str, Any]) -> str:

@@ -164,9 +164,6 @@ class TokenClassification(SingleText, Task):
         report = entity_scores(gold, predicted, entity_types(labels))
         return {**report, "per_class": report["per_type"]}
 
-    def label_names(self, labels: dict[int, str]) -> list[str]:
-        return entity_types(labels)
-
     def prepare(self, cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         source = str(cfg.data.source)
         if source == PEOPLES_DAILY_1998:
@@ -188,7 +185,7 @@ class TokenClassification(SingleText, Task):
         splits = dataset.split(rows, lambda r: r["text"], cfg)
         labels = dict(enumerate(bio_labels(ENTITY_TYPES)))
         stats = {"conversion": conversion.as_dict(), **counts, "capped_dropped": capped, "examples": len(rows)}
-        return dataset.write_area(cfg, out, splits, labels, entity_counts, stats)
+        return dataset.write_area(cfg, out, splits, labels, entity_counts, stats, self.vocab_texts)
 
 
 def _deduplicated(pieces: list[peoples_daily.Sentence]) -> tuple[list[dict[str, Any]], dict[str, int]]:
