@@ -53,9 +53,12 @@ from typing import Any
 
 import numpy as np
 
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
 from benchmarks import serving
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
 from benchmarks.workload import MEDIUM, TINY, Shape, export_model, make_texts
+from paddle_mlops.config import load_config
+from paddle_mlops.config.models import ServingConfig
 from steps.runtime.engines.cpu import cpu_flags
 from steps.runtime.engines.measure import Batch, interleaved
 from steps.runtime.engines.runners import Engine, EngineUnavailable, open_engine
@@ -188,7 +191,6 @@ def _table(results: dict[str, Any], served: bool) -> dict[str, Any]:
 def select(results: dict[str, Any], served: bool = True) -> tuple[str, list[str], str]:
     """(variant, ranking, why) by the pipeline's rule (`agreement` as the metric): by served texts/s where every
     allowed variant has that figure, else (or with `served` false) by in-process texts/s at the batch size."""
-    from paddle_mlops.config import load_config
     from steps.runtime.engine_selection import choose
 
     selected, ranking, why = choose(load_config(), _table(results, served))
@@ -198,8 +200,6 @@ def select(results: dict[str, Any], served: bool = True) -> tuple[str, list[str]
 def served_selection(args: argparse.Namespace, shape: Shape, results: dict[str, Any]) -> None:
     """Every variant the gate allows served as evaluate serves it for the selection (steps/runtime/serving/loopback.py:
     the real serving stack on a loopback port, 16 aiohttp clients, interleaved rounds): `served_texts_per_s`."""
-    from paddle_mlops.config import load_config
-    from paddle_mlops.config.models import ServingConfig
     from steps.runtime.engine_selection import gate
     from steps.runtime.ernie import ExportedModel
     from steps.runtime.serving.loopback import served_speeds
