@@ -33,8 +33,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
 from benchmarks.train_throughput import CONFIG, ROOT, write_data
+from paddle_mlops.config import load_config
+from paddle_mlops.config.inputs import ModelConfig
 
 PROD_MODEL = {"hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 3072,
               "max_seq_len": 2048}  # fmt: skip
@@ -138,7 +143,6 @@ def production_checkpoint(base: Path, quick: bool) -> dict[str, Any]:
     """Capture, write and upload one checkpoint of a production-sized model's state; seconds per stage."""
     import paddle
 
-    from paddle_mlops.config.inputs import ModelConfig
     from steps.runtime import ernie, optimization, train_snapshot
     from steps.runtime.checkpoints import CheckpointStore
     from tests.s3server import moto_s3_server
@@ -176,8 +180,6 @@ def production_checkpoint(base: Path, quick: bool) -> dict[str, Any]:
 
 
 def _config() -> Any:
-    from paddle_mlops.config import load_config
-
     return load_config(CONFIG, env="local")
 
 
@@ -244,8 +246,6 @@ def sigkill(base: Path, interval: float, kills: int, quick: bool) -> dict[str, A
 
 def _worker_pids(log_dir: Path) -> list[int]:
     """The job's worker pids by rank (the launcher gives each its PADDLE_LOG_DIR and PADDLE_TRAINER_ID)."""
-    import psutil
-
     found: dict[int, int] = {}
     for process in psutil.process_iter(["cmdline"]):
         try:

@@ -53,8 +53,12 @@ from typing import Any
 
 import numpy as np
 
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
+from benchmarks import serving
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
-from benchmarks.serving import MEDIUM, TINY, Shape, export_model, make_texts
+from benchmarks.workload import MEDIUM, TINY, Shape, export_model, make_texts
+from paddle_mlops.config import load_config
+from paddle_mlops.config.serving import ServingConfig
 from steps.runtime.engines.cpu import cpu_flags
 from steps.runtime.engines.measure import Batch, interleaved
 from steps.runtime.engines.runners import Engine, EngineUnavailable, open_engine
@@ -187,7 +191,6 @@ def _table(results: dict[str, Any], served: bool) -> dict[str, Any]:
 def select(results: dict[str, Any], served: bool = True) -> tuple[str, list[str], str]:
     """(variant, ranking, why) by the pipeline's rule (`agreement` as the metric): by served texts/s where every
     allowed variant has that figure, else (or with `served` false) by in-process texts/s at the batch size."""
-    from paddle_mlops.config import load_config
     from steps.runtime.engine_selection import choose
 
     selected, ranking, why = choose(load_config(), _table(results, served))
@@ -197,8 +200,6 @@ def select(results: dict[str, Any], served: bool = True) -> tuple[str, list[str]
 def served_selection(args: argparse.Namespace, shape: Shape, results: dict[str, Any]) -> None:
     """Every variant the gate allows served as evaluate serves it for the selection (steps/runtime/serving/loopback.py:
     the real serving stack on a loopback port, 16 aiohttp clients, interleaved rounds): `served_texts_per_s`."""
-    from paddle_mlops.config import load_config
-    from paddle_mlops.config.serving import ServingConfig
     from steps.runtime.engine_selection import gate
     from steps.runtime.ernie import ExportedModel
     from steps.runtime.serving.loopback import served_speeds
@@ -221,8 +222,6 @@ def served_selection(args: argparse.Namespace, shape: Shape, results: dict[str, 
 
 def served(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path, engine: str) -> dict[str, Any]:
     """benchmarks/serving.py's measurements on this export, every contender running `engine`."""
-    from benchmarks import serving
-
     argv = ["--engine", engine, "--rounds", str(args.served_rounds), "--cpu-threads", str(args.threads)]
     sargs = serving._parse_args([*argv, *(["--quick"] if args.quick else [])])
     (work / engine).mkdir(parents=True, exist_ok=True)
@@ -241,15 +240,14 @@ def benchmark(
     started = time.perf_counter()
     model_dir = export_model(shape, work / "model")
     exported = time.perf_counter()
-    built = (
-        {name: [] for name in GPU_VARIANTS}
-        if gpu
-        else build_variants(model_dir, calibration=calibration_batches(model_dir, shape))
-    )
-    skipped = {} if gpu else built.skipped
+    if gpu:  # the GPU variants run the export itself: nothing to build
+        names, skipped = [PADDLE_FP32, *GPU_VARIANTS], {}
+    else:
+        built = build_variants(model_dir, calibration=calibration_batches(model_dir, shape))
+        names, skipped = list(built), built.skipped
     converted = time.perf_counter()
     print(f"exported {shape.describe()} in {exported - started:.0f}s, variants built in {converted - exported:.0f}s")
-    engines, unavailable = open_engines(model_dir, [PADDLE_FP32, *built] if gpu else list(built), threads)
+    engines, unavailable = open_engines(model_dir, names, threads)
     if PADDLE_FP32 not in engines:
         raise RuntimeError(f"Paddle fp32, the reference, did not open: {unavailable.get(PADDLE_FP32)}")
     if gpu and not set(engines) - {PADDLE_FP32}:

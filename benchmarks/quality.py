@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
+from paddle_mlops.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pipeline.yaml"
@@ -83,7 +85,6 @@ def train(task: str, overrides: Sequence[str], workspace: Path, nproc: int, env:
 
 def score(task: str, overrides: Sequence[str], workspace: Path, fitted: Any) -> dict[str, Any]:
     """The model's test figures beside the baseline's (the comparison evaluate reports)."""
-    from paddle_mlops.config import load_config
     from steps.runtime import evaluation
     from steps.runtime.baselines import comparison
 
@@ -104,8 +105,6 @@ def run_task(task: str, variants: Sequence[str], seeds: Sequence[int], args: Any
     base = QUICK if args.quick else []
     data_dir = out / task / "data"
     prepare(task, base, data_dir)
-    from paddle_mlops.config import load_config
-
     store = f"storage.uri={out / 'store'}"  # the baseline's stored answers live in --workdir: a rerun reuses them
     fitted = baselines.fit(load_config(CONFIG, "local", [*base, store], task=task), data_dir)
     print(f"{task}: baseline {fitted.kind} fitted in {fitted.seconds:.1f} s (stored: {fitted.cached})", flush=True)

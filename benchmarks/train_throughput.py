@@ -30,6 +30,10 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
+from paddle_mlops.config import loader
+from steps.runtime.sampler import LengthGroupedBatchSampler
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pipeline.yaml"
 CHARS = (
@@ -89,9 +93,7 @@ def run_bare(ws: Path, overrides: list[str], steps: int, dense: bool = False) ->
     import paddle
     import paddle.nn.functional as F
 
-    from paddle_mlops.config import loader
     from steps.runtime import data, dygraph, ernie
-    from steps.runtime.sampler import LengthGroupedBatchSampler
 
     cfg = loader.load_config(CONFIG, env="local", overrides=overrides)
     paddle.seed(cfg.training.seed)
