@@ -19,18 +19,8 @@ from paddle_mlops.contracts import CACHE_LOOKUP_SUFFIX, image_repository
 from pipelines import k8s
 from pipelines.dag_task import dag_task
 from pipelines.platform import buildkit
-
-# finetune_batch.py and training_canary.py take these from here until they import them from their homes (#40).
-from pipelines.resource_templates import TRAIN_ACTION as TRAIN_ACTION
-from pipelines.resource_templates import TrainResource as TrainResource
-from pipelines.resource_templates import prepull_image as prepull_image
-from pipelines.resource_templates import release_prepull as release_prepull
-from pipelines.resource_templates import train as train
 from pipelines.run_scope import WORKFLOW, RunScope
 from pipelines.step_container import step_container
-from pipelines.workflow_spec import priority_parameters as priority_parameters
-from pipelines.workflow_spec import run_id_parameters as run_id_parameters
-from pipelines.workflow_spec import run_parameters as run_parameters
 from pipelines.workflow_spec import workflow_template
 
 # Secret holding the image-signing key (`cosign generate-key-pair`); the public half is in

@@ -10,10 +10,7 @@ ordered by `paddle_mlops.local.dag.load_workflow`) and delivers the notification
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from hera.workflows import DAG, Parameter, Task, WorkflowTemplate
+from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
 from paddle_mlops.config import PipelineConfig
@@ -48,34 +45,6 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
     ]
 
 
-def _canary(cfg: PipelineConfig) -> Callable[[Task, Task, dict[str, Any]], Task]:
-    """The canary's templates; called inside the DAG, it adds their tasks and returns the task the run's training
-    (and every other region's pre-pull) waits for: `allow-training-image`, skipped when the image is allowed."""
-    check, prepull, train, allow = (
-        training_canary.check(cfg),
-        training_canary.prepull_canary(cfg),
-        training_canary.train_canary(cfg),
-        training_canary.allow(cfg),
-    )
-
-    def tasks(t_build: Task, t_data: Task, given: dict[str, Any]) -> Task:
-        digest = {"image-digest": given["image-digest"]}
-        t_check = dag_task(check, name=training_canary.CHECK, arguments={**given})
-        new = f"{t_check.get_parameter('allowed')} == false"
-        pull_failed = m.ContinueOn(failed=True)
-        t_pull = dag_task(prepull, name=training_canary.PREPULL, arguments=digest, when=new, continue_on=pull_failed)
-        # A failed pre-pull only costs the cold pull: the canary goes on after it.
-        after = f"{t_check.name} && {t_data.name} && ({t_pull.name} || {t_pull.name}.Failed)"
-        t_canary = dag_task(train, name=training_canary.TRAIN, arguments={**given}, when=new, depends=after)
-        t_allow = dag_task(allow, name=training_canary.ALLOW, arguments={**given}, when=new)
-        t_build >> t_check
-        t_check >> t_pull
-        t_canary >> t_allow
-        return t_allow
-
-    return tasks
-
-
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `train-deploy` WorkflowTemplate for this configuration (no side effects)."""
     with workflow_spec.workflow_template(cfg, NAME, parameters(cfg)) as wt:
@@ -87,7 +56,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         if warm:
             prepull_image = resource_templates.prepull_image(cfg)
             release_prepull = resource_templates.release_prepull(cfg)
-            canary_tasks = _canary(cfg)
+            canary_tasks = training_canary.tasks(cfg)
         evaluate = templates.evaluate(cfg)
         upload = templates.upload(cfg)
         templates.exit_handler(cfg)

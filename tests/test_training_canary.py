@@ -22,7 +22,7 @@ from paddle_mlops.config import ConfigError, load_config, load_regions
 from paddle_mlops.config.loader import known_tasks
 from paddle_mlops.local.dag import depends_met, evaluate_when, load_workflow
 from pipelines import finetune_batch, train_deploy, training_canary
-from pipelines.paddlejob import TASK_LABEL, WORKFLOW_LABEL
+from pipelines.labels import TASK_LABEL, WORKFLOW_LABEL
 from steps import train, training_image
 from steps.runtime import training_images
 
