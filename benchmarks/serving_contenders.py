@@ -98,7 +98,7 @@ class HttpContender:
     docs/benchmarks.md); throughput uses benchmarks/load.py's closed loop (one keep-alive asyncio
     connection per concurrent client, requests encoded before the clock starts, answers parsed by
     httptools), and `throughput_aiohttp` the same loop with aiohttp, the client evaluate's selection uses
-    (steps/runtime/serving/loopback.py), which costs the shared CPUs more per request. All send the body
+    (steps/runtime/serving/model_server/loopback.py), which costs the shared CPUs more per request. All send the body
     in one write with the headers.
     """
 

@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 
-from paddle_mlops.config.serving import ServingConfig
-from steps.runtime.processes import stop_group
+from paddle_mlops_core.config.serving import ServingConfig
+from steps.runtime.serving.processes import stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -222,8 +222,9 @@ def _host_serving_config(args: argparse.Namespace) -> ServingConfig:
 
 def _start_servers(args: argparse.Namespace) -> Servers:
     """Load the predictor once and serve it as ours, as the baseline and as the floor, once all are listening."""
-    from steps.runtime import openmp, serving
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.serving import model_server as serving
+    from steps.runtime.serving import openmp
+    from steps.runtime.weights.ernie import ExportedModel
 
     clf = ExportedModel(args.host_model, cpu_threads=args.cpu_threads, engine=args.engine, fall_back=False)
     cfg = _host_serving_config(args)

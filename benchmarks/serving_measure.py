@@ -21,7 +21,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.serving_contenders import HttpContender, InProcess, Result
-from paddle_mlops.config.serving import ServingConfig
+from paddle_mlops_core.config.serving import ServingConfig
 
 T = TypeVar("T")
 SETTLE_S = 0.25  # > Intel OpenMP's 200 ms spin after a parallel region (KMP_BLOCKTIME)

@@ -43,9 +43,9 @@ from benchmarks.serving_contenders import HttpContender
 from benchmarks.serving_host import MODEL_NAME, ROOT, bare_app, child_env
 from benchmarks.serving_measure import rotated
 from benchmarks.workload import MEDIUM, TINY, export_model, make_texts
-from paddle_mlops.config.serving import ServingConfig
-from steps.runtime.engines.variants import build_variants
-from steps.runtime.processes import stop_group
+from paddle_mlops_core.config.serving import ServingConfig
+from steps.runtime.serving.engines.variants import build_variants
+from steps.runtime.serving.processes import stop_group
 
 SERVERS = ("ours", "floor")
 STAMPS_PATH = "/__stamps"
@@ -128,8 +128,8 @@ def stamped(app: Any, records: list[dict[str, float]], current: list[dict[str, f
 def run_host(args: argparse.Namespace) -> int:
     """Serve one predictor through our app and the bare one on one loop; print their ports, serve until killed."""
     # Our server (kserve) and the predictor (Paddle) take seconds to import; only the host process needs them.
-    from steps.runtime import serving
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.serving import model_server as serving
+    from steps.runtime.weights.ernie import ExportedModel
 
     current: list[dict[str, float]] = []
     clf = StampedPredictor(

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from paddle_mlops.config.inputs import ModelConfig
+from paddle_mlops_core.config.inputs import ModelConfig
 
 # CJK ranges that ErnieTokenizer splits into one token per character.
 CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF))
@@ -53,7 +53,8 @@ def export_model(shape: Shape, directory: Path) -> Path:
     # Paddle and the model code take seconds to import; only an export needs them (not a --help, not a client).
     import paddle
 
-    from steps.runtime import data, ernie
+    from steps.runtime.data import text as data
+    from steps.runtime.weights import ernie
 
     directory.mkdir(parents=True, exist_ok=True)
     vocab_file = directory.parent / "vocab.txt"

@@ -21,14 +21,14 @@ from rich.console import Console
 
 from paddle_mlops import batch
 from paddle_mlops.command_line import add_config_args, exit_status
-from paddle_mlops.config import ConfigError, load_config
-from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.config.pretrained_names import PROJECT_NAMES
-from paddle_mlops.config.task_rules import missing_data
-from paddle_mlops.config.tasks import DEFAULT_TASK
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE, mlflow_ui_url
 from paddle_mlops.local.dag import DagError
 from paddle_mlops.local.executor import FollowOn, LocalExecutor, RunOptions
+from paddle_mlops_core.config import ConfigError, load_config
+from paddle_mlops_core.config.loader import default_config_path
+from paddle_mlops_core.config.pretrained_names import PROJECT_NAMES
+from paddle_mlops_core.config.task_rules import missing_data
+from paddle_mlops_core.config.tasks import DEFAULT_TASK
+from paddle_mlops_core.contracts import DEFAULT_HOME, EXIT_USAGE, mlflow_ui_url
 
 DEFAULT_WORKDIR = Path(DEFAULT_HOME)
 
@@ -288,7 +288,7 @@ def _served_model(task: str) -> str:
 
 
 def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
-    from steps.runtime.local_server import read_current, served_models, stop_local_server
+    from steps.runtime.serving.local_server import read_current, served_models, stop_local_server
 
     home = args.workdir.resolve()
     models = [_served_model(args.task)] if args.task else served_models(home)

@@ -26,10 +26,10 @@ from pathlib import Path
 from rich.console import Console
 
 from paddle_mlops.command_line import add_config_args, exit_status
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, EXPORTED_FILES, HOME_ENV
 from paddle_mlops.local.executor import LocalExecutor, RunOptions
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops_core.config.loader import default_config_path
+from paddle_mlops_core.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, EXPORTED_FILES, HOME_ENV
 
 
 class PublishError(Exception):
@@ -66,7 +66,7 @@ def check_model_dir(model_dir: Path) -> Path:
 
 def content_version(model_dir: Path) -> str:
     """`ext-` + 12 hex digits of a digest over every file's path and sha256: the same files, the same version."""
-    from steps.runtime.objectstore.manifest import file_entries  # the manifest's own entries, hashed streaming
+    from steps.runtime.storage.objectstore.manifest import file_entries  # the manifest's own entries, hashed streaming
 
     digest = hashlib.sha256()
     for entry in file_entries(model_dir):
@@ -80,9 +80,9 @@ def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from paddle_mlops.local import notify
-    from steps.runtime import objectstore
-    from steps.runtime.objectstore import notifications
     from steps.runtime.runner import StepError
+    from steps.runtime.storage import objectstore
+    from steps.runtime.storage.objectstore import notifications
 
     version = version or content_version(model_dir)
     registered_model = cfg.mlflow.registered_model

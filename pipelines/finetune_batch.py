@@ -23,8 +23,8 @@ import json
 from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import known_tasks
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import known_tasks
 from pipelines import resource_templates, templates, training_canary, workflow_spec
 from pipelines.dag_task import dag_task
 from pipelines.run_scope import BRANCH

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hera.workflows import Parameter, WorkflowTemplate
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines import release_templates, rollout_template, templates, workflow_spec
 
 NAME = "image-rollout"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from paddle_mlops.contracts import PART_OF
+from paddle_mlops_core.contracts import PART_OF
 from pipelines.labels import TASK_LABEL, WORKFLOW_LABEL
 from pipelines.run_scope import WORKFLOW, RunScope
 

@@ -11,11 +11,11 @@ from typing import Any
 from hera.workflows import EmptyDirVolume, Resources, RetryStrategy
 from hera.workflows import models as m
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
-from paddle_mlops.config.placement import allowed_regions
-from paddle_mlops.config.regions import RegionConfig
-from paddle_mlops.config.teams import TeamConfig
-from paddle_mlops.contracts import (
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_regions, load_teams
+from paddle_mlops_core.config.placement import allowed_regions
+from paddle_mlops_core.config.regions import RegionConfig
+from paddle_mlops_core.config.teams import TeamConfig
+from paddle_mlops_core.contracts import (
     FINAL_EXIT_CODES,
     PRETRAINED_MOUNT,
     QUIET_LIBRARIES_ENV,
@@ -97,7 +97,7 @@ def team_config(cfg: PipelineConfig) -> TeamConfig:
 
 def training_regions(cfg: PipelineConfig) -> list[RegionConfig]:
     """The regions this run's training may be admitted in, in the team's preference order
-    (paddle_mlops/config/placement.py: team quota, exclusions, data locality)."""
+    (paddle_mlops_core/config/placement.py: team quota, exclusions, data locality)."""
     return allowed_regions(cfg, team_config(cfg), load_regions())
 
 

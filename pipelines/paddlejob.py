@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import PART_OF
 from pipelines import k8s
 from pipelines.job_spec import TrainingJobSpec, job_metadata
 from pipelines.labels import TRAIN_POD_LABELS
@@ -79,7 +79,8 @@ def pod_template(
     spec: dict[str, Any] = {
         "serviceAccountName": TRAIN_SERVICE_ACCOUNT,
         "priorityClassName": team.priority.name,
-        # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/graceful_stop.py) before the kill.
+        # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/training/graceful_stop.py) before the
+        # kill.
         "terminationGracePeriodSeconds": cfg.training.checkpoint.grace_seconds,
         "securityContext": k8s.as_k8s(k8s.pod_security_context()),
         # Training pods reach only object storage and MLflow; they need no Kubernetes API token.

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, RegionConfig
-from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, PART_OF
+from paddle_mlops_core.config import PipelineConfig, RegionConfig
+from paddle_mlops_core.contracts import CLUSTER_ONLY_ANNOTATION, PART_OF
 from pipelines import k8s
 from pipelines.labels import COMPONENT_LABEL, WORKFLOW_LABEL
 from pipelines.train_node import train_image

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hera.workflows import Container
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines import k8s
 from pipelines.service_accounts import ROLLOUT_SERVICE_ACCOUNT
 from pipelines.step_container import step_container

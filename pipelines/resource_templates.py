@@ -13,7 +13,7 @@ import yaml
 from hera.workflows import Parameter, Resource
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines import k8s, prepull
 from pipelines.job_spec import TrainingJobSpec
 from pipelines.labels import TASK_LABEL, WORKFLOW_LABEL

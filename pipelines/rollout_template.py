@@ -15,7 +15,7 @@ from __future__ import annotations
 from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines import release_templates, templates, workflow_spec
 from pipelines.dag_task import dag_task
 from pipelines.platform import publish_events

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paddle_mlops.contracts import TRAIN_RUNS
+from paddle_mlops_core.contracts import TRAIN_RUNS
 
 
 @dataclass(frozen=True)

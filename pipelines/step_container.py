@@ -12,8 +12,8 @@ from typing import Any
 from hera.workflows import Container, Parameter, Resources
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import (
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import (
     CACHE_OUTPUT,
     OUTPUTS_DIR,
     OUTPUTS_FLAG,
@@ -73,7 +73,7 @@ def step_container(
     """A restricted container running one step module from the tools image; with `commit_input` it
     takes the built commit as its `git-sha` input, else it reads the submitted parameter. `scope` says
     where it reads the task, its overrides and the workspace (run_scope.py). A `cacheable` step
-    (steps/runtime/reuse.py) gets the step cache and what to rerun, and reports its use of the cache."""
+    (steps/runtime/caching/reuse.py) gets the step cache and what to rerun, and reports its use of the cache."""
     git_sha = COMMIT if commit_input else SUBMITTED_GIT_SHA
     inputs = [*(["git-sha"] if commit_input else []), *scope.inputs, *inputs]
     if cacheable:

@@ -14,8 +14,8 @@ from typing import Any
 from hera.workflows import DAG, Container, Parameter, SecretVolume, Step, Task, WorkflowTemplate
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import CACHE_LOOKUP_SUFFIX, image_repository
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import CACHE_LOOKUP_SUFFIX, image_repository
 from pipelines import k8s
 from pipelines.dag_task import dag_task
 from pipelines.platform import buildkit

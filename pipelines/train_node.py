@@ -8,8 +8,8 @@ from typing import Any
 
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import STEP_CACHE_PARAMETER, image_repository
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import STEP_CACHE_PARAMETER, image_repository
 from pipelines import k8s
 from pipelines.run_scope import CHECKPOINT_ROOT, RUN_ID, WORKFLOW, RunScope
 

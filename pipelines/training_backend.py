@@ -3,7 +3,7 @@ PaddleJob (paddlejob.py). The train template builds it; the executor's Role gran
 
 from __future__ import annotations
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines.job_spec import TrainingJobSpec
 from pipelines.paddlejob import build_paddlejob
 from pipelines.run_scope import WORKFLOW, RunScope

@@ -12,7 +12,7 @@ everywhere. In train-deploy (TrainJob backend), after build-image:
 may be admitted in, training `training.canary_steps` steps on the run's prepared data (`steps/train.py
 --canary-steps`: into `<workspace>/training-canary`, nothing kept, MLflow on a file inside the pod, so no run
 appears in the experiment). Only when it succeeds does `allow-training-image` record the digest as allowed
-(steps/runtime/training_images.py: `<storage.uri>/training-images/<digest>.json`) and the other regions pull it
+(steps/runtime/release/training_images.py: `<storage.uri>/training-images/<digest>.json`) and the other regions pull it
 and train. A failed canary fails the workflow there: nothing is recorded, no other region pulled or ran the image,
 and every region keeps training on the images allowed before. A run whose image is allowed skips all three.
 
@@ -34,7 +34,7 @@ import yaml
 from hera.workflows import Container, Parameter, Resource, Task
 from hera.workflows import models as m
 
-from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig
+from paddle_mlops_core.config import ConfigError, PipelineConfig, RegionConfig
 from pipelines import k8s, prepull, resource_templates, templates, trainjob
 from pipelines.dag_task import dag_task
 from pipelines.labels import COMPONENT_LABEL

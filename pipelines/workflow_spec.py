@@ -9,9 +9,9 @@ from typing import Any
 from hera.workflows import Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import known_tasks
-from paddle_mlops.contracts import PART_OF, RERUN_ALL, RERUN_PARAMETER, STEP_CACHE_PARAMETER
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import known_tasks
+from paddle_mlops_core.contracts import PART_OF, RERUN_ALL, RERUN_PARAMETER, STEP_CACHE_PARAMETER
 from pipelines import k8s
 from pipelines.labels import TEAM_LABEL
 

@@ -13,10 +13,12 @@ import json
 import os
 import sys
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import CHALLENGER
-from steps.runtime import config_names, objectstore, registry, runner
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import CHALLENGER
+from steps.runtime import config_names, runner
+from steps.runtime.release import registry
 from steps.runtime.runner import StepError
+from steps.runtime.storage import objectstore
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

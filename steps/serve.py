@@ -12,9 +12,10 @@ import json
 import os
 import sys
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import config_names, runner, serving
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import config_names, runner
 from steps.runtime.runner import StepError
+from steps.runtime.serving import model_server as serving
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

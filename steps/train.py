@@ -23,11 +23,14 @@ if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
 
-from paddle_mlops.config import PipelineConfig  # noqa: E402
-from paddle_mlops.contracts import TRAIN_RUNS  # noqa: E402
-from steps.runtime import graceful_stop, ps, reuse, runner, s3, workspace  # noqa: E402
+from paddle_mlops_core.config import PipelineConfig  # noqa: E402
+from paddle_mlops_core.contracts import TRAIN_RUNS  # noqa: E402
+from steps.runtime import runner
+from steps.runtime.caching import reuse
 from steps.runtime.runner import StepError  # noqa: E402
-from steps.runtime.trainer import Trainer  # noqa: E402
+from steps.runtime.storage import s3, workspace  # noqa: E402
+from steps.runtime.training import graceful_stop, ps
+from steps.runtime.training.trainer import Trainer  # noqa: E402
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,16 +32,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import config_names, evaluation, objectstore, registry, runner, tasks
-from steps.runtime import gate as gate_rules
-from steps.runtime.baselines import BaselineError
-from steps.runtime.health import check_predictions
-from steps.runtime.objectstore import manifest as manifests
-from steps.runtime.objectstore import notifications
-from steps.runtime.objectstore.backends import resolve_root
-from steps.runtime.rollout_outcome import RolloutFailed
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import config_names, runner
+from steps.runtime.data import evaluation, tasks
+from steps.runtime.data.baselines import BaselineError
+from steps.runtime.release import gate as gate_rules
+from steps.runtime.release import registry
+from steps.runtime.release.health import check_predictions
+from steps.runtime.release.rollout_outcome import RolloutFailed
 from steps.runtime.runner import StepError
+from steps.runtime.storage import objectstore
+from steps.runtime.storage.objectstore import manifest as manifests
+from steps.runtime.storage.objectstore import notifications
+from steps.runtime.storage.objectstore.backends import resolve_root
 
 log = logging.getLogger("steps.validate")
 
@@ -104,7 +107,7 @@ def _check_manifest(raw: bytes, stored: str, uri: str, announced: str) -> dict[s
 
 
 def _load_and_smoke(cfg: PipelineConfig, model_dir: Path) -> None:
-    from steps.runtime.ernie import ExportedModel  # paddle: loaded only when a model is opened
+    from steps.runtime.weights.ernie import ExportedModel  # paddle: loaded only when a model is opened
 
     try:
         model = ExportedModel(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)

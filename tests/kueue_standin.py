@@ -30,7 +30,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.rest import RESTResponse
 from kubernetes.utils import parse_quantity
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines import kueue_names
 from pipelines.platform import kueue
 

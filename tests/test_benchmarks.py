@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import checkpoint_cost, engines, quality, serving, serving_path, upload
 from benchmarks.serving_contenders import Result
-from steps.runtime.engines.variants import VARIANTS
+from steps.runtime.serving.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
 

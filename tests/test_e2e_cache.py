@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from paddle_mlops.contracts import STEP_CACHE_DIR
-from steps.runtime import data
+from paddle_mlops_core.contracts import STEP_CACHE_DIR
+from steps.runtime.data import text as data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

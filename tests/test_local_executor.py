@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from paddle_mlops.config import load_config
 from paddle_mlops.local.dag import DagError, Scope, evaluate_when, load_workflow
 from paddle_mlops.local.executor import LocalExecutor, RunOptions
+from paddle_mlops_core.config import load_config
 
 WRITE = (
     "import sys, pathlib; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); "
@@ -192,7 +192,7 @@ def test_training_job_becomes_a_local_launch(
     executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
     cmd = executor.handler.command_for(train, executor.scope)
     # The TrainJob's node command on one node: no rendezvous master or rank, one node.
-    assert cmd[1:3] == ["-m", "steps.runtime.launch"]
+    assert cmd[1:3] == ["-m", "steps.runtime.training.launch"]
     assert "--master" not in cmd and "--rank" not in cmd and cmd[cmd.index("--nnodes") + 1] == "1"
     assert cmd[5 : 5 + len(expected)] == expected
     script = next(part for part in cmd if part.endswith("train.py"))

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.contracts import ARGO_WORKFLOW_ENV, RUN_ENV
-from steps.runtime import runner, train_tracking
+from paddle_mlops_core.contracts import ARGO_WORKFLOW_ENV, RUN_ENV
+from steps.runtime import runner
+from steps.runtime.training import tracking as train_tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def test_step_logs_are_json_with_workflow_step_rank_and_sha(tmp_path: Path) -> N
 
 
 def test_logs_and_mlflow_name_the_same_run_when_both_variables_are_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One precedence for the run id (paddle_mlops/contracts.py `workflow_run_name`): the local executor's
+    """One precedence for the run id (paddle_mlops_core/contracts.py `workflow_run_name`): the local executor's
     PADDLE_MLOPS_RUN before Argo's ARGO_WORKFLOW_NAME, in the JSON logs' `workflow` and the MLflow run name alike."""
     monkeypatch.setenv(RUN_ENV, "local-run-7")
     monkeypatch.setenv(ARGO_WORKFLOW_ENV, "train-deploy-abc12")

@@ -8,9 +8,9 @@ from itertools import pairwise
 import pytest
 import yaml
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
 from paddle_mlops.local.dag import DagError, load_workflow
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops_core.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
 from pipelines import paddlejob, resource_templates, retrain_cron, rollout_template, train_deploy
 from tests.argo_conditions import parse as parse_selector
 from tests.conftest import PROJECT_ROOT

@@ -74,7 +74,7 @@ def test_two_processes_match_one_process_with_double_batch(
 
 
 def ps_available() -> bool:
-    from steps.runtime import ps
+    from steps.runtime.training import ps
 
     return ps.available()
 

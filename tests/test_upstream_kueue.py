@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config, load_teams
 from paddle_mlops.lint.trainjob import trainjob_pod_templates
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config, load_teams
 from pipelines import kueue_names, train_deploy, trainjob
 from pipelines.labels import TEAM_LABEL
 from pipelines.platform import kueue, tenancy
@@ -144,8 +144,8 @@ def test_impossible_placements_are_readable_config_errors() -> None:
 
 
 def test_a_region_without_team_quota_cannot_hold_pinned_data(tmp_path) -> None:
-    from paddle_mlops.config.loader import load_regions
-    from paddle_mlops.config.placement import allowed_regions
+    from paddle_mlops_core.config.loader import load_regions
+    from paddle_mlops_core.config.placement import allowed_regions
 
     team = load_teams()["search"].model_copy(update={"regions": load_teams()["search"].regions[:1]})  # cn-east only
     with pytest.raises(ConfigError) as caught:
@@ -259,7 +259,7 @@ def test_the_namespace_quota_admits_what_kueue_admits() -> None:
 
 
 def test_multikueue_without_a_worker_cluster_is_a_config_error() -> None:
-    from paddle_mlops.config.loader import load_regions
+    from paddle_mlops_core.config.loader import load_regions
 
     regions = {name: r.model_copy(update={"worker_cluster": None}) for name, r in load_regions().items()}
     with pytest.raises(ConfigError, match=r"configs/regions/cn-\w+.yaml has no worker_cluster"):

@@ -26,9 +26,15 @@ from typing import Any
 
 from rich.console import Console
 
-from paddle_mlops.config.models import PipelineConfig
-from paddle_mlops.config.placement import run_time_overrides
-from paddle_mlops.contracts import (
+from paddle_mlops.local import fanout
+from paddle_mlops.local import summary as run_summary
+from paddle_mlops.local.dag import DagError, Scope, Task, Workflow, depends_met, evaluate_when, load_workflow
+from paddle_mlops.local.job_launch import PROJECT_ROOT
+from paddle_mlops.local.results import Branch, RunRecord, TaskResult
+from paddle_mlops.local.task_handler import ProcessTaskHandler
+from paddle_mlops_core.config.models import PipelineConfig
+from paddle_mlops_core.config.placement import run_time_overrides
+from paddle_mlops_core.contracts import (
     CACHE_LOOKUP_SUFFIX,
     CLUSTER_ONLY_ANNOTATION,
     RERUN_ALL,
@@ -36,12 +42,6 @@ from paddle_mlops.contracts import (
     STEP_CACHE_DIR,
     STEP_CACHE_PARAMETER,
 )
-from paddle_mlops.local import fanout
-from paddle_mlops.local import summary as run_summary
-from paddle_mlops.local.dag import DagError, Scope, Task, Workflow, depends_met, evaluate_when, load_workflow
-from paddle_mlops.local.job_launch import PROJECT_ROOT
-from paddle_mlops.local.results import Branch, RunRecord, TaskResult
-from paddle_mlops.local.task_handler import ProcessTaskHandler
 
 
 @dataclass

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from paddle_mlops.config.training import TrainingConfig
+from paddle_mlops_core.config.training import TrainingConfig
 
 # The checkout the steps run from (their working directory and PYTHONPATH).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from paddle_mlops.config.pretrained_names import PROJECT_NAMES
-from paddle_mlops.config.tasks import SPECS, spec
 from paddle_mlops.local.dag import Scope
 from paddle_mlops.local.results import Branch, RunRecord, TaskResult
+from paddle_mlops_core.config.pretrained_names import PROJECT_NAMES
+from paddle_mlops_core.config.tasks import SPECS, spec
 
 
 def build(run: RunRecord) -> dict[str, Any]:

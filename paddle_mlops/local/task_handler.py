@@ -20,12 +20,19 @@ from typing import IO
 
 from rich.console import Console
 
-from paddle_mlops.config.models import PipelineConfig
-from paddle_mlops.contracts import CACHE_LOOKUP_SUFFIX, CACHE_OUTPUT, HOME_ENV, RUN_ENV, TRACKING_URI_ENV, tracking_uri
 from paddle_mlops.local.dag import CONTAINER_OUTPUTS, Scope, Task, container_command, resource_command, task_inputs
 from paddle_mlops.local.job_launch import PROJECT_ROOT, local_launch
 from paddle_mlops.local.library_lines import library_of
 from paddle_mlops.local.results import TaskResult
+from paddle_mlops_core.config.models import PipelineConfig
+from paddle_mlops_core.contracts import (
+    CACHE_LOOKUP_SUFFIX,
+    CACHE_OUTPUT,
+    HOME_ENV,
+    RUN_ENV,
+    TRACKING_URI_ENV,
+    tracking_uri,
+)
 from steps.runtime import noise
 
 TAIL_LINES = 40

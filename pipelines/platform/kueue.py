@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, RegionConfig, TeamConfig, load_regions, load_teams
+from paddle_mlops_core.config import PipelineConfig, RegionConfig, TeamConfig, load_regions, load_teams
 from pipelines.kueue_names import API, COHORT
 from pipelines.kueue_names import LOCAL_QUEUE as LOCAL_QUEUE  # paddle_mlops/submit.py takes it from here
 from pipelines.platform import multikueue

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, RegionConfig, TeamConfig
-from paddle_mlops.config.placement import team_regions
+from paddle_mlops_core.config import PipelineConfig, RegionConfig, TeamConfig
+from paddle_mlops_core.config.placement import team_regions
 from pipelines.kueue_names import API, COHORT, COVERED_RESOURCES, GPU, LOCAL_QUEUE, TOPOLOGY
 from pipelines.labels import TEAM_LABEL
 from pipelines.platform.meta import metadata

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.contracts import PART_OF  # noqa: F401  (re-exported for the install modules)
+from paddle_mlops_core.contracts import PART_OF  # noqa: F401  (re-exported for the install modules)
 from pipelines import k8s
 
 

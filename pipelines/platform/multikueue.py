@@ -35,8 +35,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig, TeamConfig
-from paddle_mlops.config.placement import team_regions
+from paddle_mlops_core.config import ConfigError, PipelineConfig, RegionConfig, TeamConfig
+from paddle_mlops_core.config.placement import team_regions
 from pipelines import kueue_names, trainjob
 from pipelines.labels import TEAM_LABEL
 from pipelines.platform import kueue_objects, rbac, tenancy

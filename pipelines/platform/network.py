@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import load_task_configs
-from paddle_mlops.contracts import PART_OF, SERVING_PORT
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import load_task_configs
+from paddle_mlops_core.contracts import PART_OF, SERVING_PORT
 from pipelines.labels import TRAIN_POD_LABELS
 from pipelines.platform.meta import metadata
 
@@ -28,7 +28,7 @@ PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
 # labels our InferenceServices carry, which KServe copies onto the pods (predictor.go buildObjectMeta).
 ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
 # Where Prometheus comes from; requests come from `serving.ingress_namespaces()` (Knative's activator and the
-# networking layer's gateway namespaces, paddle_mlops/config/networking.py).
+# networking layer's gateway namespaces, paddle_mlops_core/config/networking.py).
 MONITORING_NAMESPACE = "monitoring"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import load_task_configs
-from paddle_mlops.contracts import MANIFEST_NAME, NAME_PATTERN, NOTIFICATION_RECORDS, store_bucket
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import load_task_configs
+from paddle_mlops_core.contracts import MANIFEST_NAME, NAME_PATTERN, NOTIFICATION_RECORDS, store_bucket
 from pipelines.platform import events
 from pipelines.platform.meta import metadata
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, TeamConfig, load_teams
+from paddle_mlops_core.config import PipelineConfig, TeamConfig, load_teams
 from pipelines.labels import TEAM_LABEL
 from pipelines.platform.meta import metadata
 
