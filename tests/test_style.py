@@ -51,7 +51,7 @@ def imported_modules(source: str, module: str, is_package: bool = False) -> list
     """(line, absolute module name) for every import in `source`, at any depth, relative ones resolved.
 
     `module` is the dotted name of the file being read; `from x import y` yields both `x` and `x.y`, since
-    `y` may itself be a module (`from steps.runtime import ernie`).
+    `y` may itself be a module (`from steps.runtime.weights import ernie`).
     """
     package = module.split(".") if is_package else module.split(".")[:-1]
     found: list[tuple[int, str]] = []

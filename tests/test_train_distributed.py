@@ -94,7 +94,7 @@ def ps_python() -> str | None:
     if not Path(candidate).exists():
         return None
     probe = subprocess.run(
-        [candidate, "-W", "ignore", "-c", "from steps.runtime import ps; print(ps.available())"],
+        [candidate, "-W", "ignore", "-c", "from steps.runtime.training import ps; print(ps.available())"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
