@@ -43,6 +43,7 @@ test: install lint ps-env
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy paddle_mlops_core paddle_mlops pipelines steps
 	$(VENV)/bin/paddle-mlops compile --check
 	$(VENV)/bin/paddle-mlops lint argo/
 

@@ -9,7 +9,8 @@
    AdamW moments after one step, the best-on-dev copy) captured, written and uploaded to a directory and to S3
    (moto's server here; MinIO in production): the time from a stop request to a complete checkpoint, from which
    `training.checkpoint.grace_seconds` is sized (x GRACE_SAFETY_FACTOR + 10 s).
-3. SIGTERM: a two-process job under `python -m steps.runtime.launch`, signalled mid-training; seconds to exit 143.
+3. SIGTERM: a two-process job under `python -m steps.runtime.training.launch`, signalled mid-training; seconds to exit
+143.
 4. SIGKILL: the same job with a checkpoint every `--interval` seconds, rank 0 killed at random times; the training
    time lost (from the newest complete checkpoint's step to the kill) against the interval.
 
@@ -33,8 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
 from benchmarks.train_throughput import CONFIG, ROOT, write_data
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.config.inputs import ModelConfig
 
 PROD_MODEL = {"hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 3072,
               "max_seq_len": 2048}  # fmt: skip
@@ -105,7 +111,8 @@ class _count_checkpoints:
     spends capturing them (`capture`) and the seconds the writer thread spends writing them (`write`)."""
 
     def __enter__(self) -> dict[str, Any]:
-        from steps.runtime import checkpoint_writer, train_snapshot
+        from steps.runtime.training import checkpoint_writer
+        from steps.runtime.training import snapshot as train_snapshot
 
         self.found: dict[str, Any] = {"count": 0, "capture": [], "write": []}
         self.originals = (checkpoint_writer.CheckpointWriter._write, train_snapshot.capture)
@@ -129,7 +136,8 @@ class _count_checkpoints:
         return self.found
 
     def __exit__(self, *exc: object) -> None:
-        from steps.runtime import checkpoint_writer, train_snapshot
+        from steps.runtime.training import checkpoint_writer
+        from steps.runtime.training import snapshot as train_snapshot
 
         checkpoint_writer.CheckpointWriter._write, train_snapshot.capture = self.originals  # type: ignore[method-assign]
 
@@ -138,9 +146,10 @@ def production_checkpoint(base: Path, quick: bool) -> dict[str, Any]:
     """Capture, write and upload one checkpoint of a production-sized model's state; seconds per stage."""
     import paddle
 
-    from paddle_mlops.config.models import ModelConfig
-    from steps.runtime import ernie, optimization, train_snapshot
-    from steps.runtime.checkpoints import CheckpointStore
+    from steps.runtime.training import optimization
+    from steps.runtime.training import snapshot as train_snapshot
+    from steps.runtime.training.checkpoint_store import CheckpointStore
+    from steps.runtime.weights import ernie
     from tests.s3server import moto_s3_server
 
     size = {**PROD_MODEL, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2} if quick else PROD_MODEL
@@ -176,8 +185,6 @@ def production_checkpoint(base: Path, quick: bool) -> dict[str, Any]:
 
 
 def _config() -> Any:
-    from paddle_mlops.config import load_config
-
     return load_config(CONFIG, env="local")
 
 
@@ -190,7 +197,7 @@ def _job(base: Path, name: str, extra: list[str], quick: bool) -> tuple[subproce
     overrides = [*_overrides(100000, extra, quick), "training.nproc=2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PADDLE_MLOPS_TRAIN_TRACE": str(trace),
            "MLFLOW_TRACKING_URI": f"sqlite:///{base / 'mlflow.db'}"}  # fmt: skip
-    cmd = [sys.executable, "-m", "steps.runtime.launch", "--nnodes", "1", "--nproc_per_node", "2",
+    cmd = [sys.executable, "-m", "steps.runtime.training.launch", "--nnodes", "1", "--nproc_per_node", "2",
            "--log_dir", str(base / f"{name}-log"), "steps/train.py", "--config", str(CONFIG), "--env", "local",
            "--overrides", json.dumps(overrides), "--workspace", str(ws)]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -223,7 +230,7 @@ def sigterm(base: Path, quick: bool) -> dict[str, Any]:
 
 def sigkill(base: Path, interval: float, kills: int, quick: bool) -> dict[str, Any]:
     """Lost training seconds per kill: from the newest complete checkpoint's step to the last step trained."""
-    from steps.runtime.checkpoints import CheckpointStore
+    from steps.runtime.training.checkpoint_store import CheckpointStore
 
     lost: list[float] = []
     rng = random.Random(7)
@@ -244,8 +251,6 @@ def sigkill(base: Path, interval: float, kills: int, quick: bool) -> dict[str, A
 
 def _worker_pids(log_dir: Path) -> list[int]:
     """The job's worker pids by rank (the launcher gives each its PADDLE_LOG_DIR and PADDLE_TRAINER_ID)."""
-    import psutil
-
     found: dict[int, int] = {}
     for process in psutil.process_iter(["cmdline"]):
         try:

@@ -2,8 +2,8 @@
 selection picks; and that variant served over HTTP against today's configuration (Paddle fp32), in one run.
 
 The model is the one benchmarks/serving.py serves (ERNIE 3.0-medium-sized, random weights, exported by
-`steps.runtime.ernie.export`) and the texts are its 62-character texts, tokenised by the export's tokenizer.
-`steps.runtime.engines.build_variants` converts the export (the static int8 variant calibrated on 128 other
+`steps.runtime.weights.ernie.export`) and the texts are its 62-character texts, tokenised by the export's tokenizer.
+`steps.runtime.serving.engines.build_variants` converts the export (the static int8 variant calibrated on 128 other
 texts of mixed lengths), and each variant that this node can run is opened at the same thread count and
 measured in process: batch-1 p50 latency and texts/s, and texts/s at batch 16.
 
@@ -15,8 +15,9 @@ region). Beside the speeds: the largest |logit difference| of each variant from 
 inputs (batch 1, batch 16 and a padded batch of mixed lengths), absolute and as a fraction of the largest
 |logit|.
 
-The selection is the pipeline's (steps/runtime/engine_selection.py `choose`): the fastest variant served (each
-variant the gate allows served as evaluate serves it, steps/runtime/serving/loopback.py, 16 clients, interleaved
+The selection is the pipeline's (steps/runtime/serving/engine_selection.py `choose`): the fastest variant served (each
+variant the gate allows served as evaluate serves it, steps/runtime/serving/model_server/loopback.py, 16 clients,
+interleaved
 rounds) whose metric is within `serving.max_metric_drop` (0.005) of Paddle fp32's; the in-process ranking at
 batch 16 is printed beside it. The benchmark's model has random
 weights, so its metric is agreement with Paddle fp32's labels on the benchmark texts (fp32: 1.0), the stand-in
@@ -53,12 +54,16 @@ from typing import Any
 
 import numpy as np
 
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
+from benchmarks import serving
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
-from benchmarks.serving import MEDIUM, TINY, Shape, export_model, make_texts
-from steps.runtime.engines.cpu import cpu_flags
-from steps.runtime.engines.measure import Batch, interleaved
-from steps.runtime.engines.runners import Engine, EngineUnavailable, open_engine
-from steps.runtime.engines.variants import (
+from benchmarks.workload import MEDIUM, TINY, Shape, export_model, make_texts
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.config.serving import ServingConfig
+from steps.runtime.serving.engines.cpu import cpu_flags
+from steps.runtime.serving.engines.measure import Batch, interleaved
+from steps.runtime.serving.engines.runners import Engine, EngineUnavailable, open_engine
+from steps.runtime.serving.engines.variants import (
     BF16_FLAGS,
     GPU_VARIANTS,
     PADDLE_FP32,
@@ -109,7 +114,7 @@ def mixed_lengths(texts: Sequence[str]) -> list[str]:
 
 def tokenised_inputs(model_dir: Path, shape: Shape, batch: int) -> dict[str, Batch]:
     """Batch 1, batch `batch` and a padded batch of mixed lengths, tokenised by the export's tokenizer."""
-    from steps.runtime import ernie
+    from steps.runtime.weights import ernie
 
     tokenizer = ernie.load_tokenizer(model_dir)
     texts = make_texts(batch, shape.seq_len - 2)
@@ -126,7 +131,7 @@ def tokenised_inputs(model_dir: Path, shape: Shape, batch: int) -> dict[str, Bat
 def calibration_batches(model_dir: Path, shape: Shape, n: int = 128, batch: int = 16) -> list[Batch]:
     """What the statically quantised variant observes: `n` benchmark texts of mixed lengths (not the measured
     ones), in batches of `batch`, as evaluate gives it `n` dev rows."""
-    from steps.runtime import ernie
+    from steps.runtime.weights import ernie
 
     tokenizer = ernie.load_tokenizer(model_dir)
     texts = make_texts(n, shape.seq_len - 2, seed=2)
@@ -160,7 +165,7 @@ def logit_differences(engines: dict[str, Engine], inputs: dict[str, Batch]) -> d
 def agreement(engines: dict[str, Engine], model_dir: Path, shape: Shape, n: int = 512) -> dict[str, float]:
     """Share of `n` benchmark texts each variant labels as Paddle fp32 does (the model's weights are random:
     agreement with the reference stands in for the held-out metric)."""
-    from steps.runtime import ernie
+    from steps.runtime.weights import ernie
 
     tokenizer = ernie.load_tokenizer(model_dir)
     ids = ernie.encode(tokenizer, make_texts(n, shape.seq_len - 2, seed=1), shape.seq_len)
@@ -170,7 +175,7 @@ def agreement(engines: dict[str, Engine], model_dir: Path, shape: Shape, n: int 
 
 
 def _table(results: dict[str, Any], served: bool) -> dict[str, Any]:
-    from steps.runtime.engine_selection import Measured
+    from steps.runtime.serving.engine_selection import Measured
 
     return {
         name: Measured(
@@ -187,21 +192,19 @@ def _table(results: dict[str, Any], served: bool) -> dict[str, Any]:
 def select(results: dict[str, Any], served: bool = True) -> tuple[str, list[str], str]:
     """(variant, ranking, why) by the pipeline's rule (`agreement` as the metric): by served texts/s where every
     allowed variant has that figure, else (or with `served` false) by in-process texts/s at the batch size."""
-    from paddle_mlops.config import load_config
-    from steps.runtime.engine_selection import choose
+    from steps.runtime.serving.engine_selection import choose
 
     selected, ranking, why = choose(load_config(), _table(results, served))
     return selected, ranking, why.replace("accuracy", "agreement with fp32")
 
 
 def served_selection(args: argparse.Namespace, shape: Shape, results: dict[str, Any]) -> None:
-    """Every variant the gate allows served as evaluate serves it for the selection (steps/runtime/serving/loopback.py:
+    """Every variant the gate allows served as evaluate serves it for the selection
+    (steps/runtime/serving/model_server/loopback.py:
     the real serving stack on a loopback port, 16 aiohttp clients, interleaved rounds): `served_texts_per_s`."""
-    from paddle_mlops.config import load_config
-    from paddle_mlops.config.models import ServingConfig
-    from steps.runtime.engine_selection import gate
-    from steps.runtime.ernie import ExportedModel
-    from steps.runtime.serving.loopback import served_speeds
+    from steps.runtime.serving.engine_selection import gate
+    from steps.runtime.serving.model_server.loopback import served_speeds
+    from steps.runtime.weights.ernie import ExportedModel
 
     model_dir = Path(results["model_dir"])
     allowed = gate(load_config(), _table(results, served=False))
@@ -221,8 +224,6 @@ def served_selection(args: argparse.Namespace, shape: Shape, results: dict[str, 
 
 def served(args: argparse.Namespace, shape: Shape, work: Path, model_dir: Path, engine: str) -> dict[str, Any]:
     """benchmarks/serving.py's measurements on this export, every contender running `engine`."""
-    from benchmarks import serving
-
     argv = ["--engine", engine, "--rounds", str(args.served_rounds), "--cpu-threads", str(args.threads)]
     sargs = serving._parse_args([*argv, *(["--quick"] if args.quick else [])])
     (work / engine).mkdir(parents=True, exist_ok=True)
@@ -241,15 +242,14 @@ def benchmark(
     started = time.perf_counter()
     model_dir = export_model(shape, work / "model")
     exported = time.perf_counter()
-    built = (
-        {name: [] for name in GPU_VARIANTS}
-        if gpu
-        else build_variants(model_dir, calibration=calibration_batches(model_dir, shape))
-    )
-    skipped = {} if gpu else built.skipped
+    if gpu:  # the GPU variants run the export itself: nothing to build
+        names, skipped = [PADDLE_FP32, *GPU_VARIANTS], {}
+    else:
+        built = build_variants(model_dir, calibration=calibration_batches(model_dir, shape))
+        names, skipped = list(built), built.skipped
     converted = time.perf_counter()
     print(f"exported {shape.describe()} in {exported - started:.0f}s, variants built in {converted - exported:.0f}s")
-    engines, unavailable = open_engines(model_dir, [PADDLE_FP32, *built] if gpu else list(built), threads)
+    engines, unavailable = open_engines(model_dir, names, threads)
     if PADDLE_FP32 not in engines:
         raise RuntimeError(f"Paddle fp32, the reference, did not open: {unavailable.get(PADDLE_FP32)}")
     if gpu and not set(engines) - {PADDLE_FP32}:

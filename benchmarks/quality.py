@@ -4,7 +4,8 @@ on the exact splits prepare-data writes, mean ± std over seeds, with each run's
 Per task the data is prepared once (`steps.prepare_data`, the local configuration) and the baseline fitted once
 (it has no seed: TF-IDF + logistic regression, the CRF). Each variant × seed trains as `make run` does (the train step
 under `paddle.distributed.launch` with `training.nproc` processes), then the exported model (Paddle fp32) answers the
-test split and is compared with the baseline's answers (steps/runtime/baselines/comparison.py): the gate metric, the
+test split and is compared with the baseline's answers (steps/runtime/data/baselines/comparison.py): the gate metric,
+the
 difference, its bootstrap interval and the paired test. Variants are `--set`-style overrides on the task's local
 configuration; `pretrained=DIR` names a directory written by `paddle-mlops weights pretrain` (or any save_pretrained
 copy) for the variants that fine-tune one.
@@ -27,7 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
+from paddle_mlops_core.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pipeline.yaml"
@@ -83,9 +86,8 @@ def train(task: str, overrides: Sequence[str], workspace: Path, nproc: int, env:
 
 def score(task: str, overrides: Sequence[str], workspace: Path, fitted: Any) -> dict[str, Any]:
     """The model's test figures beside the baseline's (the comparison evaluate reports)."""
-    from paddle_mlops.config import load_config
-    from steps.runtime import evaluation
-    from steps.runtime.baselines import comparison
+    from steps.runtime.data import evaluation
+    from steps.runtime.data.baselines import comparison
 
     cfg = load_config(CONFIG, "local", list(overrides), task=task)
     data_dir = workspace / "data"
@@ -99,13 +101,11 @@ def score(task: str, overrides: Sequence[str], workspace: Path, fitted: Any) -> 
 
 
 def run_task(task: str, variants: Sequence[str], seeds: Sequence[int], args: Any, out: Path) -> dict[str, Any]:
-    from steps.runtime import baselines
+    from steps.runtime.data import baselines
 
     base = QUICK if args.quick else []
     data_dir = out / task / "data"
     prepare(task, base, data_dir)
-    from paddle_mlops.config import load_config
-
     store = f"storage.uri={out / 'store'}"  # the baseline's stored answers live in --workdir: a rerun reuses them
     fitted = baselines.fit(load_config(CONFIG, "local", [*base, store], task=task), data_dir)
     print(f"{task}: baseline {fitted.kind} fitted in {fitted.seconds:.1f} s (stored: {fitted.cached})", flush=True)

@@ -22,6 +22,7 @@ timing conditions). On a CPU whose caches the model call has just swept, every s
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -34,20 +35,17 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
-from benchmarks.serving import (
-    MEDIUM,
-    MODEL_NAME,
-    ROOT,
-    TINY,
-    HttpContender,
-    _env,
-    bare_app,
-    export_model,
-    make_texts,
-    rotated,
-)
-from steps.runtime.processes import stop_group
+from benchmarks.engines import calibration_batches
+from benchmarks.serving_contenders import HttpContender
+from benchmarks.serving_host import MODEL_NAME, ROOT, bare_app, child_env
+from benchmarks.serving_measure import rotated
+from benchmarks.workload import MEDIUM, TINY, export_model, make_texts
+from paddle_mlops_core.config.serving import ServingConfig
+from steps.runtime.serving.engines.variants import build_variants
+from steps.runtime.serving.processes import stop_group
 
 SERVERS = ("ours", "floor")
 STAMPS_PATH = "/__stamps"
@@ -101,7 +99,6 @@ class StampedPredictor:
 
 def stamped(app: Any, records: list[dict[str, float]], current: list[dict[str, float]], every: dict) -> Any:
     """`app` with each POST's ASGI entry and body hand-over stamped into a record of `records`."""
-    import orjson
 
     async def wrapper(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == STAMPS_PATH:  # hand the records over, and start afresh
@@ -130,11 +127,9 @@ def stamped(app: Any, records: list[dict[str, float]], current: list[dict[str, f
 
 def run_host(args: argparse.Namespace) -> int:
     """Serve one predictor through our app and the bare one on one loop; print their ports, serve until killed."""
-    import asyncio
-
-    from paddle_mlops.config.models import ServingConfig
-    from steps.runtime import serving
-    from steps.runtime.ernie import ExportedModel
+    # Our server (kserve) and the predictor (Paddle) take seconds to import; only the host process needs them.
+    from steps.runtime.serving import model_server as serving
+    from steps.runtime.weights.ernie import ExportedModel
 
     current: list[dict[str, float]] = []
     clf = StampedPredictor(
@@ -181,7 +176,7 @@ def measure(args: argparse.Namespace, model_dir: Path, work: Path) -> dict[str, 
     cmd = [sys.executable, "-m", "benchmarks.serving_path", "--host", str(model_dir), "--engine", args.engine]
     cmd += ["--cpu-threads", str(args.cpu_threads)]
     with ExitStack() as stack, open(work / "host.log", "wb") as log:
-        host = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=log, process_group=0)
+        host = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=log, process_group=0)
         stack.callback(stop_group, host, 15)
         assert host.stdout is not None
         line = host.stdout.readline()
@@ -247,9 +242,6 @@ def _export(args: argparse.Namespace, work: Path) -> Path:
     shape = TINY if args.quick else MEDIUM
     model_dir = export_model(shape, work / "model")
     if args.engine != "paddle-fp32":
-        from benchmarks.engines import calibration_batches
-        from steps.runtime.engines.variants import build_variants
-
         build_variants(model_dir, calibration=calibration_batches(model_dir, shape))
     return model_dir
 

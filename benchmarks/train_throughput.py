@@ -8,7 +8,7 @@ same tokenised texts in the same `LengthGroupedBatchSampler` batches, `paddle.op
 forward / cross-entropy / backward / step / clear_grad and nothing else.
 
 The bare loop runs twice per round: on Paddle's default (strided) dygraph kernels, and on the dense
-ones `steps.train` uses on CPU (steps/runtime/dygraph.py); the three are measured in alternating
+ones `steps.train` uses on CPU (steps/runtime/training/dygraph.py); the three are measured in alternating
 rounds (best round of each kept), so a change in background load on a shared machine hits all alike.
 
     python -m benchmarks.train_throughput                 # pipeline's model config, 60 steps × 3 rounds
@@ -29,6 +29,10 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
+
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
+from paddle_mlops_core.config import loader
+from steps.runtime.training.sampler import LengthGroupedBatchSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pipeline.yaml"
@@ -54,7 +58,7 @@ def _free_port() -> int:
 
 def write_data(directory: Path, n_train: int, n_dev: int, seed: int = 0) -> None:
     """Random texts of 8-60 characters (a review-like length spread) with random labels."""
-    from steps.runtime import data
+    from steps.runtime.data import text as data
 
     rng = random.Random(seed)
     rows = [
@@ -84,14 +88,14 @@ def run_step(ws: Path, overrides: list[str]) -> float:
 
 def run_bare(ws: Path, overrides: list[str], steps: int, dense: bool = False) -> float:
     """The bare loop's samples/s: on Paddle's default kernels, or (`dense`) on the trainer's dense CPU kernels
-    (steps/runtime/dygraph.py)."""
+    (steps/runtime/training/dygraph.py)."""
     import numpy as np
     import paddle
     import paddle.nn.functional as F
 
-    from paddle_mlops.config import loader
-    from steps.runtime import data, dygraph, ernie
-    from steps.runtime.sampler import LengthGroupedBatchSampler
+    from steps.runtime.data import text as data
+    from steps.runtime.training import dygraph
+    from steps.runtime.weights import ernie
 
     cfg = loader.load_config(CONFIG, env="local", overrides=overrides)
     paddle.seed(cfg.training.seed)

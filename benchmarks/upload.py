@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# The steps' code is imported where it is used (benchmarks/__init__.py says why).
 from benchmarks.common import benchmark_parser, parse_benchmark_args, write_results
 
 MIB = 1024 * 1024
@@ -117,7 +118,7 @@ def put_each(client: Any, model_dir: Path, prefix: str) -> int:
 
 def _publish(model_dir: Path, root: str, version: str, endpoint: str, transfer: Any) -> Any:
     """The upload step's `objectstore.publish` of `model_dir` as `version` under `root`, without progress bars."""
-    from steps.runtime import objectstore
+    from steps.runtime.storage import objectstore
 
     return objectstore.publish(
         model_dir, root, "bench", version, endpoint_url=endpoint, progress=False, transfer_config=transfer
@@ -126,7 +127,7 @@ def _publish(model_dir: Path, root: str, version: str, endpoint: str, transfer: 
 
 def _hashing_seconds(model_dir: Path) -> float:
     """The local sha256 of every file, the part of each publish that sends nothing."""
-    from steps.runtime import objectstore
+    from steps.runtime.storage import objectstore
 
     start = time.perf_counter()
     for path in model_dir.iterdir():
@@ -175,7 +176,7 @@ def _report(figures: dict[str, Any], files: int) -> None:
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from boto3.s3.transfer import TransferConfig
 
-    from steps.runtime import objectstore, s3
+    from steps.runtime.storage import objectstore, s3
 
     model_dir = work / "model"
     total = make_model(model_dir, args.size_mib)

@@ -12,9 +12,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from paddle_mlops.config import ConfigError, load_config
-from paddle_mlops.config.placement import refuse_run_time_placement, run_time_overrides
-from paddle_mlops.config.task_rules import missing_data
+from paddle_mlops_core.config import ConfigError, load_config
+from paddle_mlops_core.config.placement import refuse_run_time_placement, run_time_overrides
+from paddle_mlops_core.config.task_rules import missing_data
 
 
 def task_overrides(tasks: Sequence[str], overrides: Sequence[str]) -> dict[str, list[str]]:

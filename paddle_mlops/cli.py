@@ -1,8 +1,14 @@
-"""`paddle-mlops`: run the pipeline locally, compile it for Argo, browse and serve the results."""
+"""`paddle-mlops`: run the pipeline locally, compile it for Argo, browse and serve the results.
+
+Each command imports what only it needs inside its function: the DAGs (`pipelines/`: hera), the store's
+notification (boto3), the cluster checks (kubernetes) and MLflow take 2-5 s each to import, which `--help`,
+`config` and every other command would otherwise pay.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -13,13 +19,16 @@ from typing import Any
 
 from rich.console import Console
 
+from paddle_mlops import batch
 from paddle_mlops.command_line import add_config_args, exit_status
-from paddle_mlops.config import ConfigError, load_config
-from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.config.task_rules import missing_data
-from paddle_mlops.config.tasks import DEFAULT_TASK
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_USAGE, mlflow_ui_url
 from paddle_mlops.local.dag import DagError
+from paddle_mlops.local.executor import FollowOn, LocalExecutor, RunOptions
+from paddle_mlops_core.config import ConfigError, load_config
+from paddle_mlops_core.config.loader import default_config_path
+from paddle_mlops_core.config.pretrained_names import PROJECT_NAMES
+from paddle_mlops_core.config.task_rules import missing_data
+from paddle_mlops_core.config.tasks import DEFAULT_TASK
+from paddle_mlops_core.contracts import DEFAULT_HOME, EXIT_USAGE, mlflow_ui_url
 
 DEFAULT_WORKDIR = Path(DEFAULT_HOME)
 
@@ -155,9 +164,7 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from paddle_mlops import batch
     from paddle_mlops.local import notify
-    from paddle_mlops.local.executor import FollowOn, LocalExecutor, RunOptions
     from pipelines import finetune_batch, rollout_template, train_deploy
 
     config_path = args.config or default_config_path()
@@ -206,7 +213,6 @@ def _pretrain_once(
     built and staged into this workdir's store before the first run that needs it, as `weights pretrain` does; later
     runs find it staged and reuse it. Production stages ERNIE 3.0 instead (configs/env/prod.yaml)."""
     from paddle_mlops import weights
-    from paddle_mlops.config.pretrained_names import PROJECT_NAMES
 
     name = cfg.model.pretrained_name
     if name not in PROJECT_NAMES:
@@ -274,11 +280,18 @@ def _cmd_ui(args: argparse.Namespace, console: Console) -> int:
         return 0
 
 
+def _served_model(task: str) -> str:
+    """The name the task's model is served under (`serving.model_name`, which a loaded configuration always sets)."""
+    name = load_config(None, "local", task=task).serving.model_name
+    assert name is not None  # task_rules.fill_defaults sets it (ernie-<task>) when the files leave it out
+    return name
+
+
 def _cmd_serve(args: argparse.Namespace, console: Console) -> int:
-    from steps.runtime.local_server import read_current, served_models, stop_local_server
+    from steps.runtime.serving.local_server import read_current, served_models, stop_local_server
 
     home = args.workdir.resolve()
-    models = [load_config(None, "local", task=args.task).serving.model_name] if args.task else served_models(home)
+    models = [_served_model(args.task)] if args.task else served_models(home)
     if args.action == "status":
         records = {m: read_current(home, m) for m in models}
         records = {m: r for m, r in records.items() if r}
@@ -347,8 +360,6 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
-        import importlib
-
         return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
     args = build_parser().parse_args(argv)
     console = Console(soft_wrap=True)

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
 from paddle_mlops.lint import ARGO_WORKFLOW_KINDS, resource_manifest, workflow_spec
 from paddle_mlops.release_overlay import unpinned_repositories
+from paddle_mlops_core.config import PipelineConfig
 from pipelines.platform.kyverno import KEY_NAMESPACE as KYVERNO_NAMESPACE
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -86,8 +86,8 @@ def component_of(group: str, kind: str) -> str:
 
 def runtime_documents(cfg: PipelineConfig) -> list[dict[str, Any]]:
     """Objects the steps create at run time: one InferenceService per serving region."""
-    from paddle_mlops.config.loader import load_regions
-    from steps.runtime import inference_service as isvc
+    from paddle_mlops_core.config.loader import load_regions
+    from steps.runtime.release import inference_service as isvc
 
     regions = load_regions()
     return [

@@ -1,6 +1,6 @@
 """What the `paddle-mlops` commands share on the command line: the configuration options (--config,
 --env, --set) and the way an error a user can act on ends a command, as one line on stderr and a
-distinct exit code (paddle_mlops.contracts) instead of a traceback."""
+distinct exit code (paddle_mlops_core.contracts) instead of a traceback."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ UserErrors = Sequence[tuple[type[BaseException], int, str]]
 
 def add_config_args(p: argparse.ArgumentParser, default_env: str | None = None, several_tasks: bool = False) -> None:
     """--config, --env, --task (repeatable with `several_tasks`: `args.tasks`) and repeatable --set, as
-    `paddle_mlops.config.load_config` takes them."""
+    `paddle_mlops_core.config.load_config` takes them."""
     p.add_argument("--config", type=Path, default=None, help="pipeline YAML (default: configs/pipeline.yaml)")
     p.add_argument(
         "--env",

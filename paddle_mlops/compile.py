@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from paddle_mlops import release_overlay
-from paddle_mlops.config import PipelineConfig, load_config
-from paddle_mlops.config.loader import default_config_path
+from paddle_mlops_core.config import PipelineConfig, load_config
+from paddle_mlops_core.config.loader import default_config_path
 from pipelines import finetune_batch, image_rollout, retrain_cron, rollout_template, train_deploy, trainjob
 from pipelines.observability import render_observability
 from pipelines.platform import render_platform

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from paddle_mlops.compile import default_compile_config, render_all
-from paddle_mlops.contracts import EXIT_OK, EXIT_USAGE
 from paddle_mlops.release_overlay import (
     DEFAULT_OVERLAY,
     KUSTOMIZATION,
@@ -20,6 +19,7 @@ from paddle_mlops.release_overlay import (
     set_digests,
     tagged_images,
 )
+from paddle_mlops_core.contracts import EXIT_OK, EXIT_USAGE
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

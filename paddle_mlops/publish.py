@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import hashlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,9 +26,10 @@ from pathlib import Path
 from rich.console import Console
 
 from paddle_mlops.command_line import add_config_args, exit_status
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, EXPORTED_FILES, HOME_ENV
+from paddle_mlops.local.executor import LocalExecutor, RunOptions
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops_core.config.loader import default_config_path
+from paddle_mlops_core.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, EXPORTED_FILES, HOME_ENV
 
 
 class PublishError(Exception):
@@ -64,7 +66,7 @@ def check_model_dir(model_dir: Path) -> Path:
 
 def content_version(model_dir: Path) -> str:
     """`ext-` + 12 hex digits of a digest over every file's path and sha256: the same files, the same version."""
-    from steps.runtime.objectstore.manifest import file_entries  # the manifest's own entries, hashed streaming
+    from steps.runtime.storage.objectstore.manifest import file_entries  # the manifest's own entries, hashed streaming
 
     digest = hashlib.sha256()
     for entry in file_entries(model_dir):
@@ -78,17 +80,19 @@ def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from paddle_mlops.local import notify
-    from steps.runtime import objectstore
-    from steps.runtime.objectstore import notifications
     from steps.runtime.runner import StepError
+    from steps.runtime.storage import objectstore
+    from steps.runtime.storage.objectstore import notifications
 
     version = version or content_version(model_dir)
+    registered_model = cfg.mlflow.registered_model
+    assert registered_model is not None  # task_rules.fill_defaults sets it (ernie-<task>) when the files leave it out
     try:
         notifications.check_name("--version", version)
         result = objectstore.publish(
             model_dir,
             cfg.storage.uri,
-            cfg.mlflow.registered_model,
+            registered_model,
             version,
             {"published_by": getpass.getuser(), "source": str(model_dir)},
             endpoint_url=notify.endpoint_url(cfg),
@@ -109,7 +113,6 @@ def publish(cfg: PipelineConfig, model_dir: Path, version: str | None) -> str:
 def _roll_out_here(cfg: PipelineConfig, args: argparse.Namespace, model_uri: str, console: Console) -> int:
     """The local rollout the notification starts, as `paddle-mlops run` starts it after its upload."""
     from paddle_mlops.local import notify
-    from paddle_mlops.local.executor import LocalExecutor, RunOptions
     from pipelines import rollout_template
 
     params = notify.rollout_parameters(cfg, notify.notification(cfg, model_uri))
@@ -130,8 +133,6 @@ def _roll_out_here(cfg: PipelineConfig, args: argparse.Namespace, model_uri: str
 
 
 def _publish(args: argparse.Namespace, console: Console) -> int:
-    import os
-
     cfg = load_config(args.config or default_config_path(), args.env, args.overrides, task=args.task)
     model_dir = check_model_dir(args.model_dir)
     os.environ[HOME_ENV] = str(args.workdir.resolve())  # the local store, as `run` sets it for its steps

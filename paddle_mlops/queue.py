@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from paddle_mlops.command_line import exit_status
-from paddle_mlops.contracts import EXIT_API
 from paddle_mlops.queue_state import KueueApi, QueueState, read_state
+from paddle_mlops_core.contracts import EXIT_API
 
 
 def _n(value: Decimal | None) -> str:

@@ -19,7 +19,7 @@ Sources (kubernetes-sigs/kueue v0.19.2):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -223,8 +223,6 @@ def _flavor_quotas(cq: dict[str, Any], labels: dict[str, dict[str, str]]) -> lis
 
 def with_lent(flavors: list[FlavorQuota], cohorts: dict[str, str]) -> list[FlavorQuota]:
     """Each queue's share of what the other queues of its cohort borrow in the same flavor."""
-    from dataclasses import replace
-
     out = []
     for f in flavors:
         peers = [
@@ -263,7 +261,7 @@ def _workload_gpus(wl: dict[str, Any]) -> Decimal:
 
 def _row(wl: dict[str, Any], cluster_queue: str, regions: dict[str, str]) -> WorkloadRow:
     meta, spec, status = wl.get("metadata") or {}, wl.get("spec") or {}, wl.get("status") or {}
-    owner = next(iter(meta.get("ownerReferences") or []), {})
+    owner: dict[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
     assignments = (status.get("admission") or {}).get("podSetAssignments") or []
     flavor = next((a.get("flavors", {}).get(GPU) for a in assignments if a.get("flavors", {}).get(GPU)), None)
     if _condition(wl, "Finished"):
@@ -292,8 +290,6 @@ def _row(wl: dict[str, Any], cluster_queue: str, regions: dict[str, str]) -> Wor
 def _with_positions(
     rows: list[WorkloadRow], wls: dict[tuple[str, str], dict[str, Any]], summary: Any
 ) -> list[WorkloadRow]:
-    from dataclasses import replace
-
     pending = [r for r in rows if r.state == "pending"]
     if summary is not None:
         where = {
@@ -340,17 +336,17 @@ def read_state(api: KueueApi, team: str | None = None) -> QueueState:
     rows: dict[str, list[WorkloadRow]] = {}
     for wl in api.workloads():
         meta = wl.get("metadata") or {}
-        cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or local_to_cq.get(
-            (meta.get("namespace"), (wl.get("spec") or {}).get("queueName"))
-        )
-        if cq not in wanted:
+        namespace, local_queue = meta.get("namespace", ""), (wl.get("spec") or {}).get("queueName", "")
+        admitted_to = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        queue_name: str | None = admitted_to or local_to_cq.get((namespace, local_queue))
+        if queue_name is None or queue_name not in wanted:
             continue
-        by_key[(meta.get("namespace", ""), meta.get("name", ""))] = wl
-        rows.setdefault(cq, []).append(_row(wl, cq, regions))
-    for cq in sorted(wanted):
-        summary = api.pending_workloads(cq)
-        state.visibility[cq] = summary is not None
-        state.workloads += _with_positions(rows.get(cq, []), by_key, summary)
+        by_key[(namespace, meta.get("name", ""))] = wl
+        rows.setdefault(queue_name, []).append(_row(wl, queue_name, regions))
+    for queue_name in sorted(wanted):
+        summary = api.pending_workloads(queue_name)
+        state.visibility[queue_name] = summary is not None
+        state.workloads += _with_positions(rows.get(queue_name, []), by_key, summary)
     state.workloads = [w for w in state.workloads if w.state != "finished"]
     return state
 

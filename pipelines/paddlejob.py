@@ -10,50 +10,22 @@ phase), never by pod counts that also move while the operator restarts a pod.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from hera.workflows import models as m
-
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF, STEP_CACHE_PARAMETER, image_repository
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import PART_OF
 from pipelines import k8s
-from pipelines.platform.network import TRAIN_POD_LABELS
-from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
-from pipelines.run_scope import CHECKPOINT_ROOT, RUN_ID, WORKFLOW, RunScope
+from pipelines.job_spec import TrainingJobSpec, job_metadata
+from pipelines.labels import TRAIN_POD_LABELS
+from pipelines.run_scope import WORKFLOW, RunScope
+from pipelines.service_accounts import TRAIN_SERVICE_ACCOUNT
+from pipelines.train_node import MASTER_PORT, job_resources, node_env, train_image, train_script_args
 
-IMAGE_DIGEST = "{{inputs.parameters.image-digest}}"
-# The commit build-image built (the train template's `git-sha` input; see templates.COMMIT).
-GIT_SHA = "{{inputs.parameters.git-sha}}"
 # Kubeflow's Paddle controller finds the job's container and rendezvous port by these names.
 KUBEFLOW_CONTAINER = "paddle"
-KUBEFLOW_PORT = 37777
-# Every job carries its workflow's name and its task: the train step's exit hook deletes the workflow's jobs by
-# them (a finetune-batch branch only its own task's).
-WORKFLOW_LABEL = "paddle-mlops/workflow"
-TASK_LABEL = "paddle-mlops/task"
+KUBEFLOW_PORT = MASTER_PORT
 # training-operator v1.9.0 pkg/apis/kubeflow.org/v1/common_types.go, JobConditionType: all of them.
 KUBEFLOW_CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Suspended", "Failed")
-
-
-@dataclass(frozen=True)
-class TrainingJobSpec:
-    """The manifest plus the conditions Argo evaluates on it (Kubernetes label-selector syntax over
-    gjson paths, so each key must be a valid label key: no array queries)."""
-
-    manifest: dict[str, Any]
-    success_condition: str
-    failure_condition: str
-
-    @property
-    def resource(self) -> str:
-        """`<kind>s.<group>` (paddlejobs.kubeflow.org, trainjobs.trainer.kubeflow.org): what kubectl resolves."""
-        return f"{self.manifest['kind'].lower()}s." + self.manifest["apiVersion"].split("/", 1)[0]
-
-
-def train_image(cfg: PipelineConfig) -> str:
-    """The train repository pinned by the digest the build step produced (never a moving tag)."""
-    return f"{image_repository(cfg.images.train)}@{IMAGE_DIGEST}"
 
 
 def worker_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]:
@@ -73,48 +45,6 @@ def worker_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]
         # (PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM); only the mode is ours to say.
         command += ["--run_mode", "ps"]
     return command + train_script_args(scope)
-
-
-def train_script_args(scope: RunScope = WORKFLOW) -> list[str]:
-    """The training script and its arguments, after the launcher's (every backend)."""
-    return [
-        "steps/train.py",
-        "--config", "{{workflow.parameters.config}}",
-        "--env", "{{workflow.parameters.env}}",
-        "--task", scope.task,
-        "--overrides", scope.overrides,
-        "--git-sha", GIT_SHA,
-        "--workspace", scope.workspace,
-        "--checkpoint-root", CHECKPOINT_ROOT,
-        "--run-id", RUN_ID,
-        # the model is recorded in the step cache under the key train-cache computed (docs/caching.md)
-        "--step-cache", f"{{{{workflow.parameters.{STEP_CACHE_PARAMETER}}}}}",
-        "--train-key", "{{inputs.parameters.train-key}}",
-    ]  # fmt: skip
-
-
-def node_env(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    """A training node's env (every backend): the runtime env by Secret reference, then NCCL's."""
-    return k8s.as_k8s(k8s.runtime_env(cfg, GIT_SHA) + _nccl_env())
-
-
-def _nccl_env() -> list[m.EnvVar]:
-    # WARN keeps logs readable but still reports transport fallbacks; eth0 is the pod network
-    # interface, and IB stays off because pod networking carries no InfiniBand by default.
-    return [
-        m.EnvVar(name="NCCL_DEBUG", value="WARN"),
-        m.EnvVar(name="NCCL_SOCKET_IFNAME", value="eth0"),
-        m.EnvVar(name="NCCL_IB_DISABLE", value="1"),
-        m.EnvVar(name="GLOG_v", value="0"),
-    ]
-
-
-def job_resources(cfg: PipelineConfig, gpus: int) -> dict[str, Any]:
-    job = cfg.training.job
-    amounts: dict[str, Any] = {"cpu": job.cpu, "memory": job.memory}
-    if gpus > 0:
-        amounts["nvidia.com/gpu"] = gpus
-    return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
 def pod_template(
@@ -149,7 +79,8 @@ def pod_template(
     spec: dict[str, Any] = {
         "serviceAccountName": TRAIN_SERVICE_ACCOUNT,
         "priorityClassName": team.priority.name,
-        # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/graceful_stop.py) before the kill.
+        # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/training/graceful_stop.py) before the
+        # kill.
         "terminationGracePeriodSeconds": cfg.training.checkpoint.grace_seconds,
         "securityContext": k8s.as_k8s(k8s.pod_security_context()),
         # Training pods reach only object storage and MLflow; they need no Kubernetes API token.
@@ -168,15 +99,6 @@ def pod_template(
         spec["nodeSelector"] = k8s.gpu_node_selector(region)
     # The component label is what the training NetworkPolicy selects on.
     return {"metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS}}, "spec": spec}
-
-
-def job_metadata(scope: RunScope = WORKFLOW) -> dict[str, Any]:
-    # One name per workflow and task, never generateName: a retried train step must find the job it created, not
-    # start a second one beside it (templates.train). The labels are what the exit hook deletes by.
-    return {
-        "name": scope.job_name,
-        "labels": {**PART_OF, WORKFLOW_LABEL: "{{workflow.name}}", TASK_LABEL: scope.task},
-    }
 
 
 def kubeflow_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:

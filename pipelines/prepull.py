@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, RegionConfig
-from paddle_mlops.contracts import CLUSTER_ONLY_ANNOTATION, PART_OF
+from paddle_mlops_core.config import PipelineConfig, RegionConfig
+from paddle_mlops_core.contracts import CLUSTER_ONLY_ANNOTATION, PART_OF
 from pipelines import k8s
-from pipelines.paddlejob import WORKFLOW_LABEL, train_image
+from pipelines.labels import COMPONENT_LABEL, WORKFLOW_LABEL
+from pipelines.train_node import train_image
 
 RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
 IDLE = ["python", "-c", "import signal; signal.pause()"]
@@ -49,7 +50,7 @@ def daemon_set(
         "resources": RESOURCES,
         "securityContext": k8s.as_k8s(k8s.container_security_context()),
     }
-    selector = {WORKFLOW_LABEL: "{{workflow.name}}", "paddle-mlops/component": suffix}  # its own, per DaemonSet
+    selector = {WORKFLOW_LABEL: "{{workflow.name}}", COMPONENT_LABEL: suffix}  # its own, per DaemonSet
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from hera.workflows import Container
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines import k8s
-from pipelines.platform.rbac import ROLLOUT_SERVICE_ACCOUNT
-from pipelines.templates import step_container
+from pipelines.service_accounts import ROLLOUT_SERVICE_ACCOUNT
+from pipelines.step_container import step_container
 
 # What validate hands on (steps/validate.py STEP.outputs).
 VALIDATE_OUTPUTS = (

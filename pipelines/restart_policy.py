@@ -3,7 +3,8 @@
 Kubeflow Trainer's shipped runtimes set no JobSet failure policy, and without one JobSet fails the whole JobSet on the
 first failed child Job (jobset v0.12.0 pkg/controllers/failure_policy.go executeFailurePolicy); a TrainJob cannot set
 it (trainer v2.3.0 JobSetSpecPatch exposes `replicatedJobs` only), so it lives in our ClusterTrainingRuntime. Every
-restart resumes from the run's checkpoints (steps/runtime/checkpointing.py), so a restart costs at most one checkpoint
+restart resumes from the run's checkpoints (steps/runtime/training/checkpoint_policy.py), so a restart costs at most
+one checkpoint
 interval, not the run.
 
 Two layers, because JobSet only sees Jobs:
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.contracts import EXIT_FATAL, EXIT_TERMINATED
+from paddle_mlops_core.contracts import EXIT_FATAL, EXIT_TERMINATED
 
 # kubernetes pkg/apis/batch/types.go (k8s.io/api batch/v1): the Job condition reasons JobSet matches on.
 REASON_POD_FAILURE_POLICY = "PodFailurePolicy"

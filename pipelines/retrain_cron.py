@@ -4,7 +4,7 @@ Fresh data arrives without a push; the schedule retrains anyway. It references t
 WorkflowTemplate rather than copying it, so there is still one definition of the DAG. There is no
 push, so no commit: it passes an empty `git-sha`, which the build step resolves to the head commit
 of `cluster.retrain_branch` (steps/build_image.py) — a branch name is never recorded as the commit.
-`spec.schedules` needs Argo Workflows 3.6 (paddle_mlops/versions.py FEATURES).
+`spec.schedules` needs Argo Workflows 3.6 (paddle_mlops_core/versions.py FEATURES).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from hera.workflows import CronWorkflow, Parameter
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from pipelines import templates, train_deploy
+from paddle_mlops_core.config import PipelineConfig
+from pipelines import train_deploy, workflow_spec
 
 NAME = "scheduled-retrain"
 # The `git-sha` value that asks the build step to resolve the branch head.
@@ -22,7 +22,7 @@ RESOLVE_BRANCH_HEAD = ""
 
 def build(cfg: PipelineConfig) -> CronWorkflow:
     """The `scheduled-retrain` CronWorkflow for this configuration (no side effects)."""
-    settings = templates.workflow_settings(cfg)
+    settings = workflow_spec.workflow_settings(cfg)
     return CronWorkflow(
         name=NAME,
         schedule=cfg.cluster.retrain_schedule,

@@ -15,8 +15,9 @@ from __future__ import annotations
 from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from pipelines import release_templates, templates
+from paddle_mlops_core.config import PipelineConfig
+from pipelines import release_templates, templates, workflow_spec
+from pipelines.dag_task import dag_task
 from pipelines.platform import publish_events
 
 NAME = "rollout"
@@ -68,24 +69,27 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
             description="true: judge and roll out a model that was validated before (a manual re-deploy)",
         ),
         Parameter(name="git-sha", value="unknown", description="recorded until validate reads the manifest's"),
-        *templates.run_parameters(cfg),
+        *workflow_spec.run_parameters(cfg),
     ]
 
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `rollout` WorkflowTemplate for this configuration (no side effects)."""
-    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
+    with workflow_spec.workflow_template(cfg, NAME, parameters(cfg)) as wt:
         validate = release_templates.validate(cfg)
         register = release_templates.register(cfg)
         rollout = release_templates.rollout(cfg)
         templates.exit_handler(cfg)
         with DAG(name="main"):
             given = ("git-sha", "model-uri", *EVENT_PARAMETERS, "image-digest", "redeploy")
-            t_validate = validate(name="validate", arguments={p: f"{{{{workflow.parameters.{p}}}}}" for p in given})
+            t_validate = dag_task(
+                validate, name="validate", arguments={p: f"{{{{workflow.parameters.{p}}}}}" for p in given}
+            )
             out = t_validate.get_parameter
             verdict = out("verdict")
             judged = {"git-sha": out("git-sha"), "model-uri": out("model-uri")}
-            t_register = register(
+            t_register = dag_task(
+                register,
                 name="register",
                 when=f"{verdict} != duplicate",
                 arguments={
@@ -97,7 +101,8 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                     "metrics": out("metrics"),
                 },
             )
-            t_rollout = rollout(
+            t_rollout = dag_task(
+                rollout,
                 name="rollout",
                 when=f"{verdict} == passed",
                 arguments={
@@ -107,7 +112,8 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                     "image-digest": out("image-digest"),
                 },
             )
-            t_validate >> t_register >> t_rollout
+            t_validate >> t_register
+            t_register >> t_rollout
         by_name = {t.name: t for t in (t_validate, t_register, t_rollout)}
         for task, output in RESULTS.values():
             by_name[task].get_parameter(output)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paddle_mlops.contracts import TRAIN_RUNS
+from paddle_mlops_core.contracts import TRAIN_RUNS
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,8 @@ class RunScope:
     workspace: str  # the per-run area the steps exchange data and models in
     inputs: tuple[str, ...]  # template inputs that carry the values above (none: workflow parameters)
     # The training job's name: fixed per workflow and task, so that a retried train step finds the job it created
-    # (templates.train) and the exit hook deletes it by label; its checkpoints follow the run id, not this name.
+    # (resource_templates.train) and the exit hook deletes it by label; its checkpoints follow the run id, not this
+    # name.
     job_name: str = "{{workflow.name}}-train"
 
 

@@ -10,13 +10,12 @@ ordered by `paddle_mlops.local.dag.load_workflow`) and delivers the notification
 
 from __future__ import annotations
 
-from typing import Any
-
 from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
-from paddle_mlops.config import PipelineConfig
-from pipelines import templates, training_canary
+from paddle_mlops_core.config import PipelineConfig
+from pipelines import resource_templates, templates, training_canary, workflow_spec
+from pipelines.dag_task import dag_task
 
 NAME = "train-deploy"
 # What `paddle-mlops run` reports after a local run: summary key -> (task, output parameter) of this DAG.
@@ -39,52 +38,25 @@ def parameters(cfg: PipelineConfig) -> list[Parameter]:
         Parameter(name="git-repo", description="repository URL the build step clones"),
         Parameter(name="git-branch", value="main"),
         Parameter(name="pusher", value="", description="who pushed (set by the Argo Events sensor; recorded only)"),
-        *templates.run_parameters(cfg),
+        *workflow_spec.run_parameters(cfg),
         Parameter(name="region", value=cfg.cluster.region),
-        *templates.priority_parameters(cfg),
-        *templates.run_id_parameters(),
+        *workflow_spec.priority_parameters(cfg),
+        *workflow_spec.run_id_parameters(),
     ]
-
-
-def _canary(cfg: PipelineConfig) -> Any:
-    """The canary's templates; called inside the DAG, it adds their tasks and returns the task the run's training
-    (and every other region's pre-pull) waits for: `allow-training-image`, skipped when the image is allowed."""
-    check, prepull, train, allow = (
-        training_canary.check(cfg),
-        training_canary.prepull_canary(cfg),
-        training_canary.train_canary(cfg),
-        training_canary.allow(cfg),
-    )
-
-    def tasks(t_build: Any, t_data: Any, given: dict[str, Any]) -> Any:
-        digest = {"image-digest": given["image-digest"]}
-        t_check = check(name=training_canary.CHECK, arguments={**given})
-        new = f"{t_check.get_parameter('allowed')} == false"
-        pull_failed = m.ContinueOn(failed=True)
-        t_pull = prepull(name=training_canary.PREPULL, arguments=digest, when=new, continue_on=pull_failed)
-        # A failed pre-pull only costs the cold pull: the canary goes on after it.
-        after = f"{t_check.name} && {t_data.name} && ({t_pull.name} || {t_pull.name}.Failed)"
-        t_canary = train(name=training_canary.TRAIN, arguments={**given}, when=new, depends=after)
-        t_allow = allow(name=training_canary.ALLOW, arguments={**given}, when=new)
-        t_build >> t_check >> t_pull
-        t_canary >> t_allow
-        return t_allow
-
-    return tasks
 
 
 def build(cfg: PipelineConfig) -> WorkflowTemplate:
     """The `train-deploy` WorkflowTemplate for this configuration (no side effects)."""
-    with templates.workflow_template(cfg, NAME, parameters(cfg)) as wt:
+    with workflow_spec.workflow_template(cfg, NAME, parameters(cfg)) as wt:
         build_image = templates.build_image(cfg)
         prepare_data = templates.prepare_data(cfg)
         train_cache = templates.train_cache(cfg)
-        train = templates.train(cfg)
+        train = resource_templates.train(cfg)
         warm = cfg.training.backend == "trainjob"
         if warm:
-            prepull_image = templates.prepull_image(cfg)
-            release_prepull = templates.release_prepull(cfg)
-            canary_tasks = _canary(cfg)
+            prepull_image = resource_templates.prepull_image(cfg)
+            release_prepull = resource_templates.release_prepull(cfg)
+            canary_tasks = training_canary.tasks(cfg)
         evaluate = templates.evaluate(cfg)
         upload = templates.upload(cfg)
         templates.exit_handler(cfg)
@@ -92,7 +64,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         # Not fail-fast: release-prepull still runs after a failed train (nothing else can: the chain
         # after train depends on its success).
         with DAG(name="main", fail_fast=False if warm else None):
-            t_build = build_image(name="build-image")
+            t_build = dag_task(build_image, name="build-image")
             # Every later task records the commit build-image built, never the submitted value.
             commit = {"git-sha": t_build.get_parameter("git-sha")}
             steps = (prepare_data, train_cache, train, evaluate, upload)
@@ -106,7 +78,9 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                 # every other region pulls it, and the run trains, once the canary passed or was not needed.
                 t_allowed = canary_tasks(t_build, t_data, {**commit, **digest})
                 t_allowed >> t_train
-                t_warm = prepull_image(name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True))
+                t_warm = dag_task(
+                    prepull_image, name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True)
+                )
                 t_allowed >> t_warm
                 release_prepull(
                     name="release-prepull",

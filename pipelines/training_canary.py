@@ -12,7 +12,7 @@ everywhere. In train-deploy (TrainJob backend), after build-image:
 may be admitted in, training `training.canary_steps` steps on the run's prepared data (`steps/train.py
 --canary-steps`: into `<workspace>/training-canary`, nothing kept, MLflow on a file inside the pod, so no run
 appears in the experiment). Only when it succeeds does `allow-training-image` record the digest as allowed
-(steps/runtime/training_images.py: `<storage.uri>/training-images/<digest>.json`) and the other regions pull it
+(steps/runtime/release/training_images.py: `<storage.uri>/training-images/<digest>.json`) and the other regions pull it
 and train. A failed canary fails the workflow there: nothing is recorded, no other region pulled or ran the image,
 and every region keeps training on the images allowed before. A run whose image is allowed skips all three.
 
@@ -34,16 +34,17 @@ import yaml
 from hera.workflows import Container, Parameter, Resource, Task
 from hera.workflows import models as m
 
-from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig
-from pipelines import k8s, prepull, templates, trainjob
+from paddle_mlops_core.config import ConfigError, PipelineConfig, RegionConfig
+from pipelines import k8s, prepull, resource_templates, templates, trainjob
 from pipelines.dag_task import dag_task
+from pipelines.labels import COMPONENT_LABEL
 from pipelines.observability import argo_template_metrics
 from pipelines.run_scope import WORKFLOW
+from pipelines.step_container import step_container
 
 CHECK, PREPULL, TRAIN, ALLOW = "training-image", "prepull-canary", "train-canary", "allow-training-image"
 # finetune-batch only: the canary's own prepared data (train-deploy's canary reads the run's prepare-data).
 DATA = "prepare-canary-data"
-COMPONENT_LABEL = "paddle-mlops/component"
 CANARY_AREA = "training-canary"
 # The canary's MLflow run stays inside its pod: a throwaway SQLite file, not the experiment of real runs.
 CANARY_TRACKING_URI = "sqlite:////tmp/training-canary-mlflow.db"
@@ -76,7 +77,7 @@ def allow(cfg: PipelineConfig) -> Container:
 
 def _step(cfg: PipelineConfig, name: str, *args: str, outputs: list[str] | None = None) -> Container:
     region = canary_region(cfg).name
-    return templates.step_container(
+    return step_container(
         cfg,
         name,
         "training_image",
@@ -112,7 +113,8 @@ def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
             "(docs/training.md, 'A new training image: one region first')"
         )
     manifest = copy.deepcopy(trainjob.trainjob(cfg).manifest)
-    # A fixed name, as the run's own TrainJob (templates.TRAIN_ACTION: a retried step waits on it, creates no other).
+    # A fixed name, as the run's own TrainJob (resource_templates.TRAIN_ACTION: a retried step waits on it, creates no
+    # other).
     manifest["metadata"]["name"] = "{{workflow.name}}-train-canary"
     manifest["metadata"]["labels"][COMPONENT_LABEL] = TRAIN
     trainer = manifest["spec"]["trainer"]
@@ -137,12 +139,13 @@ def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def train_canary(cfg: PipelineConfig) -> Resource:
-    """Create the canary TrainJob and wait for its success or failure, as `train` does (pipelines/templates.py)."""
+    """Create the canary TrainJob and wait for its success or failure, as `train` does
+    (pipelines/resource_templates.py)."""
     success, failure = trainjob.conditions()
     deadline = cfg.training.job.step_deadline_seconds(cfg.training.backend)
-    return templates.TrainResource(
+    return resource_templates.TrainResource(
         name=TRAIN,
-        action=templates.TRAIN_ACTION,
+        action=resource_templates.TRAIN_ACTION,
         set_owner_reference=True,
         manifest=yaml.safe_dump(canary_trainjob(cfg), sort_keys=False, allow_unicode=True),
         success_condition=success,

@@ -14,7 +14,7 @@ ClusterTrainingRuntime, admitted by Kueue.
 - Rendezvous: JobSet names pod i of the Indexed Job `<trainjob>-node-0-<i>` in the subdomain
   `<trainjob>` (jobset v0.12.0 jobset_controller.go, DNS hostnames on by default), so rank 0 is
   `<trainjob>-node-0-0.<trainjob>` and a pod's rank is its JOB_COMPLETION_INDEX.
-  `steps.runtime.launch` resolves that name and runs `paddle.distributed.launch --master IP:PORT`.
+  `steps.runtime.training.launch` resolves that name and runs `paddle.distributed.launch --master IP:PORT`.
 - Success and failure come from the TrainJob's status: Failed is one of its condition types
   (Suspended, Complete, Failed: trainer pkg/apis/trainer/v1alpha1/trainjob_types.go), success is
   the node job succeeding, which the JobSet plugin reports in the same status update as Complete.
@@ -24,22 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF, REGION_ENV
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import PART_OF, REGION_ENV
 from pipelines import k8s, restart_policy
-from pipelines.paddlejob import (
-    KUBEFLOW_PORT,
-    TrainingJobSpec,
-    job_metadata,
-    job_resources,
-    node_env,
-    train_image,
-    train_script_args,
-)
-from pipelines.platform.kueue import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
-from pipelines.platform.network import TRAIN_POD_LABELS
-from pipelines.platform.rbac import TRAIN_SERVICE_ACCOUNT
+from pipelines.job_spec import TrainingJobSpec, job_metadata
+from pipelines.kueue_names import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
+from pipelines.labels import TRAIN_POD_LABELS
 from pipelines.run_scope import WORKFLOW, RunScope
+from pipelines.service_accounts import TRAIN_SERVICE_ACCOUNT
+from pipelines.train_node import MASTER_PORT, job_resources, node_env, train_image, train_script_args
 
 API = "trainer.kubeflow.org/v1alpha1"
 RUNTIME = "paddle-distributed"
@@ -53,7 +46,6 @@ ANCESTOR_TRAINER = "trainer"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go: the condition types a TrainJob has.
 CONDITION_TYPES = ("Suspended", "Complete", "Failed")
-MASTER_PORT = KUBEFLOW_PORT
 # runtimePatches are keyed by a domain-prefixed manager (trainer plugins/jobset/jobset.go Validate);
 # Kueue writes its own under kueue.x-k8s.io/manager.
 PATCH_MANAGER = "paddle-mlops.io/placement"
@@ -71,7 +63,7 @@ def launch_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]
     container's env (TRAINJOB_NAME from the JobSet label, JOB_COMPLETION_INDEX set by the Job controller)."""
     job = cfg.training.job
     return [
-        "python", "-m", "steps.runtime.launch",
+        "python", "-m", "steps.runtime.training.launch",
         "--master", f"$(TRAINJOB_NAME)-{NODE}-0-0.$(TRAINJOB_NAME):{MASTER_PORT}",
         "--nnodes", str(job.workers),
         "--rank", "$(JOB_COMPLETION_INDEX)",
@@ -121,8 +113,9 @@ def _node_pod(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
             "automountServiceAccountToken": False,
             # Never: what the pod failure policy requires; a failed pod fails its Job and JobSet restarts the gang.
             "restartPolicy": "Never",
-            # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/graceful_stop.py) before the kill;
-            # sized from the measured checkpoint time (paddle_mlops/config/checkpoint.py).
+            # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/training/graceful_stop.py) before
+            # the kill;
+            # sized from the measured checkpoint time (paddle_mlops_core/config/checkpoint.py).
             "terminationGracePeriodSeconds": cfg.training.checkpoint.grace_seconds,
             "securityContext": k8s.as_k8s(k8s.pod_security_context()),
             "containers": [container],

@@ -14,9 +14,10 @@ import json
 import sys
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import runner, workspace
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import runner
 from steps.runtime.runner import StepError
+from steps.runtime.storage import workspace
 
 PUBLISHED, GATE_FAILED, FAILED = "published", "gate-failed", "failed"
 # What each step leaves in a branch's workspace, in DAG order.

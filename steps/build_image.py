@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from steps.runtime import runner
 from steps.runtime.runner import StepError, StepFailed
 

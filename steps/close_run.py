@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import registry, runner
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import runner
+from steps.runtime.release import registry
 from steps.runtime.runner import StepFailed
 
 

@@ -4,9 +4,9 @@ the promotion gate.
 First every engine variant (Paddle fp32/bf16, ONNX Runtime fp32/int8, OpenVINO bf16/int8) is built beside the
 export and measured on this host, in process and then served over loopback HTTP: the fastest served whose gate
 metric is within `serving.max_metric_drop` of Paddle fp32 is the one that serves (`engine.json`, published with
-the model, says which figure ranked them; steps/runtime/engine_selection.py). Then the model is scored as that
+the model, says which figure ranked them; steps/runtime/serving/engine_selection.py). Then the model is scored as that
 variant answers, so the gate judges what clients will get. Beside it the cheap baseline of the task (TF-IDF +
-logistic regression, pair features for matching, a CRF for NER; steps/runtime/baselines/) is fitted on the same
+logistic regression, pair features for matching, a CRF for NER; steps/runtime/data/baselines/) is fitted on the same
 train split and scored on the same test split: both figures, the difference with its confidence interval and a
 paired test go to metrics.json, MLflow (`baseline_*` metrics of the same run) and the published manifest. The
 gate: the configured metric must reach `gate.threshold`, beat the baseline by `gate.baseline_margin` (under
@@ -31,12 +31,17 @@ if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from paddle_mlops.config import PipelineConfig  # noqa: E402
-from paddle_mlops.contracts import CACHE_OUTPUT, ENGINE_FILE  # noqa: E402
-from steps.runtime import cache_keys, engine_selection, evaluation, reuse, runner, s3, workspace  # noqa: E402
-from steps.runtime import gate as gate_rules  # noqa: E402
-from steps.runtime.engines.variants import RECORD_FILE, SPECS  # noqa: E402
+from paddle_mlops_core.config import PipelineConfig  # noqa: E402
+from paddle_mlops_core.contracts import CACHE_OUTPUT, ENGINE_FILE  # noqa: E402
+from steps.runtime import runner
+from steps.runtime.caching import keys as cache_keys
+from steps.runtime.caching import reuse
+from steps.runtime.data import evaluation
+from steps.runtime.release import gate as gate_rules  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
+from steps.runtime.serving import engine_selection
+from steps.runtime.serving.engines.variants import RECORD_FILE, SPECS  # noqa: E402
+from steps.runtime.storage import s3, workspace  # noqa: E402
 
 log = logging.getLogger("steps.evaluate")
 
@@ -51,7 +56,7 @@ def log_to_mlflow(
     """Test metrics and the gate decision go into the training run, so one run tells the whole story."""
     from mlflow.entities import Metric, RunTag
 
-    from paddle_mlops.config.tasks import spec
+    from paddle_mlops_core.config.tasks import spec
 
     now = int(time.time() * 1000)
     values = {f"test_{name}": metrics[name] for name in spec(metrics["task_type"]).metrics}
@@ -79,7 +84,7 @@ def log_to_mlflow(
         tags=[RunTag(k, v) for k, v in tags.items()],
     )
     client.log_artifact(run_id, str(metrics_file), artifact_path="evaluation")
-    from steps.runtime import plots
+    from steps.runtime import plots  # matplotlib: loaded only when there is something to plot
 
     folder = metrics_file.parent / plots.PLOTS_DIR
     labels = list(metrics["per_class"])
@@ -207,7 +212,7 @@ def _decide(
     training run's MLflow record; the step's outputs."""
     from mlflow import MlflowClient
 
-    from steps.runtime import registry
+    from steps.runtime.release import registry
 
     client = MlflowClient(registry.tracking_uri(cfg))
     gate = gate_rules.judge(cfg, metrics, client)
@@ -240,7 +245,7 @@ def _scores_only(eval_dir: Path) -> Path:
 
 
 def _log_summary(metrics: dict[str, Any]) -> None:
-    from paddle_mlops.config.tasks import spec
+    from paddle_mlops_core.config.tasks import spec
 
     lat = metrics["latency"]
     scores = " ".join(f"{name} {metrics[name]:.4f}" for name in spec(metrics["task_type"]).metrics)

@@ -17,8 +17,14 @@ from typing import Any
 if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import cache_keys, dataset, pretrained, reuse, runner, s3, workspace
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import runner
+from steps.runtime.caching import keys as cache_keys
+from steps.runtime.caching import reuse
+from steps.runtime.data import area as dataset
+from steps.runtime.data import tasks
+from steps.runtime.storage import s3, workspace
+from steps.runtime.weights import pretrained
 
 log = logging.getLogger("steps.prepare_data")
 # The name of the data area in a cache entry, and the configuration its content depends on.
@@ -56,7 +62,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         return restored
     local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
     pretrained.write_record(local, record)
-    stats = dataset.prepare(cfg, local)
+    stats = tasks.prepare(cfg, local)
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
     log.info(

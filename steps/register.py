@@ -13,10 +13,12 @@ import json
 import os
 import sys
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import CHALLENGER
-from steps.runtime import objectstore, registry, runner
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import CHALLENGER
+from steps.runtime import config_names, runner
+from steps.runtime.release import registry
 from steps.runtime.runner import StepError
+from steps.runtime.storage import objectstore
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +71,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     # pretrained, pretrained_digest, pretrained_paddlenlp_version (...): the weights it was fine-tuned from
     tags |= {k: str(v) for k, v in (manifest.get("pretrained") or {}).items()}
     client = registry.connect(cfg)
-    name = cfg.mlflow.registered_model
+    name = config_names.registered_model(cfg)
     run_id = args.run_id if registry.known_run(args.run_id, client) else None
     if args.run_id and run_id is None:
         tags["source_run_id"] = args.run_id  # trained elsewhere: kept for the record, not linked

@@ -12,9 +12,9 @@ moves only after all regions succeeded.
 Exit code 0 when promoted, 3 when rolled back (a verdict: Argo does not retry it; the outcome file
 says `rolled-back`), 2 on bad input, 1 on an error a retry may clear.
 
-This module is the command line; the targets live in steps/runtime/local_server.py and
-steps/runtime/kserve_rollout.py, the checks in steps/runtime/health.py, the registry side in
-steps/runtime/champion.py.
+This module is the command line; the targets live in steps/runtime/serving/local_server.py and
+steps/runtime/release/kserve_rollout.py, the checks in steps/runtime/release/health.py, the registry side in
+steps/runtime/release/champion.py.
 """
 
 from __future__ import annotations
@@ -25,18 +25,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.config.loader import load_regions
-from paddle_mlops.config.models import PipelineConfig, RegionConfig
-from paddle_mlops.contracts import EXIT_ROLLED_BACK
-from steps.runtime import inference_service as isvc
+from paddle_mlops_core.config.loader import load_regions
+from paddle_mlops_core.config.models import PipelineConfig
+from paddle_mlops_core.config.regions import RegionConfig
+from paddle_mlops_core.contracts import EXIT_ROLLED_BACK
 from steps.runtime import runner
-from steps.runtime.champion import SERVED_IMAGE, MlflowRegistry, Registry, record
-from steps.runtime.health import HttpProbe
-from steps.runtime.kserve_rollout import KServeRollout, kubernetes_api, kubernetes_apps_api
-from steps.runtime.local_server import rollout_local
-from steps.runtime.region_stores import replicate_to
-from steps.runtime.rollout_outcome import PROMOTED, Outcome
+from steps.runtime.release import inference_service as isvc
+from steps.runtime.release.champion import SERVED_IMAGE, MlflowRegistry, Registry, record
+from steps.runtime.release.health import HttpProbe
+from steps.runtime.release.kserve_rollout import KServeRollout, kubernetes_api, kubernetes_apps_api
+from steps.runtime.release.rollout_outcome import PROMOTED, Outcome
 from steps.runtime.runner import StepError
+from steps.runtime.serving.local_server import rollout_local
+from steps.runtime.storage.region_stores import replicate_to
 
 
 def _common_args(args: argparse.Namespace) -> list[str]:

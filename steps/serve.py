@@ -12,9 +12,10 @@ import json
 import os
 import sys
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import runner, serving
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import config_names, runner
 from steps.runtime.runner import StepError
+from steps.runtime.serving import model_server as serving
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +47,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         raise StepError("no model given: pass --model-uri URI (or env STORAGE_URI) or --model-dir DIR")
     host = args.host or cfg.serving.host
     port = cfg.serving.port if args.port is None else args.port
-    name = args.model_name or cfg.serving.model_name
+    name = args.model_name or config_names.served_model(cfg)
     model = serving.ErnieModel(
         name, cfg.serving, model_uri=args.model_uri, model_dir=args.model_dir, endpoint_url=cfg.storage.endpoint_url
     )

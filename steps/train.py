@@ -23,11 +23,14 @@ if int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
 
-from paddle_mlops.config import PipelineConfig  # noqa: E402
-from paddle_mlops.contracts import TRAIN_RUNS  # noqa: E402
-from steps.runtime import graceful_stop, reuse, runner, s3, workspace  # noqa: E402
+from paddle_mlops_core.config import PipelineConfig  # noqa: E402
+from paddle_mlops_core.contracts import TRAIN_RUNS  # noqa: E402
+from steps.runtime import runner
+from steps.runtime.caching import reuse
 from steps.runtime.runner import StepError  # noqa: E402
-from steps.runtime.trainer import Trainer  # noqa: E402
+from steps.runtime.storage import s3, workspace  # noqa: E402
+from steps.runtime.training import graceful_stop, ps
+from steps.runtime.training.trainer import Trainer  # noqa: E402
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,8 +84,6 @@ def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         raise StepError(f"{exc}; run prepare-data with --output {data_uri} first.") from None
     local = Path(tempfile.mkdtemp(prefix="train-")) if s3.is_s3(ws) else Path(ws)
     if cfg.training.topology == "ps":
-        from steps.runtime import ps
-
         ps.run(cfg, data_dir, local)
         _stage_out(cfg, local, ws, args.canary_steps)
         return

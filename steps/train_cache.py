@@ -23,10 +23,13 @@ from typing import Any
 if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import CACHE_OUTPUT, TRAIN_KEY_FILE, workflow_run_name
-from steps.runtime import cache_keys, reuse, runner, workspace
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import CACHE_OUTPUT, TRAIN_KEY_FILE, workflow_run_name
+from steps.runtime import runner
+from steps.runtime.caching import keys as cache_keys
+from steps.runtime.caching import reuse
 from steps.runtime.runner import StepError
+from steps.runtime.storage import workspace
 
 log = logging.getLogger("steps.train_cache")
 MODEL = "model"
@@ -55,7 +58,7 @@ def training_settings(cfg: PipelineConfig) -> dict[str, Any]:
 def train_key(cfg: PipelineConfig, data_dir: Path, image_digest: str) -> cache_keys.Key:
     """The train step's content key."""
     on_cluster = image_digest.startswith("sha256:")
-    code = image_digest if on_cluster else cache_keys.code_digest("steps.train", "steps.runtime.launch")
+    code = image_digest if on_cluster else cache_keys.code_digest("steps.train", "steps.runtime.training.launch")
     return cache_keys.Key(
         reuse.TRAIN_STEP,
         {
@@ -84,7 +87,7 @@ def _link_mlflow_run(cfg: PipelineConfig, model_dir: Path, key: cache_keys.Key) 
         return None
     run = workflow_run_name()
     if run_id and run:
-        from steps.runtime import registry
+        from steps.runtime.release import registry  # mlflow: loaded only to link a run
 
         try:
             registry.connect(cfg).set_tag(run_id, f"reused_by.{run}", key.digest)

@@ -2,7 +2,8 @@
 
 `--check` (after build-image) outputs `allowed`: true when a canary passed on this digest before (or nothing was
 built: a local run). `--allow` (after the canary TrainJob succeeded in `--canary-region`, the first region the run
-may be admitted in) records the digest as allowed, with the canary's evidence (steps/runtime/training_images.py).
+may be admitted in) records the digest as allowed, with the canary's evidence
+(steps/runtime/release/training_images.py).
 A digest that is not sha256:<hex> is a user error (exit 2).
 """
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import runner, training_images
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import runner
+from steps.runtime.release import training_images
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,10 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import cache_keys, objectstore, reuse, runner, workspace
-from steps.runtime.objectstore.backends import resolve_root
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import config_names, runner
+from steps.runtime.caching import keys as cache_keys
+from steps.runtime.caching import reuse
 from steps.runtime.runner import StepError
+from steps.runtime.storage import objectstore, workspace
+from steps.runtime.storage.objectstore.backends import resolve_root
 
 log = logging.getLogger("steps.upload")
 PUBLISHED = "published.json"
@@ -121,7 +124,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     result = objectstore.publish(
         model_dir,
         cfg.storage.uri,
-        cfg.mlflow.registered_model,
+        config_names.registered_model(cfg),
         version,
         metadata,
         endpoint_url=endpoint,

@@ -32,16 +32,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from steps.runtime import dataset, evaluation, objectstore, registry, runner
-from steps.runtime import gate as gate_rules
-from steps.runtime.baselines import BaselineError
-from steps.runtime.health import check_predictions
-from steps.runtime.objectstore import manifest as manifests
-from steps.runtime.objectstore import notifications
-from steps.runtime.objectstore.backends import resolve_root
-from steps.runtime.rollout_outcome import RolloutFailed
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import config_names, runner
+from steps.runtime.data import evaluation, tasks
+from steps.runtime.data.baselines import BaselineError
+from steps.runtime.release import gate as gate_rules
+from steps.runtime.release import registry
+from steps.runtime.release.health import check_predictions
+from steps.runtime.release.rollout_outcome import RolloutFailed
 from steps.runtime.runner import StepError
+from steps.runtime.storage import objectstore
+from steps.runtime.storage.objectstore import manifest as manifests
+from steps.runtime.storage.objectstore import notifications
+from steps.runtime.storage.objectstore.backends import resolve_root
 
 log = logging.getLogger("steps.validate")
 
@@ -81,10 +84,11 @@ def model_uri(cfg: PipelineConfig, args: argparse.Namespace) -> str:
 
 def already_validated(cfg: PipelineConfig, client: Any, digest: str) -> str | None:
     """The registered version of this manifest if an earlier validation judged it, else None."""
-    version = registry.find_version_by_digest(cfg.mlflow.registered_model, digest, client)
+    name = config_names.registered_model(cfg)
+    version = registry.find_version_by_digest(name, digest, client)
     if version is None:
         return None
-    tags = client.get_model_version(cfg.mlflow.registered_model, version).tags or {}
+    tags = client.get_model_version(name, version).tags or {}
     return version if tags.get(registry.VALIDATION_VERDICT) else None
 
 
@@ -103,7 +107,7 @@ def _check_manifest(raw: bytes, stored: str, uri: str, announced: str) -> dict[s
 
 
 def _load_and_smoke(cfg: PipelineConfig, model_dir: Path) -> None:
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.weights.ernie import ExportedModel  # paddle: loaded only when a model is opened
 
     try:
         model = ExportedModel(model_dir, cpu_threads=cfg.serving.cpu_threads, use_gpu=cfg.serving.use_gpu)
@@ -188,7 +192,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         return outputs | {"verdict": DUPLICATE, "reason": reason, "metrics": "{}", "registered-version": earlier}
     with tempfile.TemporaryDirectory(prefix="validate-data-") as tmp:
         data_dir = Path(tmp)
-        dataset.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
+        tasks.prepare(cfg, data_dir)  # the platform's test set: a failure here is not the model's
         try:
             metrics = judge(cfg, uri, tagged, args.event_etag, data_dir, client)
         except BaselineError:
@@ -211,7 +215,8 @@ def _split_note(split: dict[str, str | None]) -> str:
         return ""
     log.warning("the model was evaluated on test split %s; validate scored the configured one, %s",
                 split["model_reported"], split["sha256"])  # fmt: skip
-    return f" (scored on the configured test split {split['sha256'][:12]}, not the one the model reports)"
+    configured = split["sha256"] or ""
+    return f" (scored on the configured test split {configured[:12]}, not the one the model reports)"
 
 
 STEP = runner.Step(

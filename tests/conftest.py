@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.contracts import HOME_ENV, TRACKING_URI_ENV
+from paddle_mlops_core.contracts import HOME_ENV, TRACKING_URI_ENV
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """Tiny data and a tiny exported ERNIE model for tests (no network, seconds to build).
 
-`make_exported_model(dir)` gives a directory that `steps.runtime.ernie.ExportedModel` (and so
+`make_exported_model(dir)` gives a directory that `steps.runtime.weights.ernie.ExportedModel` (and so
 the model server) loads; its weights are random, so only shapes and plumbing are meaningful.
 """
 
@@ -65,8 +65,9 @@ def make_exported_model(
     task: str = "text-classification",
 ) -> Path:
     """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary."""
-    from paddle_mlops.config.models import ModelConfig
-    from steps.runtime import data, ernie
+    from paddle_mlops_core.config.inputs import ModelConfig
+    from steps.runtime.data import text as data
+    from steps.runtime.weights import ernie
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from steps.runtime import inference_service as isvc
+from steps.runtime.release import inference_service as isvc
 from tests.raw_deployment_standin import Deployment, propagate_raw_status
 
 

@@ -30,7 +30,8 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.rest import RESTResponse
 from kubernetes.utils import parse_quantity
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
+from pipelines import kueue_names
 from pipelines.platform import kueue
 
 GPU = "nvidia.com/gpu"
@@ -81,7 +82,7 @@ def workload(
         },
         "spec": {
             "active": True,
-            "queueName": kueue.LOCAL_QUEUE,
+            "queueName": kueue_names.LOCAL_QUEUE,
             "priority": priority,
             "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": priority_class},
             "podSets": [

@@ -6,7 +6,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from paddle_mlops import contracts
+from paddle_mlops_core import contracts
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Summary": "summary"}
@@ -45,7 +45,7 @@ def _declared_in(tree: ast.Module) -> list[DeclaredMetric]:
 
 
 def metric_name(node: ast.expr) -> str | None:
-    """A metric's name argument: a string literal, or a name from paddle_mlops.contracts (bare or qualified)."""
+    """A metric's name argument: a string literal, or a name from paddle_mlops_core.contracts (bare or qualified)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")  # NAME or contracts.NAME

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.config.loader import load_config, load_regions
-from paddle_mlops.contracts import SERVING_REQUEST_LATENCY_SECONDS as LATENCY
-from paddle_mlops.contracts import SERVING_REQUESTS_TOTAL as REQUESTS
-from steps.runtime import inference_service as isvc
-from steps.runtime.kserve_rollout import KServeRollout
-from steps.runtime.rollout_outcome import Outcome
+from paddle_mlops_core.config.loader import load_config, load_regions
+from paddle_mlops_core.contracts import SERVING_REQUEST_LATENCY_SECONDS as LATENCY
+from paddle_mlops_core.contracts import SERVING_REQUESTS_TOTAL as REQUESTS
+from steps.runtime.release import inference_service as isvc
+from steps.runtime.release.kserve_rollout import KServeRollout
+from steps.runtime.release.rollout_outcome import Outcome
 
 MODEL_URI = "s3://paddle-mlops/models/ernie-sentiment/8"
 IMAGE = "registry.example.com/paddle-mlops/serve@sha256:" + "cd" * 32

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from paddle_mlops.config.models import ServingConfig
-from steps.runtime import serving
+from paddle_mlops_core.config.serving import ServingConfig
+from steps.runtime.serving import model_server as serving
 from tests.fixtures_ernie import make_exported_model
 
 NAME = "ernie-sentiment"

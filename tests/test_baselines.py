@@ -1,4 +1,4 @@
-"""The cheap baselines (steps/runtime/baselines/): the paired statistics against known values, the per-example
+"""The cheap baselines (steps/runtime/data/baselines/): the paired statistics against known values, the per-example
 counts against the tasks' own scores, each fitter on tiny data, the time bound, and the store copy validate reads."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paddle_mlops.config import load_config
-from steps.runtime import baselines, tasks
-from steps.runtime.baselines import cache, comparison, counts, crf, pairs, statistics, text
+from paddle_mlops_core.config import load_config
+from steps.runtime.data import baselines, tasks
+from steps.runtime.data.baselines import cache, comparison, counts, crf, pairs, statistics, text
 from steps.runtime.runner import StepError
 from tests.fixtures_ernie import CONFIG, pairs_tsv, prepared_workspace, sentiment_rows
 
@@ -100,7 +100,7 @@ def test_text_baseline_learns_the_tiny_reviews() -> None:
 
 
 def test_pair_baseline_tells_paraphrases_from_unrelated_pairs(tmp_path: Path) -> None:
-    from steps.runtime.corpora.pairs import read_pairs
+    from steps.runtime.data.corpora.pairs import read_pairs
 
     source = pairs_tsv(tmp_path / "pairs.tsv")
     rows = [
@@ -163,7 +163,7 @@ def test_gate_and_baseline_config_keys() -> None:
     assert cfg.gate.baseline == "require" and cfg.gate.baseline_margin == pytest.approx(0.03)
     local = load_config(Path(CONFIG), "local", ["gate.baseline=off", "baseline.time_limit_seconds=60"])
     assert local.gate.baseline == "off" and local.baseline.time_limit_seconds == 60
-    from paddle_mlops.config import ConfigError
+    from paddle_mlops_core.config import ConfigError
 
     with pytest.raises(ConfigError, match="gate.baseline"):
         load_config(Path(CONFIG), "local", ["gate.baseline=maybe"])

@@ -13,7 +13,8 @@ from types import ModuleType
 import pytest
 
 from benchmarks import checkpoint_cost, engines, quality, serving, serving_path, upload
-from steps.runtime.engines.variants import VARIANTS
+from benchmarks.serving_contenders import Result
+from steps.runtime.serving.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
 
@@ -82,13 +83,13 @@ def test_serving_benchmark_rejects_bad_flags() -> None:
 
 def test_serving_throughput_ratio_pairs_the_rounds_of_one_rotation() -> None:
     # A machine that switches between a slow and a fast state: rounds of one rotation share it.
-    inproc = serving.Result("in-process", per_round=[30.0, 45.0, 30.0, 45.0, 45.0])
-    ours = serving.Result("ours", per_round=[29.0, 44.0, 29.5, 44.5, 29.9])  # last rotation: ours slow alone
+    inproc = Result("in-process", per_round=[30.0, 45.0, 30.0, 45.0, 45.0])
+    ours = Result("ours", per_round=[29.0, 44.0, 29.5, 44.5, 29.9])  # last rotation: ours slow alone
     assert ours.paired_ratio(inproc) == pytest.approx(44.0 / 45.0)
     # The ratio of the two medians compares different states: ours' median round is a slow one.
     assert ours.throughput / inproc.throughput == pytest.approx(29.9 / 45.0)
     with pytest.raises(ValueError):
-        serving.Result("short", per_round=[1.0]).paired_ratio(inproc)
+        Result("short", per_round=[1.0]).paired_ratio(inproc)
 
 
 def test_gpu_script_says_when_there_is_no_gpu(tmp_path) -> None:

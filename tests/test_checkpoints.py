@@ -1,4 +1,4 @@
-"""Checkpoints in the run's store (steps/runtime/checkpoints.py) and an exact resume from them.
+"""Checkpoints in the run's store (steps/runtime/training/checkpoint_store.py) and an exact resume from them.
 
 The store is the object-store backends publishing uses, so every test runs on a directory and on moto's S3 server
 (tests/s3server.py; production uses MinIO). The resume tests train the tiny ERNIE in this process, stop it the
@@ -21,12 +21,12 @@ from fixtures_ernie import common
 from s3server import moto_s3_server
 from test_train import write_workspace
 
-from paddle_mlops.contracts import EXIT_TERMINATED, EXIT_USER_ERROR
+from paddle_mlops_core.contracts import EXIT_TERMINATED, EXIT_USER_ERROR
 from steps import train
-from steps.runtime import graceful_stop
-from steps.runtime.checkpoints import CheckpointStore, check_layout
 from steps.runtime.runner import StepError
-from steps.runtime.train_trace import TRACE_ENV
+from steps.runtime.training import graceful_stop
+from steps.runtime.training.checkpoint_store import CheckpointStore, check_layout
+from steps.runtime.training.trace import TRACE_ENV
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_a_checkpoint_without_a_batch_layout_is_a_clear_error(tmp_path: Path) ->
 
 
 def test_the_checkpoint_settings_per_environment_and_the_renamed_key() -> None:
-    from paddle_mlops.config import ConfigError, load_config
+    from paddle_mlops_core.config import ConfigError, load_config
 
     for env in ("dev", "prod"):  # every 10 minutes on the cluster
         assert load_config(env=env).training.checkpoint.every_seconds == 600

@@ -20,7 +20,7 @@ def test_required_crds_namespaces_and_secrets_come_from_the_install_set() -> Non
 
 
 def test_paddle_operator_needs_its_crd_and_controller() -> None:
-    from paddle_mlops.config import load_config
+    from paddle_mlops_core.config import load_config
 
     cfg = load_config(
         None, None, ["training.backend=paddle-operator", "training.job.paddle_operator_init_container=false"]
@@ -48,7 +48,7 @@ def test_secret_references_are_found_by_shape() -> None:
 
 
 def test_a_multikueue_manager_is_checked_against_its_own_set_not_the_workers() -> None:
-    from paddle_mlops.config import load_config
+    from paddle_mlops_core.config import load_config
 
     req = cluster_requirements.requirements(load_config(overrides=["cluster.multikueue=true"]))
     assert req.multikueue and "multikueueconfigs.kueue.x-k8s.io" in req.crds

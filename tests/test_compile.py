@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from paddle_mlops import compile as compiler
-from paddle_mlops.config import load_config
+from paddle_mlops_core.config import load_config
 
 ARGO = Path(__file__).resolve().parents[1] / "argo"
 

@@ -10,13 +10,14 @@ import pytest
 from pydantic import ValidationError
 
 from paddle_mlops.cli import main
-from paddle_mlops.config import ConfigError, load_config, load_regions, load_teams
-from paddle_mlops.config.loader import read_yaml
-from paddle_mlops.config.models import PipelineConfig, check_pinned_image
+from paddle_mlops_core.config import ConfigError, load_config, load_regions, load_teams
+from paddle_mlops_core.config.images import check_pinned_image
+from paddle_mlops_core.config.loader import read_yaml
+from paddle_mlops_core.config.models import PipelineConfig
 
 # What configs/pipeline.yaml may set: the settings that depend on where the pipeline runs
 # (service addresses, registry, cluster names, forge, regions). Everything else has one default,
-# in paddle_mlops/config/models.py, and differs per environment only in configs/env/*.yaml.
+# in its section's module of paddle_mlops_core/config/, and differs per environment only in configs/env/*.yaml.
 SITE_CHOICES = (
     "training.metrics_port",
     "storage.",
@@ -73,12 +74,12 @@ def test_pipeline_yaml_sets_only_site_choices_and_no_defaults(project_root: Path
     for key, value in _leaves(base):
         if not key.startswith(SITE_CHOICES):
             problems.append(
-                f"{key}: {value!r} is not a site choice; change its default in paddle_mlops/config/models.py "
+                f"{key}: {value!r} is not a site choice; change its default in paddle_mlops_core/config/ "
                 "(or set it per environment in configs/env/*.yaml) and delete it here. If it really depends "
                 "on the site, add it to SITE_CHOICES in tests/test_config.py."
             )
         elif _at(configured, key) == _at(defaults, key):
-            problems.append(f"{key}: {value!r} repeats the default in paddle_mlops/config/models.py; delete it here.")
+            problems.append(f"{key}: {value!r} repeats the default in paddle_mlops_core/config/; delete it here.")
     assert not problems, f"{path}:\n" + "\n".join(problems)
 
 

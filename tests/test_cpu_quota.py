@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.config import ConfigError, load_config, load_regions
-from steps.runtime import cpu_quota
-from steps.runtime.inference_service import build_inference_service
+from paddle_mlops_core.config import ConfigError, load_config, load_regions
+from steps.runtime.release.inference_service import build_inference_service
+from steps.runtime.serving import cpu_quota
 
 
 @pytest.fixture(autouse=True)

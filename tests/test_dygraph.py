@@ -1,4 +1,4 @@
-"""Dense transpose kernels while training on CPU (steps/runtime/dygraph.py).
+"""Dense transpose kernels while training on CPU (steps/runtime/training/dygraph.py).
 
 Upstream: Paddle 3.3 paddle/phi/kernels/cpu/strided_copy_kernel.cc copies a strided view one element at a time
 (a division and a modulo per dimension per element); with FLAGS_use_stride_kernel off a transpose runs the dense
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from fixtures_ernie import common, prepared_workspace
 
-from steps.runtime import dygraph
+from steps.runtime.training import dygraph
 
 FLAG = dygraph.STRIDE_FLAG
 
@@ -57,8 +57,8 @@ def _train_steps(dense: bool, steps: int = 4) -> tuple[list[float], dict[str, np
     import paddle
     import paddle.nn.functional as F
 
-    from paddle_mlops.config.models import ModelConfig
-    from steps.runtime import ernie
+    from paddle_mlops_core.config.inputs import ModelConfig
+    from steps.runtime.weights import ernie
 
     paddle.seed(7)
     model = ernie.build_model(ModelConfig(hidden_size=32, num_hidden_layers=2, intermediate_size=64), 300, 2)
@@ -92,7 +92,7 @@ def test_training_with_dense_kernels_gives_the_same_numbers(monkeypatch: pytest.
 @pytest.mark.slow
 def test_the_trainer_trains_on_cpu_with_dense_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from steps import train
-    from steps.runtime import optimization
+    from steps.runtime.training import optimization
 
     monkeypatch.delenv(FLAG, raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -14,7 +14,8 @@ import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
-from paddle_mlops.contracts import (
+from paddle_mlops.local.library_lines import library_of
+from paddle_mlops_core.contracts import (
     CHAMPION,
     SERVING_REQUEST_LATENCY_SECONDS,
     SERVING_REQUESTS_TOTAL,
@@ -23,7 +24,6 @@ from paddle_mlops.contracts import (
     TRAIN_SAMPLES_PER_SECOND,
     TRAIN_STEP,
 )
-from paddle_mlops.local.library_lines import library_of
 from tests.s3server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -22,25 +22,16 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from paddle_mlops.contracts import STEP_CACHE_DIR
-from steps.runtime import data
+from paddle_mlops_core.contracts import STEP_CACHE_DIR
+from steps.runtime.data import text as data
+from tests.test_e2e import TINY as E2E_TINY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "data.vocab_min_freq=1",
-    "model.hidden_size=32",
-    "model.num_hidden_layers=1",
-    "model.num_attention_heads=2",
-    "model.intermediate_size=64",
-    "model.max_seq_len=32",
-    "training.epochs=2",
-    "training.batch_size=16",
-    "training.learning_rate=0.005",
-    "gate.threshold=0.0",
-    "serving.engine=paddle-fp32",  # one engine variant: the test is about reuse, not the engines
-]
+# test_e2e's tiny model on this module's own small data file (no cap on it), served by one engine variant: the test is
+# about reuse, not the engines.
+TINY = [*(item for item in E2E_TINY if not item.startswith("data.max_samples=")), "serving.engine=paddle-fp32"]
 CHAIN = ("prepare-data", "train", "evaluate", "upload")
 TRAINING = CHAIN[:3]
 # Runs that only need to show what was computed stop at the gate (no publish, no rollout): faster, and the gate is not

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
-from paddle_mlops.contracts import CHAMPION
+from paddle_mlops_core.contracts import CHAMPION
 from tests.fixtures_ernie import pairs_tsv
 from tests.test_e2e import TINY as E2E_TINY
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.config import load_config
-from paddle_mlops.config.loader import ConfigError
-from steps.runtime import engine_selection
-from steps.runtime.engine_selection import Measured, choose
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.config.loader import ConfigError
+from steps.runtime.serving import engine_selection
+from steps.runtime.serving.engine_selection import Measured, choose
 from tests.fixtures_ernie import CONFIG, TINY_OVERRIDES, prepared_workspace
 
 
@@ -58,8 +58,8 @@ def test_the_configurable_engines_are_the_variants_and_their_device_check_matche
     GPU one by its name; both must agree with the variants' own specs."""
     import typing
 
-    from paddle_mlops.config.models import ServingConfig
-    from steps.runtime.engines.variants import SPECS
+    from paddle_mlops_core.config.serving import ServingConfig
+    from steps.runtime.serving.engines.variants import SPECS
 
     allowed = typing.get_args(ServingConfig.model_fields["engine"].annotation)
     assert set(allowed) == {"auto", *SPECS}
@@ -124,7 +124,7 @@ def test_select_measures_every_variant_and_writes_the_choice(trained: Path, monk
 def test_the_static_int8_variant_is_calibrated_on_the_dev_split(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """openvino-int8 observes dev rows (at most CALIBRATION_ROWS, in serving-sized batches) — never the test split
     it is judged on — and with `serving.quantization: false` no int8 variant is built or measured."""
-    from steps.runtime.engines import variants
+    from steps.runtime.serving.engines import variants
 
     seen: list = []
     real = engine_selection.build_variants
@@ -145,7 +145,7 @@ def test_the_static_int8_variant_is_calibrated_on_the_dev_split(trained: Path, m
         or "needs" in (record["variants"]["openvino-int8"]["reason"])
     )  # measured wherever the CPU has VNNI and openvino is installed
     # The first batch is the first dev rows, encoded as the server encodes them.
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.weights.ernie import ExportedModel
 
     model = ExportedModel(trained / "model", cpu_threads=1, engine="paddle-fp32", fall_back=False)
     first = [model.task.instance(json.loads(line)) for line in dev[: len(batches[0][0])]]
@@ -179,8 +179,8 @@ def test_a_gpu_configuration_on_a_cpu_node_names_the_missing_device(trained: Pat
 def test_a_node_without_the_features_falls_back_to_what_it_can_run(
     trained: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from steps.runtime import ernie
-    from steps.runtime.engines import runners
+    from steps.runtime.serving.engines import runners
+    from steps.runtime.weights import ernie
 
     model_dir = trained / "model"
     record = json.loads((model_dir / engine_selection.ENGINE_FILE).read_text())
@@ -207,11 +207,11 @@ def test_every_engine_serves_its_metadata_and_survives_bad_requests(trained: Pat
     import asyncio
     import random
 
-    from paddle_mlops.config.models import ServingConfig
-    from steps.runtime import serving
-    from steps.runtime.engines.runners import EngineUnavailable
-    from steps.runtime.engines.variants import build_variants
-    from steps.runtime.ernie import ExportedModel
+    from paddle_mlops_core.config.serving import ServingConfig
+    from steps.runtime.serving import model_server as serving
+    from steps.runtime.serving.engines.runners import EngineUnavailable
+    from steps.runtime.serving.engines.variants import build_variants
+    from steps.runtime.weights.ernie import ExportedModel
     from tests.serving_fixtures import client
     from tests.test_serving_inputs import BAD_REQUEST_KINDS
 

@@ -1,4 +1,4 @@
-"""steps.runtime.engines on tiny exported ERNIE models: every variant builds, opens and agrees with Paddle fp32.
+"""steps.runtime.serving.engines on tiny exported ERNIE models: every variant builds, opens and agrees with Paddle fp32.
 
 Two models, both hidden 32 with one layer and random weights: the sequence classifier of
 fixtures_ernie.make_exported_model (logits [batch, 2]) and a token classifier (logits [batch, seq, 3]).
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from steps.runtime.engines import cpu, measure, runners, variants
-from steps.runtime.engines.variants import (
+from steps.runtime.serving.engines import cpu, measure, runners, variants
+from steps.runtime.serving.engines.variants import (
     ONNX_FP32,
     ONNX_INT8,
     OPENVINO_BF16,
@@ -43,11 +43,11 @@ FP32_ATOL = 1e-4
 
 
 def _export_token_classifier(directory: Path, vocab_dir: Path, num_labels: int = 3, seed: int = 0) -> Path:
-    """A random-weight ERNIE token classifier of the tiny shape, exported as steps.runtime.ernie.export does."""
+    """A random-weight ERNIE token classifier of the tiny shape, exported as steps.runtime.weights.ernie.export does."""
     import paddle
     from paddlenlp.transformers import ErnieForTokenClassification
 
-    from steps.runtime import ernie
+    from steps.runtime.weights import ernie
 
     tokenizer = ernie.load_tokenizer(vocab_dir)
     config = tiny_ernie_config(tokenizer, 32, pad_token_id=tokenizer.pad_token_id, num_labels=num_labels)
@@ -63,7 +63,7 @@ def _export_token_classifier(directory: Path, vocab_dir: Path, num_labels: int =
 def calibration(vocab_dir: Path, texts: list[str] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Batches of 4 texts for the static int8 variant to observe (other texts than the measured `batches`),
     tokenised with the tokenizer saved in `vocab_dir` (the sequence classifier's export)."""
-    from steps.runtime import ernie
+    from steps.runtime.weights import ernie
 
     tokenizer = ernie.load_tokenizer(vocab_dir)
     texts = texts or [row["text"] * (1 + i % 4) for i, row in enumerate(sentiment_rows()[10:26])]
@@ -89,7 +89,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def batches(models: dict[str, Path]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Padded batches of 1, 3 and 7 texts of different lengths, tokenised with the export's tokenizer."""
-    from steps.runtime import ernie
+    from steps.runtime.weights import ernie
 
     tokenizer = ernie.load_tokenizer(models["sequence"])
     texts = [row["text"] for row in sentiment_rows()]
@@ -349,7 +349,7 @@ def test_interleaved_rounds_rotate_the_order_and_time_every_engine_alike() -> No
 def test_importing_the_package_loads_no_inference_runtime() -> None:
     code = (
         "import sys\n"
-        "from steps.runtime.engines import cpu, measure, runners, variants, convert, inputs\n"
+        "from steps.runtime.serving.engines import cpu, measure, runners, variants, convert, inputs\n"
         "print(sorted(m for m in ('paddle', 'paddle2onnx', 'onnxruntime', 'openvino', 'onnx') if m in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from steps.runtime.entities import ENTITY_TYPES, OUTSIDE, Span, bio_labels, entity_scores, spans_to_tags, tags_to_spans
+from steps.runtime.data.entities import (
+    ENTITY_TYPES,
+    OUTSIDE,
+    Span,
+    bio_labels,
+    entity_scores,
+    spans_to_tags,
+    tags_to_spans,
+)
 
 
 def test_bio_labels_default_order() -> None:

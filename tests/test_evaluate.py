@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from fixtures_ernie import CONFIG, TINY_OVERRIDES, common, make_exported_model, prepared_workspace
 
-from paddle_mlops.contracts import CHAMPION
+from paddle_mlops_core.contracts import CHAMPION
 from steps import evaluate
-from steps.runtime import engine_selection, gate
+from steps.runtime.release import gate
+from steps.runtime.serving import engine_selection
 
 MODEL_NAME = "ernie-sentiment"
 
@@ -160,7 +161,7 @@ def test_missing_model_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_exported_classifier_predicts_named_labels(workspace: Path) -> None:
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.weights.ernie import ExportedModel
 
     classifier = ExportedModel(workspace / "model")
     out = classifier.predict(["手机很好", "快递很差，失望极了", ""])
@@ -168,7 +169,7 @@ def test_exported_classifier_predicts_named_labels(workspace: Path) -> None:
     for item in out:
         assert item["label"] in ("negative", "positive")
         assert sum(item["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
-    from steps.runtime.tasks.base import pad
+    from steps.runtime.data.tasks.base import pad
 
     rows = classifier.task.encode(classifier.tokenizer, ["好", "手机很好"], classifier.max_seq_len)
     ids, types = pad(rows.input_ids, classifier.tokenizer.pad_token_id), pad(rows.token_type_ids, 0)
@@ -177,7 +178,7 @@ def test_exported_classifier_predicts_named_labels(workspace: Path) -> None:
 
 
 def test_report_averages_f1_over_every_known_class() -> None:
-    from steps.runtime.scoring import classification_metrics, classification_report
+    from steps.runtime.data.scoring import classification_metrics, classification_report
 
     # Dev scoring averages over the classes it sees; the test report over every class the model knows.
     assert classification_metrics([0, 1], [0, 1]) == {"accuracy": 1.0, "macro_f1": 1.0}
@@ -195,9 +196,9 @@ def test_an_s3_workspace_gets_back_what_the_selection_wrote(  # type: ignore[no-
 
     from s3server import moto_s3_server
 
-    from steps.runtime import s3
-    from steps.runtime import workspace as ws_io
-    from steps.runtime.engines.variants import ONNX_FILE
+    from steps.runtime.serving.engines.variants import ONNX_FILE
+    from steps.runtime.storage import s3
+    from steps.runtime.storage import workspace as ws_io
 
     with moto_s3_server() as endpoint:
         monkeypatch.setenv("S3_ENDPOINT_URL", endpoint)

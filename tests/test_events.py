@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.config import load_config
 from paddle_mlops.local.sensor import fire
+from paddle_mlops_core.config import load_config
 from pipelines.platform import events
 
 SECRETS = {

@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from paddle_mlops.batch import batch_items, task_overrides
-from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.local import fanout
 from paddle_mlops.local.dag import Scope, container_command, dag_tasks, depends_met, load_workflow, task_inputs
+from paddle_mlops_core.config import ConfigError, load_config
 from pipelines import finetune_batch
-from pipelines.paddlejob import TASK_LABEL, WORKFLOW_LABEL
+from pipelines.labels import TASK_LABEL, WORKFLOW_LABEL
 from tests.fixtures_ernie import CONFIG
 from tests.validate_manifests import validate_document
 

@@ -3,7 +3,7 @@ InferenceService pins it by digest, and a serving-image-only change (image-rollo
 region-staged canary as a new model, rolling back on a failed health check.
 
 The KServe side is the stand-in of tests/kserve_standin.py (kserve v0.20.0 ksvc_reconciler.go and
-inference_service_status.go behaviour); steps/runtime/isvc_status.py `identity` counts the image among what
+inference_service_status.go behaviour); steps/runtime/release/isvc_status.py `identity` counts the image among what
 makes a new revision, so an image change alone creates a canary revision like a model change does.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.config.loader import load_config, load_regions
-from paddle_mlops.contracts import EXIT_ROLLED_BACK, EXIT_USER_ERROR
+from paddle_mlops_core.config.loader import load_config, load_regions
+from paddle_mlops_core.contracts import EXIT_ROLLED_BACK, EXIT_USER_ERROR
 from pipelines import image_rollout, rollout_template, train_deploy
 from steps import rollout
-from steps.runtime import inference_service as isvc
+from steps.runtime.release import inference_service as isvc
 from tests.kserve_standin import KServeStandIn
 from tests.rollout_doubles import IMAGE, FakeProbe, previous_services
 
@@ -182,7 +182,7 @@ def test_an_image_rollout_needs_a_champion(cfg: Any, regions: list[Any], tmp_pat
 
 def test_every_template_running_the_rollout_reports_its_outcome(cfg: Any) -> None:
     """The rolled-back alert and the outcome panel read ROLLOUT_OUTCOME: an image rollback must feed them too."""
-    from paddle_mlops.contracts import ROLLOUT_OUTCOME
+    from paddle_mlops_core.contracts import ROLLOUT_OUTCOME
 
     found = 0
     for module in (rollout_template, image_rollout):

@@ -10,10 +10,11 @@ import kserve.models
 import kubernetes.client.models as k8s_models
 import pytest
 
-from paddle_mlops.config.loader import load_config, load_regions
-from paddle_mlops.config.models import PipelineConfig, RegionConfig
 from paddle_mlops.lint.rules import ALLOWED_VOLUME_TYPES
-from steps.runtime import inference_service as isvc
+from paddle_mlops_core.config.loader import load_config, load_regions
+from paddle_mlops_core.config.models import PipelineConfig
+from paddle_mlops_core.config.regions import RegionConfig
+from steps.runtime.release import inference_service as isvc
 
 DIGEST = "sha256:" + "ab" * 32
 PRIMITIVES = {"str", "int", "bool", "float", "object", "date", "datetime", "ResourceQuantity"}

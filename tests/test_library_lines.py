@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from paddle_mlops.config import load_config
 from paddle_mlops.local.executor import LocalExecutor, RunOptions
 from paddle_mlops.local.library_lines import LIBRARY_LINES, library_of
+from paddle_mlops_core.config import load_config
 
 LIBRARY = {
     "paddle-launch": "LAUNCH INFO 2026-12-04 16:26:19,795 nproc_per_node: 2",

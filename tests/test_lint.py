@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from paddle_mlops import lint
-from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, PLACEHOLDER_DIGEST
 from paddle_mlops.lint import Finding, lint_documents, lint_paths, main
+from paddle_mlops_core.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, PLACEHOLDER_DIGEST
 from pipelines.platform import argo_controller
 
 IMAGE = "registry.example.com/paddle-mlops/tools:0.1.0"

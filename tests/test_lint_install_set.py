@@ -35,7 +35,7 @@ def test_generated_argo_manifests_are_clean(tmp_path):
 
 
 def test_platform_install_set_is_clean():
-    from paddle_mlops.config import load_config
+    from paddle_mlops_core.config import load_config
     from pipelines.platform import render_platform
 
     for name, docs in render_platform(load_config()).items():

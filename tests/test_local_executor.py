@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from paddle_mlops.config import load_config
 from paddle_mlops.local.dag import DagError, Scope, evaluate_when, load_workflow
 from paddle_mlops.local.executor import LocalExecutor, RunOptions
+from paddle_mlops_core.config import load_config
 
 WRITE = (
     "import sys, pathlib; p = pathlib.Path(sys.argv[1]); p.parent.mkdir(parents=True, exist_ok=True); "
@@ -190,9 +190,9 @@ def test_training_job_becomes_a_local_launch(
     assert train.kind == "resource"
     executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
     executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
-    cmd = executor.command_for(train)
+    cmd = executor.handler.command_for(train, executor.scope)
     # The TrainJob's node command on one node: no rendezvous master or rank, one node.
-    assert cmd[1:3] == ["-m", "steps.runtime.launch"]
+    assert cmd[1:3] == ["-m", "steps.runtime.training.launch"]
     assert "--master" not in cmd and "--rank" not in cmd and cmd[cmd.index("--nnodes") + 1] == "1"
     assert cmd[5 : 5 + len(expected)] == expected
     script = next(part for part in cmd if part.endswith("train.py"))
@@ -230,7 +230,7 @@ def test_parameter_server_jobs_use_the_ps_interpreter(
         executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
         executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
         train = next(t for t in executor.workflow.tasks if t.name == "train")
-        first[bool(sets)] = executor.command_for(train)[0]
+        first[bool(sets)] = executor.handler.command_for(train, executor.scope)[0]
     assert first == {False: sys.executable, True: "/opt/ps/bin/python"}
 
 
@@ -261,3 +261,84 @@ def test_depends_outside_the_mirrored_forms_is_refused() -> None:
         depends_met("a.Succeeded and __import__('os')", {"a": "Succeeded"}, ())
     with pytest.raises(DagError):
         depends_met("a.AnySucceeded", {"a": "Succeeded"}, ())
+
+
+def _fan_out_doc() -> dict:
+    """A fan-out (`withParam`) over two items whose second branch fails, and a task after it that runs when the
+    fan-out ended either way (finetune-batch's summary)."""
+    fail_b = "import sys; print('branch ' + sys.argv[1]); sys.exit(sys.argv[1] == 'b')"
+    return {
+        "metadata": {"name": "fan"},
+        "spec": {
+            "entrypoint": "main",
+            "arguments": {"parameters": [{"name": "items", "value": '[{"task": "a"}, {"task": "b"}]'}]},
+            "templates": [
+                {
+                    "name": "main",
+                    "dag": {
+                        "tasks": [
+                            {
+                                "name": "each",
+                                "template": "branch",
+                                "withParam": "{{workflow.parameters.items}}",
+                                "arguments": {"parameters": [{"name": "t", "value": "{{item.task}}"}]},
+                            },
+                            {"name": "after", "template": "after", "depends": "each.Succeeded || each.Failed"},
+                        ]
+                    },
+                },
+                {
+                    "name": "branch",
+                    "inputs": {"parameters": [{"name": "t"}]},
+                    "dag": {
+                        "tasks": [
+                            {
+                                "name": "work",
+                                "template": "work",
+                                "arguments": {"parameters": [{"name": "t", "value": "{{inputs.parameters.t}}"}]},
+                            },
+                            {
+                                "name": "record",
+                                "template": "record",
+                                "depends": "work",
+                                "arguments": {"parameters": [{"name": "t", "value": "{{inputs.parameters.t}}"}]},
+                            },
+                        ]
+                    },
+                },
+                _container("work", [fail_b, "{{inputs.parameters.t}}"], ["t"]),
+                _container(
+                    "record", [WRITE, "/tmp/outputs/t", "{{inputs.parameters.t}}"], ["t"], {"t": "/tmp/outputs/t"}
+                ),
+                _container("after", [WRITE, "/tmp/outputs/done", "yes"], [], {"done": "/tmp/outputs/done"}),
+            ],
+        },
+    }
+
+
+def test_a_fan_out_runs_every_branch_in_its_own_scope_and_a_failed_one_stops_no_other(
+    tmp_path: Path, project_root: Path
+) -> None:
+    # Argo's workflow/controller/dag.go (expandTask): one branch per withParam item; a failed branch fails the
+    # fan-out task, the other branches still run, and a task whose `depends` names the failure still runs.
+    code, summary = _executor(tmp_path, _fan_out_doc(), project_root).run()
+    assert code == 1 and summary["status"] == "failed"
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses == {
+        "each(0:a)/work": "Succeeded",
+        "each(0:a)/record": "Succeeded",
+        "each(1:b)/work": "Failed",
+        "each": "Failed",
+        "after": "Succeeded",
+    }
+    steps = {s["name"]: s for s in summary["steps"]}
+    assert steps["each(0:a)/record"]["outputs"] == {"t": "a"}  # the item reached the branch's tasks
+    assert summary["failed_step"] == summary["failed_step"] | {
+        "name": "each",
+        "log_tail": "branches failed: each(1:b) (the others ran to the end)",
+    }
+    # each branch's tasks in the branch's folder; the summary has one row per branch
+    assert (tmp_path / "runs" / summary["run_name"] / "each(0:a)" / "record" / "outputs" / "t").read_text() == "a"
+    rows = {row["branch"]: row for row in summary["tasks"]}
+    assert rows["each(0:a)"]["status"] == "succeeded" and rows["each(0:a)"]["task"] == "a"
+    assert rows["each(1:b)"] == rows["each(1:b)"] | {"status": "failed", "failed_step": "each(1:b)/work"}

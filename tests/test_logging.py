@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from paddle_mlops_core.contracts import ARGO_WORKFLOW_ENV, RUN_ENV
+from steps.runtime import runner
+from steps.runtime.training import tracking as train_tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,3 +42,18 @@ def test_step_logs_are_json_with_workflow_step_rank_and_sha(tmp_path: Path) -> N
         assert record["workflow"] == "train-deploy-abc12" and record["step"] == "prepare-data"
         assert record["rank"] == "0" and record["git_sha"] == "deadbeef" and record["msg"]
     assert any("prepared 40 text-classification examples" in r["msg"] for r in records)
+
+
+def test_logs_and_mlflow_name_the_same_run_when_both_variables_are_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One precedence for the run id (paddle_mlops_core/contracts.py `workflow_run_name`): the local executor's
+    PADDLE_MLOPS_RUN before Argo's ARGO_WORKFLOW_NAME, in the JSON logs' `workflow` and the MLflow run name alike."""
+    monkeypatch.setenv(RUN_ENV, "local-run-7")
+    monkeypatch.setenv(ARGO_WORKFLOW_ENV, "train-deploy-abc12")
+    record = logging.LogRecord("steps", logging.INFO, __file__, 1, "hello", None, None)
+    logged = json.loads(runner._JsonFormatter("train").format(record))
+    assert logged["workflow"] == train_tracking.run_name() == "local-run-7"
+    monkeypatch.delenv(RUN_ENV)
+    logged = json.loads(runner._JsonFormatter("train").format(record))
+    assert logged["workflow"] == train_tracking.run_name() == "train-deploy-abc12"
+    monkeypatch.delenv(ARGO_WORKFLOW_ENV)
+    assert runner._JsonFormatter("train").fields["workflow"] == "" and train_tracking.run_name() is None

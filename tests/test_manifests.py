@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from paddle_mlops.compile import default_compile_config, render_all
-from paddle_mlops.config import load_config
+from paddle_mlops_core.config import load_config
 from tests.validate_manifests import pod_templates, validate_document, validate_documents
 
 FLAVOURS = {

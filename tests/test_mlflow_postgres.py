@@ -27,13 +27,14 @@ import httpx
 import psycopg
 import pytest
 
-from paddle_mlops.config import PipelineConfig, load_config
-from paddle_mlops.config.loader import default_config_path
-from paddle_mlops.contracts import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION
+from paddle_mlops_core.config import PipelineConfig, load_config
+from paddle_mlops_core.config.loader import default_config_path
+from paddle_mlops_core.contracts import CHALLENGER, CHAMPION, PREVIOUS_CHAMPION
 from pipelines.platform import mlflow_server
 from steps import close_run, evaluate, prepare_data, register, train, upload
-from steps.runtime import gate, registry, s3
-from steps.runtime.processes import stop_group
+from steps.runtime.release import gate, registry
+from steps.runtime.serving.processes import stop_group
+from steps.runtime.storage import s3
 from tests import pgserver
 from tests.fixtures_ernie import common, sentiment_rows, write_jsonl
 from tests.s3server import DUMMY_CREDENTIALS, free_port, moto_s3_server

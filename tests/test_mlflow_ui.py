@@ -15,8 +15,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from paddle_mlops.contracts import CHAMPION
-from steps.runtime.processes import stop_group
+from paddle_mlops_core.contracts import CHAMPION
+from steps.runtime.serving.processes import stop_group
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -17,14 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from paddle_mlops.config.loader import load_config, load_regions
-from paddle_mlops.config.models import ServingConfig
+from paddle_mlops_core.config.loader import load_config, load_regions
+from paddle_mlops_core.config.serving import ServingConfig
 from steps import rollout
-from steps.runtime import inference_service as isvc
-from steps.runtime import region_stores, s3, serving
-from steps.runtime.objectstore import manifest, publish
-from steps.runtime.objectstore.manifest import AlreadyPublishedError
-from steps.runtime.objectstore.replication import Place, replicate
+from steps.runtime.release import inference_service as isvc
+from steps.runtime.serving import model_server as serving
+from steps.runtime.storage import region_stores, s3
+from steps.runtime.storage.objectstore import manifest, publish
+from steps.runtime.storage.objectstore.manifest import AlreadyPublishedError
+from steps.runtime.storage.objectstore.replication import Place, replicate
 from tests.kserve_standin import KServeStandIn
 from tests.rollout_doubles import FakeProbe
 from tests.s3server import moto_s3_server
@@ -188,7 +189,7 @@ def test_data_in_a_regions_store_is_read_through_that_regions_endpoint(
 ) -> None:
     """prepare-data reads data.source from data.region's store through the endpoint that region names, not the
     default one the pods' S3_ENDPOINT_URL names (here a dead port)."""
-    from steps.runtime import dataset
+    from steps.runtime.data import area as dataset
 
     s3.client(endpoint, exact=True).put_object(Bucket="east", Key="datasets/reviews.jsonl", Body=b'{"text": "x"}\n')
     monkeypatch.chdir(site.parent.parent)  # load_regions() reads ./configs/regions

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from steps.runtime import objectstore, s3
-from steps.runtime.objectstore import AlreadyPublishedError, IntegrityError
-from steps.runtime.objectstore.manifest import file_entries
 from steps.runtime.runner import StepError
+from steps.runtime.storage import objectstore, s3
+from steps.runtime.storage.objectstore import AlreadyPublishedError, IntegrityError
+from steps.runtime.storage.objectstore.manifest import file_entries
 from tests.s3server import moto_s3_server
 
 MiB = 1024 * 1024
@@ -213,7 +213,7 @@ def test_bad_inputs_are_clear_errors(tmp_path):
 KILLED_PUBLISHER = """
 import sys
 from boto3.s3.transfer import TransferConfig
-from steps.runtime import objectstore
+from steps.runtime.storage import objectstore
 slow = TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024, max_concurrency=1)
 objectstore.publish(sys.argv[1], sys.argv[2], "ernie", "v1", {"git_sha": "abc"}, endpoint_url=sys.argv[3],
                     progress=False, transfer_config=slow)

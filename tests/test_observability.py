@@ -12,11 +12,11 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from paddle_mlops import contracts
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core import contracts
+from paddle_mlops_core.config import PipelineConfig
 from pipelines.observability import alerts, argo_metrics, monitors, render_observability
 from pipelines.observability.promql import EXTERNAL_METRICS
-from steps.runtime.metrics import TrainingMetrics
+from steps.runtime.training.metrics import TrainingMetrics
 from tests.prometheus_rule_schema import PROMETHEUS_RULE_SPEC_SCHEMA
 from tests.prometheus_sources import declared_metrics
 
@@ -110,7 +110,11 @@ SERVING_AGREED = {  # the scheme the dashboards rely on; the model server must d
 
 def serving_series() -> set[str]:
     """Series names of every prometheus_client metric the model server constructs (read from its source)."""
-    return {s for metric in declared_metrics("steps.runtime.serving") for s in _series(metric.name, metric.kind)}
+    return {
+        s
+        for metric in declared_metrics("steps.runtime.serving.model_server")
+        for s in _series(metric.name, metric.kind)
+    }
 
 
 def known_metrics() -> set[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.runtime.corpora.pairs import PAIR_FIELDS, PairExample, read_pairs
+from steps.runtime.data.corpora.pairs import PAIR_FIELDS, PairExample, read_pairs
 from steps.runtime.runner import StepError
 
 PAIRS = [

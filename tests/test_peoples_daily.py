@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.runtime.corpora.peoples_daily import (
+from steps.runtime.data.corpora.peoples_daily import (
     ConversionStats,
     Sentence,
     chunk,
@@ -15,7 +15,7 @@ from steps.runtime.corpora.peoples_daily import (
     parse_line,
     read_corpus,
 )
-from steps.runtime.entities import ENTITY_TYPES, Span
+from steps.runtime.data.entities import ENTITY_TYPES, Span
 from steps.runtime.runner import StepError
 
 WHERE = "pd.txt:7"

@@ -8,10 +8,10 @@ from itertools import pairwise
 import pytest
 import yaml
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
 from paddle_mlops.local.dag import DagError, load_workflow
-from pipelines import paddlejob, retrain_cron, rollout_template, templates, train_deploy
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops_core.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
+from pipelines import paddlejob, resource_templates, retrain_cron, rollout_template, train_deploy
 from tests.argo_conditions import parse as parse_selector
 from tests.conftest import PROJECT_ROOT
 
@@ -281,7 +281,8 @@ def test_cpu_training_requests_no_gpu_and_no_gpu_nodes() -> None:
 
 def test_train_template_has_conditions_owner_and_deadline(doc: dict) -> None:
     train = _templates(doc)["train"]
-    assert train["resource"]["action"] == templates.TRAIN_ACTION  # get-or-create: tests/test_upstream_argo_resource.py
+    # get-or-create: tests/test_upstream_argo_resource.py
+    assert train["resource"]["action"] == resource_templates.TRAIN_ACTION
     assert train["resource"]["setOwnerReference"] is True
     assert train["resource"]["successCondition"] and train["resource"]["failureCondition"]
     # Kueue queue budget (4 h) + the job's own deadline (6 h), which starts at admission: a job still queued after

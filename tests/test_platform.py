@@ -8,9 +8,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from paddle_mlops.config import TeamConfig, load_config
-from paddle_mlops.contracts import PART_OF_KEY, PART_OF_VALUE
 from paddle_mlops.lint import lint_documents
+from paddle_mlops_core.config import TeamConfig, load_config
+from paddle_mlops_core.contracts import PART_OF_KEY, PART_OF_VALUE
 from pipelines.platform import events, kyverno, mlflow_server, network, rbac, render_platform, tenancy
 from tests.validate_crds import walk_argo_events as _walk
 
@@ -219,7 +219,12 @@ def test_rollout_account_manages_inference_services(files):
     rules = _rules(files, rbac.ROLLOUT_SERVICE_ACCOUNT)
     (isvc,) = [r for r in rules if r["apiGroups"] == ["serving.kserve.io"]]
     assert isvc["resources"] == ["inferenceservices"]
-    assert set(isvc["verbs"]) == {"get", "create", "update", "delete"}  # steps/runtime/kserve_rollout.py KServeRollout
+    assert set(isvc["verbs"]) == {
+        "get",
+        "create",
+        "update",
+        "delete",
+    }  # steps/runtime/release/kserve_rollout.py KServeRollout
 
 
 def test_sensor_may_submit_workflows_and_write_dead_letters_only(files):

@@ -12,7 +12,7 @@ import yaml
 
 from paddle_mlops import cli, cluster_requirements, preflight
 from paddle_mlops.compile import default_compile_config
-from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from paddle_mlops_core.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from tests.kubernetes_standin import (
     CONTROLLER_DEPLOYMENTS,
     EXECUTOR,

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from paddle_mlops import cli, preflight
-from paddle_mlops.contracts import EXIT_USAGE
+from paddle_mlops_core.contracts import EXIT_USAGE
 from tests.kubernetes_standin import SECRET_VALUE
 
 

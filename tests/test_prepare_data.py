@@ -10,7 +10,7 @@ import pytest
 from fixtures_ernie import TINY_OVERRIDES, sentiment_rows, write_jsonl
 
 from steps import prepare_data
-from steps.runtime import data
+from steps.runtime.data import text as data
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
 

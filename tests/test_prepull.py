@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from paddle_mlops.config import load_config, load_regions
 from paddle_mlops.lint import lint_documents
+from paddle_mlops_core.config import load_config, load_regions
 from pipelines import prepull, train_deploy, trainjob
 from pipelines.platform import argo_controller
 from tests.kueue_admission import PodSet, flavor_matches

@@ -40,7 +40,7 @@ def save_pretrained(ws: Path, directory: Path) -> dict[str, np.ndarray]:
     """A tiny ERNIE (hidden 32, one layer) and its tokenizer saved the way PaddleNLP publishes models."""
     from paddlenlp.transformers import ErnieModel
 
-    from steps.runtime import ernie
+    from steps.runtime.weights import ernie
 
     tokenizer = ernie.load_tokenizer(ws / "data" / "vocab.txt")
     config = tiny_ernie_config(tokenizer, 64)
@@ -65,7 +65,7 @@ def assert_started_from(pretrained: dict[str, np.ndarray], dump: Path) -> None:
 
 
 def test_pretrained_from_a_directory(offline: None, tracking: None, tmp_path: Path) -> None:
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.weights.ernie import ExportedModel
 
     ws = write_workspace(tmp_path / "ws", n_train=32, n_dev=8, n_test=8)
     weights = save_pretrained(ws, tmp_path / "pretrained")
@@ -77,7 +77,7 @@ def test_pretrained_from_a_directory(offline: None, tracking: None, tmp_path: Pa
 
 
 def test_pretrained_from_s3(offline: None, tracking: None, tmp_path: Path) -> None:
-    from steps.runtime import s3, workspace
+    from steps.runtime.storage import s3, workspace
 
     ws = write_workspace(tmp_path / "ws", n_train=32, n_dev=8, n_test=8)
     weights = save_pretrained(ws, tmp_path / "pretrained")

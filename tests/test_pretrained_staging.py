@@ -16,11 +16,13 @@ from s3server import moto_s3_server
 from test_pretrained import offline  # noqa: F401  (fixture: any connection off loopback fails the test)
 
 from paddle_mlops import weights
-from paddle_mlops.config import ConfigError, load_config
-from paddle_mlops.config.pretrained_names import known_names
-from paddle_mlops.contracts import PRETRAINED_RECORD
+from paddle_mlops_core.config import ConfigError, load_config
+from paddle_mlops_core.config.pretrained_names import known_names
+from paddle_mlops_core.contracts import PRETRAINED_RECORD
 from steps import prepare_data, register, train, upload
-from steps.runtime import pretrained, registry, s3
+from steps.runtime.release import registry
+from steps.runtime.storage import s3
+from steps.runtime.weights import pretrained
 
 # Every test here runs offline: a connection off loopback (a model hub) fails it.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("offline")]
@@ -155,7 +157,7 @@ def test_staged_name_resolves_in_the_run_region_fine_tunes_and_serves(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from steps.runtime.ernie import ExportedModel
+    from steps.runtime.weights.ernie import ExportedModel
 
     assert stage(site, save_tiny(tmp_path / "a", seed=1)) == 0  # both regions
     assert stage(site, save_tiny(tmp_path / "b", seed=2), "--to", NORTH) == 0  # a newer copy, cn-north only

@@ -1,5 +1,7 @@
-"""The project's own pretrained small ERNIE (`paddle-mlops weights pretrain`, steps/runtime/mlm.py) and distillation
-from the baseline (steps/runtime/distillation.py): the masking, the staged copy a run fine-tunes, the soft targets."""
+"""The project's own pretrained small ERNIE (`paddle-mlops weights pretrain`, steps/runtime/weights/mlm.py) and
+distillation
+from the baseline (steps/runtime/training/distillation.py): the masking, the staged copy a run fine-tunes, the soft
+targets."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ import numpy as np
 import pytest
 
 from paddle_mlops import weights
-from paddle_mlops.config.pretrained_names import CORPUS_PRETRAINED
-from steps.runtime import distillation, mlm
+from paddle_mlops_core.config.pretrained_names import CORPUS_PRETRAINED
+from steps.runtime.training import distillation
+from steps.runtime.weights import mlm
 from tests.fixtures_ernie import sentiment_rows
 
 
@@ -64,7 +67,7 @@ def test_a_local_run_of_a_task_on_the_project_model_pretrains_it_first(tmp_path:
     from rich.console import Console
 
     from paddle_mlops import cli
-    from paddle_mlops.config import load_config
+    from paddle_mlops_core.config import load_config
 
     calls: list[list[str]] = []
     monkeypatch.setattr(weights, "main", lambda argv: calls.append(list(argv)) or 0)

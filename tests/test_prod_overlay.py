@@ -23,10 +23,10 @@ import yaml
 
 from paddle_mlops import pin_images, release_overlay
 from paddle_mlops.compile import check, default_compile_config, render_all
-from paddle_mlops.config.loader import load_config
-from paddle_mlops.contracts import PLACEHOLDER_DIGEST
 from paddle_mlops.lint import lint_documents
 from paddle_mlops.lint.findings import lint_paths
+from paddle_mlops_core.config.loader import load_config
+from paddle_mlops_core.contracts import PLACEHOLDER_DIGEST
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERLAY = ROOT / "overlays" / "prod"

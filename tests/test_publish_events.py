@@ -20,13 +20,13 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from paddle_mlops.config import load_config
 from paddle_mlops.local.sensor import fire, workflow_parameters
+from paddle_mlops_core.config import load_config
 from pipelines import rollout_template
 from pipelines.platform import publish_events
 from steps import validate
-from steps.runtime.objectstore import notifications
 from steps.runtime.runner import StepError
+from steps.runtime.storage.objectstore import notifications
 from tests.validate_manifests import validate_document
 
 ETAG = "5fc7298143efe1276d39a3466d4e255f"

@@ -58,7 +58,7 @@ def test_tools_target_the_lowest_supported_python() -> None:
 
 
 def test_python_3_10_is_refused_at_install() -> None:
-    # steps/runtime/serving/server.py uses asyncio.Runner, new in 3.11.
+    # steps/runtime/serving/model_server/server.py uses asyncio.Runner, new in 3.11.
     assert Version("3.10.14") not in requires_python()
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from paddle_mlops import cli, queue, submit
-from paddle_mlops.config import load_config
-from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_OK
 from paddle_mlops.queue_state import KueueApi, read_state
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_OK
 from tests.kueue_standin import KueueCluster, KueueCustomObjectsApi, SubmitApi, workload
 
 NORTH, EAST = ("nlp", "cn-north-a100"), ("nlp", "cn-east-v100")

@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import CHAMPION, PREVIOUS_CHAMPION
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import CHAMPION, PREVIOUS_CHAMPION
 from steps import close_run
-from steps.runtime import registry
-from steps.runtime.processes import stop_group
+from steps.runtime.release import registry
 from steps.runtime.runner import StepError
+from steps.runtime.serving.processes import stop_group
 from tests.s3server import free_port
 
 pytestmark = pytest.mark.slow
@@ -183,7 +183,7 @@ def test_close_run_reports_unreachable_mlflow(monkeypatch, capsys):
 def test_the_rollout_reads_the_champion_from_its_storage_uri_tag(env):
     """An image-only rollout serves the champion's published model; a version registered some other way (its
     source a runs:/ URI the model server cannot load) is refused instead of rolled out and rolled back."""
-    from steps.runtime.champion import MlflowRegistry
+    from steps.runtime.release.champion import MlflowRegistry
 
     cfg, client = env
     name = cfg.mlflow.registered_model

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image
 
 from paddle_mlops import report as rpt
-from paddle_mlops.contracts import EXIT_OK, EXIT_USER_ERROR
+from paddle_mlops_core.contracts import EXIT_OK, EXIT_USER_ERROR
 from steps.runtime import plots
 
 HISTORY = [(1, 0.68, 0.62, 0.60), (2, 0.51, 0.75, 0.73), (3, 0.40, 0.83, 0.82)]

@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.config import load_config
+from paddle_mlops_core.config import load_config
 from steps import build_image, train_cache
-from steps.runtime import s3
-from steps.runtime.step_cache import StepCache
+from steps.runtime.caching.store import StepCache
+from steps.runtime.storage import s3
 from tests.conftest import PROJECT_ROOT
 from tests.s3server import moto_s3_server
 from tests.test_dockerfiles import dockerfile
 
 PER_COMMIT_IMAGES = ("train", "serve")
 # What those images may copy from the build context: the code the steps run and the lock.
-CODE = {"uv.lock", "pyproject.toml", "paddle_mlops", "pipelines", "steps", "configs"}
+CODE = {"uv.lock", "pyproject.toml", "paddle_mlops_core", "paddle_mlops", "pipelines", "steps", "configs"}
 DIGEST = "sha256:" + "a" * 64
 
 

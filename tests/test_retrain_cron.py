@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from paddle_mlops.config import load_config
+from paddle_mlops_core.config import load_config
 from pipelines import retrain_cron
 from steps import build_image
 from steps.runtime.runner import StepError

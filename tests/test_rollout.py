@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from paddle_mlops.config.loader import load_config
-from paddle_mlops.contracts import EXIT_ROLLED_BACK
+from paddle_mlops_core.config.loader import load_config
+from paddle_mlops_core.contracts import EXIT_ROLLED_BACK
 from steps import rollout
-from steps.runtime import inference_service as isvc
-from steps.runtime import local_server
-from steps.runtime.health import parse_health
-from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK
+from steps.runtime.release import inference_service as isvc
+from steps.runtime.release.health import parse_health
+from steps.runtime.release.rollout_outcome import PROMOTED, ROLLED_BACK
+from steps.runtime.serving import local_server
 from tests import rollout_doubles
 from tests.kserve_standin import KServeStandIn as FakeCustomObjectsApi
 from tests.rollout_doubles import IMAGE, MODEL_URI, FakeProbe, metrics_text, previous_services, run_machine

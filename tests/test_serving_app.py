@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.contracts import (
+from paddle_mlops_core.contracts import (
     SERVING_BATCH_SIZE,
     SERVING_ERRORS_TOTAL,
     SERVING_REQUEST_LATENCY_SECONDS,
     SERVING_REQUESTS_TOTAL,
 )
-from steps.runtime import serving
+from steps.runtime.serving import model_server as serving
 from tests.serving_fixtures import (  # noqa: F401 — quiet_kserve is autouse
     NAME,
     V1,
@@ -60,7 +60,7 @@ def test_a_batch_answers_every_request_before_recording_any(monkeypatch: pytest.
     """A batch's answers all resume in one turn of the loop; each request's metrics (the guard's counters and latency,
     kserve's stage histograms) are recorded after every answer of that turn is written, not between them (serving
     item 15), and none is lost."""
-    from steps.runtime.serving import guard, v1_predict
+    from steps.runtime.serving.model_server import guard, v1_predict
 
     app, fake = fake_app(max_batch_size=8, max_wait_ms=200, inline_lone_requests=False)
     events: list[str] = []

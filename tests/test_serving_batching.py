@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from paddle_mlops.contracts import SERVING_BATCH_SIZE
-from steps.runtime import serving
+from paddle_mlops_core.contracts import SERVING_BATCH_SIZE
+from steps.runtime.serving import model_server as serving
 from tests.serving_fixtures import V1, client, fake_app, metric, quiet_kserve, scrape  # noqa: F401 — autouse
 
 

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from steps.runtime import serving
+from steps.runtime.serving import model_server as serving
 from tests.serving_fixtures import V1, V2, client, fake_app, quiet_kserve  # noqa: F401 — quiet_kserve is autouse
 
 Request = tuple[str, dict[str, Any]]

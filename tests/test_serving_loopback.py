@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from paddle_mlops.config import load_config
-from paddle_mlops.config.models import ServingConfig
-from steps.runtime.engine_selection import RANKED_BY_IN_PROCESS, RANKED_BY_SERVED, Measured, choose, ranked_by
-from steps.runtime.serving.loopback import served_speeds
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.config.serving import ServingConfig
+from steps.runtime.serving.engine_selection import RANKED_BY_IN_PROCESS, RANKED_BY_SERVED, Measured, choose, ranked_by
+from steps.runtime.serving.model_server.loopback import served_speeds
 from tests.fixtures_ernie import CONFIG
 from tests.serving_fixtures import quiet_kserve  # noqa: F401 — autouse
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from paddle_mlops.config.models import ServingConfig
-from paddle_mlops.contracts import SERVING_REQUESTS_TOTAL
-from steps.runtime import serving
+from paddle_mlops_core.config.serving import ServingConfig
+from paddle_mlops_core.contracts import SERVING_REQUESTS_TOTAL
+from steps.runtime.serving import model_server as serving
 from tests.serving_fixtures import (  # noqa: F401 — quiet_kserve is autouse
     NAME,
     V1,
@@ -166,7 +166,7 @@ def test_v1_fast_path_answers_as_kserve_does_and_times_kserve_stages_others_go_t
 @pytest.mark.slow
 def test_v2_metadata_declares_the_tensors_and_version_a_generic_client_needs(tiny_model_dir: Path, tmp_path) -> None:
     """A generic Open Inference Protocol client reads `GET /v2/models/{name}` and builds its request from it."""
-    from steps.runtime import objectstore
+    from steps.runtime.storage import objectstore
 
     store = tmp_path / "store"
     uri = objectstore.publish(tiny_model_dir, str(store), NAME, "v-meta-1", progress=False).model_uri

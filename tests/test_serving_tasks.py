@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.config.models import ServingConfig
-from steps.runtime import serving
+from paddle_mlops_core.config.serving import ServingConfig
+from steps.runtime.serving import model_server as serving
 from tests.fixtures_ernie import make_exported_model
 from tests.serving_fixtures import client, quiet_kserve  # noqa: F401 — quiet_kserve is autouse
 from tests.test_serving_inputs import BAD_REQUEST_KINDS

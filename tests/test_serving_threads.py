@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from steps.runtime import openmp, serving
+from steps.runtime.serving import model_server as serving
+from steps.runtime.serving import openmp
 from tests.serving_fixtures import fake_model, quiet_kserve  # noqa: F401 — quiet_kserve is autouse
 
 

@@ -1,4 +1,4 @@
-"""The step cache: content keys (steps/runtime/cache_keys.py), its store (step_cache.py), and steps (reuse.py)."""
+"""The step cache: content keys (steps/runtime/caching/keys.py), its store (step_cache.py), and steps (reuse.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.config import load_config
-from steps.runtime import cache_keys, reuse, s3
-from steps.runtime.cache_keys import Key
-from steps.runtime.step_cache import StepCache
+from paddle_mlops_core.config import load_config
+from steps.runtime.caching import keys as cache_keys
+from steps.runtime.caching import reuse
+from steps.runtime.caching.keys import Key
+from steps.runtime.caching.store import StepCache
+from steps.runtime.storage import s3
 from tests.conftest import PROJECT_ROOT
 from tests.s3server import moto_s3_server
 
@@ -67,9 +69,9 @@ def test_the_code_a_step_runs_is_its_module_closure(project: Path) -> None:
 
 def test_the_real_steps_closures_hold_their_modules_and_not_the_rest() -> None:
     train = {p.relative_to(PROJECT_ROOT).as_posix() for p in cache_keys.module_closure("steps.train")}
-    assert {"steps/train.py", "steps/runtime/trainer.py", "paddle_mlops/config/models.py"} <= train
+    assert {"steps/train.py", "steps/runtime/training/trainer.py", "paddle_mlops_core/config/models.py"} <= train
     assert not any(p.startswith(("pipelines/", "tests/", "benchmarks/")) for p in train)
-    assert "steps/runtime/serving/app.py" not in train  # the server's code does not retrain a model
+    assert "steps/runtime/serving/model_server/app.py" not in train  # the server's code does not retrain a model
 
 
 def test_the_lock_digest_holds_the_runtime_closure_only(tmp_path: Path) -> None:

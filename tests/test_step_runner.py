@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paddle_mlops.config import load_config
-from paddle_mlops.contracts import EXIT_FAILED, EXIT_OK, EXIT_ROLLED_BACK, EXIT_USER_ERROR, OUTPUTS_FLAG
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.contracts import EXIT_FAILED, EXIT_OK, EXIT_ROLLED_BACK, EXIT_USER_ERROR, OUTPUTS_FLAG
 from pipelines import rollout_template, train_deploy
 from steps.runtime import noise, runner
 from steps.runtime.runner import Finished, Output, Step, StepError, StepFailed
@@ -177,7 +177,7 @@ def test_paddle_mlops_run_library_warnings_reaches_the_steps(tmp_path: Path) -> 
     for flag in (False, True):
         opts = RunOptions(Path(CONFIG), "local", [], tmp_path, library_warnings=flag)
         executor = LocalExecutor(cfg, doc, opts, Console(quiet=True))
-        env = executor._env()
+        env = executor.handler.env(executor.scope)
         assert (env.get(noise.SHOW_ENV) == "1") is flag
 
 
@@ -185,7 +185,7 @@ def test_cluster_pods_are_quiet_from_the_start() -> None:
     """Every step container and the training job's nodes (TrainJob trainer env, PaddleJob workers) get the
     filter in their environment: the launcher (`python -m paddle.distributed.launch`) imports Paddle before
     any step module could filter."""
-    from paddle_mlops.contracts import QUIET_LIBRARIES_ENV
+    from paddle_mlops_core.contracts import QUIET_LIBRARIES_ENV
     from pipelines import image_rollout, rollout_template
 
     cfg = load_config(CONFIG, "prod")
@@ -214,7 +214,7 @@ def test_a_run_time_override_of_the_placement_is_refused_naming_the_compile_time
 
     import pytest
 
-    from paddle_mlops.config import ConfigError
+    from paddle_mlops_core.config import ConfigError
     from steps.runtime.runner import config_from_args
 
     def args(overrides: list[str]) -> argparse.Namespace:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.contracts import ARTIFACTS_DIR, DEFAULT_HOME, HOME_ENV, TRACKING_URI_ENV
+from paddle_mlops_core.contracts import ARTIFACTS_DIR, DEFAULT_HOME, HOME_ENV, TRACKING_URI_ENV
 from tests.conftest import PROJECT_ROOT
 
 SLICE = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 import tomllib
@@ -12,20 +13,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The layer rules (STYLE.md rule 1): each names a folder (or module) and the imports it must not make.
-# A banned prefix matches the module itself and everything below it ("paddle" bans "paddle.nn", not "paddlenlp").
-# steps/ may take only the shared configuration and contracts from paddle_mlops; paddle_mlops/ (the CLI and
-# compiler) may import pipelines and steps, but the shared config/contracts modules (and the package __init__
-# that importing them runs) import neither side, or importing them from one layer would drag in the other.
-STEPS_MAY_IMPORT = ("paddle_mlops.config", "paddle_mlops.contracts")
+# The house (STYLE.md rule 1; README "Architecture"), floor by floor. Each rule names a folder and the imports
+# it must not make; a banned prefix matches the module itself and everything below it ("paddle" bans "paddle.nn",
+# not "paddlenlp"; "paddle_mlops" bans "paddle_mlops.cli", not "paddle_mlops_core").
+# - Ground floor, `paddle_mlops_core/`: configuration, contracts, the supported versions. It imports no other
+#   project package (nor hera or paddle): pipelines/ and steps/ both build on it, and the images copy it without
+#   the CLI.
+# - pipelines/ (Hera DAGs, never paddle) and steps/ (runtime code, never hera) stand side by side above it: each
+#   takes only the ground floor of the project, never the other side nor the roof.
+# - The roof, `paddle_mlops/` (CLI, compiler, local executor, preflight): it may import every floor below; no
+#   floor below imports it, so no arrow runs back up.
 LAYER_RULES: dict[str, tuple[str, ...]] = {
-    "pipelines": ("paddle", "paddlenlp", "steps"),
+    "pipelines": ("paddle", "paddlenlp", "steps", "paddle_mlops"),
     "steps": ("hera", "pipelines", "paddle_mlops"),
-    "paddle_mlops/config": ("hera", "paddle", "paddlenlp", "pipelines", "steps"),
-    "paddle_mlops/contracts.py": ("hera", "paddle", "paddlenlp", "pipelines", "steps"),
-    "paddle_mlops/__init__.py": ("hera", "paddle", "paddlenlp", "pipelines", "steps"),
+    "paddle_mlops_core": ("hera", "paddle", "paddlenlp", "pipelines", "steps", "paddle_mlops"),
 }
-ALLOWED: dict[str, tuple[str, ...]] = {"steps": STEPS_MAY_IMPORT}
+# The project's own packages, whose modules must not import each other in a circle.
+PROJECT_PACKAGES = ("paddle_mlops_core", "paddle_mlops", "pipelines", "steps", "benchmarks")
 
 
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["lint", "format"])
@@ -47,7 +51,7 @@ def imported_modules(source: str, module: str, is_package: bool = False) -> list
     """(line, absolute module name) for every import in `source`, at any depth, relative ones resolved.
 
     `module` is the dotted name of the file being read; `from x import y` yields both `x` and `x.y`, since
-    `y` may itself be a module (`from steps.runtime import ernie`).
+    `y` may itself be a module (`from steps.runtime.weights import ernie`).
     """
     package = module.split(".") if is_package else module.split(".")[:-1]
     found: list[tuple[int, str]] = []
@@ -98,7 +102,7 @@ def test_layers_do_not_mix() -> None:
             is_package = rel.name == "__init__"
             module = ".".join(rel.parent.parts if is_package else rel.parts)
             source = path.read_text(encoding="utf-8")
-            offenders += layer_violations(source, module, banned, ALLOWED.get(target, ()), is_package)
+            offenders += layer_violations(source, module, banned, (), is_package)
     assert offenders == [], "layer rule broken (STYLE.md rule 1):\n" + "\n".join(offenders)
 
 
@@ -106,17 +110,21 @@ def test_layers_do_not_mix() -> None:
     ("source", "module", "caught"),
     [
         ("import hera.workflows\n", "steps.train", ["hera.workflows"]),
-        ("def f():\n    from pipelines import k8s\n", "steps.runtime.ps", ["pipelines", "pipelines.k8s"]),
-        ("from paddle_mlops import cli\n", "steps.train", ["paddle_mlops.cli"]),
+        ("def f():\n    from pipelines import k8s\n", "steps.runtime.training.ps", ["pipelines", "pipelines.k8s"]),
+        ("from paddle_mlops import cli\n", "steps.train", ["paddle_mlops", "paddle_mlops.cli"]),
         (
             "from paddle_mlops.local.executor import run\n",
             "steps.train",
             ["paddle_mlops.local.executor", "paddle_mlops.local.executor.run"],
         ),
-        ("from ...pipelines import templates\n", "steps.runtime.ps", ["pipelines", "pipelines.templates"]),
-        ("from paddle_mlops.config import PipelineConfig\nfrom paddle_mlops import contracts\n", "steps.train", []),
-        ("from paddle_mlops.contracts import SERVING_PORT\nimport paddlenlp\n", "steps.train", []),
-        ("from .runner import StepError\n", "steps.runtime.ps", []),
+        ("from ....pipelines import templates\n", "steps.runtime.training.ps", ["pipelines", "pipelines.templates"]),
+        (
+            "from paddle_mlops_core.config import PipelineConfig\nfrom paddle_mlops_core import contracts\n",
+            "steps.train",
+            [],
+        ),
+        ("from paddle_mlops_core.contracts import SERVING_PORT\nimport paddlenlp\n", "steps.train", []),
+        ("from .runner import StepError\n", "steps.runtime.training.ps", []),
     ],
     ids=[
         "hera",
@@ -130,7 +138,7 @@ def test_layers_do_not_mix() -> None:
     ],
 )
 def test_layer_checker_catches_crossings(source: str, module: str, caught: list[str]) -> None:
-    found = layer_violations(source, module, LAYER_RULES["steps"], ALLOWED["steps"])
+    found = layer_violations(source, module, LAYER_RULES["steps"])
     assert [entry.split("imports ")[1] for entry in found] == caught
 
 
@@ -144,4 +152,77 @@ def test_layer_checker_resolves_relative_imports_in_pipelines() -> None:
     assert layer_violations("from . import k8s\n", "pipelines", rules, is_package=True) == []
     assert layer_violations(
         "import paddle.nn as nn\nimport paddlenlp\nimport paddle_mlops.cli\n", "pipelines.k8s", rules
-    ) == ["pipelines.k8s:1: imports paddle.nn", "pipelines.k8s:2: imports paddlenlp"]
+    ) == [
+        "pipelines.k8s:1: imports paddle.nn",
+        "pipelines.k8s:2: imports paddlenlp",
+        "pipelines.k8s:3: imports paddle_mlops.cli",
+    ]
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted name -> file of every module of the project's packages (a package is its `__init__.py`)."""
+    found = {}
+    for package in PROJECT_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
+            found[".".join(rel.parent.parts if rel.name == "__init__" else rel.parts)] = path
+    return found
+
+
+def import_graph(sources: dict[str, str], packages: set[str]) -> dict[str, set[str]]:
+    """module -> the project modules it imports, at any depth (an import inside a function counts: it runs).
+
+    `from x import y` points at the module `x.y` when there is one, else at `x`; so a package's `__init__` is
+    an arrow only when a name is taken from it, as Python's import system reads it.
+    """
+    graph: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        is_package = module in packages
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                for alias in node.names:
+                    targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in sources else base)
+        graph[module] = {t for t in targets if t in sources and t != module}
+    return graph
+
+
+def first_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        return list(error.args[1])
+    return None
+
+
+def test_no_import_circle_among_project_modules() -> None:
+    """No two project modules import each other, directly or round a loop, not even from inside a function
+    (an import moved into a function to dodge a circle still runs the circle)."""
+    modules = project_modules()
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    graph = import_graph({name: path.read_text(encoding="utf-8") for name, path in modules.items()}, packages)
+    assert len(graph) > 200, "the graph misses most of the project"
+    circle = first_circle(graph)
+    assert circle is None, "import circle: " + " -> ".join(circle or [])
+
+
+@pytest.mark.parametrize(
+    ("sources", "circle"),
+    [
+        ({"a": "import b\n", "b": "from a import x\n"}, True),
+        ({"a": "def f():\n    from b import y\n", "b": "import c\n", "c": "import a\n"}, True),
+        ({"p": "from p import a\n", "p.a": "from . import b\n", "p.b": "x = 1\n"}, False),
+        ({"p.a": "from p import b\n", "p.b": "from p.a import x\n"}, True),
+        ({"a": "import b\n", "b": "import os\n"}, False),
+    ],
+    ids=["direct", "hidden-in-function", "package-hands-on", "submodules", "none"],
+)
+def test_circle_finder_sees_circles(sources: dict[str, str], circle: bool) -> None:
+    packages = {"p"} & set(sources)
+    assert (first_circle(import_graph(sources, packages)) is not None) is circle

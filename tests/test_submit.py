@@ -13,7 +13,7 @@ from kubernetes.client import V1ResourceQuota, V1ResourceQuotaStatus
 from kubernetes.client.exceptions import ApiException
 
 from paddle_mlops import submit as sub
-from paddle_mlops.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_OK, EXIT_USAGE
+from paddle_mlops_core.contracts import EXIT_API, EXIT_NO_CAPACITY, EXIT_OK, EXIT_USAGE
 
 
 class FakeApi:

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from paddle_mlops.config import ConfigError, load_config
-from paddle_mlops.config.task_rules import missing_data
-from paddle_mlops.config.tasks import SPECS
-from steps.runtime import tasks
-from steps.runtime.entities import Span
-from steps.runtime.tasks import IGNORE_INDEX
-from steps.runtime.tasks.ner import allowed_transitions, decode_tags
+from paddle_mlops_core.config import ConfigError, load_config
+from paddle_mlops_core.config.task_rules import missing_data
+from paddle_mlops_core.config.tasks import SPECS
+from steps.runtime.data import tasks
+from steps.runtime.data.entities import Span
+from steps.runtime.data.tasks import IGNORE_INDEX
+from steps.runtime.data.tasks.ner import allowed_transitions, decode_tags
 from tests.fixtures_ernie import CONFIG, ner_corpus, pairs_tsv
 
 NER_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC", 5: "B-ORG", 6: "I-ORG"}
@@ -132,7 +132,8 @@ def test_text_matching_without_data_is_a_clear_step_error(tmp_path: Path, capsys
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory):
-    from steps.runtime import data, ernie
+    from steps.runtime.data import text as data
+    from steps.runtime.weights import ernie
 
     vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     vocab.write_text("\n".join(data.build_vocab(["江泽民在北京会见安南花呗怎么还款如何还钱ab"], 1, 100)) + "\n")
@@ -246,7 +247,7 @@ def test_entity_scores_of_answers_match_hand_computed_values() -> None:
 def test_the_token_loss_averages_over_tokens_with_a_target() -> None:
     import paddle
 
-    from steps.runtime.optimization import loss_of
+    from steps.runtime.training.optimization import loss_of
 
     logits = paddle.to_tensor([[[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]])
     targets = paddle.to_tensor([[0, IGNORE_INDEX, 1]])

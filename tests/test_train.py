@@ -38,7 +38,7 @@ def tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def write_workspace(ws: Path, n_train: int = 128, n_dev: int = 40, n_test: int = 40) -> Path:
     """A workspace data/ written directly (exact split sizes: the equivalence tests need the train
     size to be a multiple of the global batch), balanced labels, learnable from one word."""
-    from steps.runtime import data
+    from steps.runtime.data import text as data
 
     rows = []
     for i in range((n_train + n_dev + n_test) // 2):

@@ -74,7 +74,7 @@ def test_two_processes_match_one_process_with_double_batch(
 
 
 def ps_available() -> bool:
-    from steps.runtime import ps
+    from steps.runtime.training import ps
 
     return ps.available()
 
@@ -82,19 +82,19 @@ def ps_available() -> bool:
 def ps_python() -> str | None:
     """An interpreter whose paddlepaddle has the parameter server, or None.
 
-    The one local runs launch PS jobs with (`executor.ps_python()`: PADDLE_MLOPS_PS_PYTHON, else
+    The one local runs launch PS jobs with (`job_launch.ps_python()`: PADDLE_MLOPS_PS_PYTHON, else
     the checkout's `.venv-ps`, which `make test` builds with paddlepaddle 3.0.0, the last CPU wheel
     with WITH_PSCORE; else this interpreter), checked for the parameter server.
     """
-    from paddle_mlops.local.executor import ps_python as executor_ps_python
+    from paddle_mlops.local.job_launch import ps_python as local_ps_python
 
-    candidate = executor_ps_python()
+    candidate = local_ps_python()
     if candidate == sys.executable:
         return candidate if ps_available() else None
     if not Path(candidate).exists():
         return None
     probe = subprocess.run(
-        [candidate, "-W", "ignore", "-c", "from steps.runtime import ps; print(ps.available())"],
+        [candidate, "-W", "ignore", "-c", "from steps.runtime.training import ps; print(ps.available())"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -1,6 +1,7 @@
 """Real interruptions of a real training job on an s3:// workspace (moto's S3 server; production uses MinIO).
 
-The job runs as on a TrainJob node: `python -m steps.runtime.launch` (which supervises Paddle's launcher) with two
+The job runs as on a TrainJob node: `python -m steps.runtime.training.launch` (which supervises Paddle's launcher) with
+two
 CPU processes (gloo) and the workspace, data and checkpoints in S3. A worker is SIGKILLed mid-training (a crash, an
 OOM kill, a lost node) and the step is run again; the job is SIGTERMed (eviction, preemption, a node drain) and
 must checkpoint and exit 143 within its grace period. Each resumed run must end with the uninterrupted run's
@@ -27,11 +28,11 @@ from fixtures_ernie import common
 from s3server import DUMMY_CREDENTIALS, moto_s3_server
 from test_train import write_workspace
 
-from paddle_mlops.config import load_config
-from paddle_mlops.contracts import EXIT_FATAL, EXIT_TERMINATED
-from steps.runtime import workspace
-from steps.runtime.checkpoints import CheckpointStore
-from steps.runtime.train_trace import TRACE_ENV
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.contracts import EXIT_FATAL, EXIT_TERMINATED
+from steps.runtime.storage import workspace
+from steps.runtime.training.checkpoint_store import CheckpointStore
+from steps.runtime.training.trace import TRACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -74,7 +75,7 @@ def job_env(s3: str, base: Path, trace: Path) -> dict[str, str]:
 
 def start(ws: str, log_dir: Path, env: dict[str, str], dump: Path) -> subprocess.Popen:
     """The TrainJob node's command, on this machine: one node, two processes."""
-    cmd = [sys.executable, "-m", "steps.runtime.launch", "--nnodes", "1", "--nproc_per_node", "2",
+    cmd = [sys.executable, "-m", "steps.runtime.training.launch", "--nnodes", "1", "--nproc_per_node", "2",
            "--log_dir", str(log_dir), "steps/train.py", *common(*RUN), "--workspace", ws,
            "--dump-params", str(dump)]  # fmt: skip
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -232,7 +233,7 @@ def trace_steps_safe(trace: Path) -> dict[int, Any]:
 def test_a_worker_that_failed_for_good_makes_the_node_exit_with_the_fatal_code() -> None:
     """Paddle's launcher exits with its first worker's code, here one it terminated itself (-15 -> 241); a worker
     that failed on bad input left its mark (runner._fail), so the node exits EXIT_FATAL, which is not restarted."""
-    from steps.runtime import launch
+    from steps.runtime.training import launch
 
     worker = (
         "import sys; from steps.runtime import runner; "

@@ -18,13 +18,13 @@ import pytest
 import yaml
 from fixtures_ernie import common, prepared_workspace
 
-from paddle_mlops.config import ConfigError, load_config, load_regions
-from paddle_mlops.config.loader import known_tasks
 from paddle_mlops.local.dag import depends_met, evaluate_when, load_workflow
+from paddle_mlops_core.config import ConfigError, load_config, load_regions
+from paddle_mlops_core.config.loader import known_tasks
 from pipelines import finetune_batch, train_deploy, training_canary
-from pipelines.paddlejob import TASK_LABEL, WORKFLOW_LABEL
+from pipelines.labels import TASK_LABEL, WORKFLOW_LABEL
 from steps import train, training_image
-from steps.runtime import training_images
+from steps.runtime.release import training_images
 
 OLD, NEW = "sha256:" + "0a" * 32, "sha256:" + "1b" * 32
 

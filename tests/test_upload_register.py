@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops.config import load_config
-from paddle_mlops.contracts import CHALLENGER
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.contracts import CHALLENGER
 from steps import register, upload
-from steps.runtime import objectstore, registry, s3, workspace
-from steps.runtime.objectstore.manifest import content_digest, sha256_bytes
+from steps.runtime.release import registry
+from steps.runtime.storage import objectstore, s3, workspace
+from steps.runtime.storage.objectstore.manifest import content_digest, sha256_bytes
 from tests.s3server import moto_s3_server
 
 GIT_SHA = "0123456789abcdef0123"

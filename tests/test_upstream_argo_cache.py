@@ -11,7 +11,7 @@ argo-workflows v4.1.2:
   references) and operator.go initializeCacheHitNode gives a hit exactly those; configmap_cache.go keeps the
   entries in one ConfigMap of the controller's namespace and rewrites it on every hit (lastHitTimestamp). The train
   step's result is a model in the run's workspace, not an output, so memoize could not stand in for it; the step
-  cache is an index in the object store instead (steps/runtime/step_cache.py).
+  cache is an index in the object store instead (steps/runtime/caching/store.py).
 """
 
 from __future__ import annotations

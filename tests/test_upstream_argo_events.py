@@ -1,6 +1,6 @@
 """Argo Events controller and sensor behaviour the generated events.yaml must survive.
 
-Encodes argoproj/argo-events at the tags in paddle_mlops/versions.py (minimum v1.9.10, tested v1.9.11):
+Encodes argoproj/argo-events at the tags in paddle_mlops_core/versions.py (minimum v1.9.10, tested v1.9.11):
 - manifests/install.yaml, ConfigMap `argo-events-controller-config`, key `controller-config.yaml`:
   the JetStream versions the controller accepts (`eventBus.jetstream.versions[].version`);
 - pkg/reconciler/config.go GetJetStreamVersion: EventBus `jetstream.version` must equal one of them;
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from paddle_mlops.versions import MATRIX, at_least, supports
+from paddle_mlops_core.versions import MATRIX, at_least, supports
 from pipelines.platform import events, publish_events
 from tests.validate_crds import ARGO_EVENTS_SUBSET
 

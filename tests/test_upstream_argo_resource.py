@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from paddle_mlops.compile import default_compile_config, dump
-from pipelines import templates, train_deploy
+from pipelines import resource_templates, train_deploy
 from tests.expr_lang import value
 from tests.test_upstream_training_operator import train_template
 
@@ -86,7 +86,7 @@ def cfg() -> Any:
 
 def test_the_action_is_create_on_the_first_attempt_and_get_on_a_retry(cfg: Any) -> None:
     action, manifest = rendered_train(cfg, "train-deploy-a1b2c")
-    assert action == templates.TRAIN_ACTION
+    assert action == resource_templates.TRAIN_ACTION
     assert action_for(action, "0") == "create"
     assert [action_for(action, str(n)) for n in (1, 2, 3)] == ["get", "get", "get"]
     # At submission the validator substitutes a placeholder for `retries`: the result must be a valid action.

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from paddle_mlops.config.loader import load_config
-from paddle_mlops.contracts import EXIT_ROLLED_BACK, EXIT_USER_ERROR
+from paddle_mlops_core.config.loader import load_config
+from paddle_mlops_core.contracts import EXIT_ROLLED_BACK, EXIT_USER_ERROR
 from pipelines import k8s
 from tests.expr_lang import evaluate
 

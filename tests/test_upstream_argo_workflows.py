@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from paddle_mlops import lint, versions
+from paddle_mlops import lint
+from paddle_mlops_core import versions
 from pipelines.platform import argo_controller
 
 ARGO = Path(__file__).resolve().parents[1] / "argo"

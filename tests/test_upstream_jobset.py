@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from paddle_mlops.compile import default_compile_config
-from paddle_mlops.contracts import EXIT_FATAL, EXIT_TERMINATED
+from paddle_mlops_core.contracts import EXIT_FATAL, EXIT_TERMINATED
 from pipelines import restart_policy, trainjob
 
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -166,7 +166,8 @@ def test_a_crash_or_an_oom_kill_is_restarted_up_to_max_restarts(runtime: dict[st
 
 
 def test_the_fatal_exit_code_fails_the_run_without_a_restart(runtime: dict[str, Any]) -> None:
-    """A worker that failed on bad configuration or data exits EXIT_FATAL through steps.runtime.launch, even when
+    """A worker that failed on bad configuration or data exits EXIT_FATAL through steps.runtime.training.launch, even
+    when
     Paddle's launcher terminated its peers (241): no restart loop."""
     jobset_policy, pod_policy, backoff = _policies(runtime)
     jobset = JobSet(jobset_policy)

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from paddle_mlops.compile import default_compile_config
-from paddle_mlops.config import load_regions
+from paddle_mlops_core.config import load_regions
 from pipelines.platform import knative
-from steps.runtime import inference_service as isvc
+from steps.runtime.release import inference_service as isvc
 
 # features.go defaults for the flags that gate pod-spec fields our predictors could set.
 UPSTREAM_DEFAULTS = {"kubernetes.podspec-nodeselector": "disabled", "kubernetes.podspec-tolerations": "disabled"}

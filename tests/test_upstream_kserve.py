@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from paddle_mlops.config.loader import load_config, load_regions
-from paddle_mlops.contracts import PART_OF_KEY, PART_OF_VALUE
-from steps.runtime import inference_service as isvc
-from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK
+from paddle_mlops_core.config.loader import load_config, load_regions
+from paddle_mlops_core.contracts import PART_OF_KEY, PART_OF_VALUE
+from steps.runtime.release import inference_service as isvc
+from steps.runtime.release.rollout_outcome import PROMOTED, ROLLED_BACK
 from tests import rollout_doubles
 from tests.kserve_standin import KServeStandIn
 from tests.rollout_doubles import IMAGE, MODEL_URI, FakeProbe, previous_services

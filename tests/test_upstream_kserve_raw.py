@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.config.loader import load_config, load_regions
-from steps.runtime import inference_service as isvc
-from steps.runtime import raw_deployment
-from steps.runtime.rollout_outcome import PROMOTED, ROLLED_BACK
+from paddle_mlops_core.config.loader import load_config, load_regions
+from steps.runtime.release import inference_service as isvc
+from steps.runtime.release import raw_deployment
+from steps.runtime.release.rollout_outcome import PROMOTED, ROLLED_BACK
 from tests.kserve_standin import KServeStandIn
 from tests.raw_deployment_standin import KSERVE_VERSIONS
 from tests.rollout_doubles import IMAGE, MODEL_URI, FakeProbe

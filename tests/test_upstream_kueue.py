@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config, load_teams
 from paddle_mlops.lint.trainjob import trainjob_pod_templates
-from pipelines import train_deploy, trainjob
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config, load_teams
+from pipelines import kueue_names, train_deploy, trainjob
+from pipelines.labels import TEAM_LABEL
 from pipelines.platform import kueue, tenancy
 from tests.kueue_admission import Admitted, Cohort, PodSet, assign, quantity
 
@@ -84,9 +85,9 @@ def test_each_team_queue_lists_its_regions_in_preference_order() -> None:
         ]
         regions = [objects["ResourceFlavor"][f["name"]]["spec"]["nodeLabels"]["region"] for f in group["flavors"]]
         assert regions == [q.region for q in team.regions], team.name
-        assert cq["spec"]["cohortName"] == kueue.COHORT
+        assert cq["spec"]["cohortName"] == kueue_names.COHORT
         assert cq["spec"]["flavorFungibility"]["whenCanBorrow"] == "TryNextFlavor"
-        assert cq["spec"]["namespaceSelector"] == {"matchLabels": {kueue.TEAM_LABEL: team.name}}
+        assert cq["spec"]["namespaceSelector"] == {"matchLabels": {TEAM_LABEL: team.name}}
         lq = next(
             d for d in kueue.render(cfg) if d["kind"] == "LocalQueue" and d["metadata"]["namespace"] == team.namespace
         )
@@ -143,8 +144,8 @@ def test_impossible_placements_are_readable_config_errors() -> None:
 
 
 def test_a_region_without_team_quota_cannot_hold_pinned_data(tmp_path) -> None:
-    from paddle_mlops.config.loader import load_regions
-    from paddle_mlops.config.placement import allowed_regions
+    from paddle_mlops_core.config.loader import load_regions
+    from paddle_mlops_core.config.placement import allowed_regions
 
     team = load_teams()["search"].model_copy(update={"regions": load_teams()["search"].regions[:1]})  # cn-east only
     with pytest.raises(ConfigError) as caught:
@@ -163,10 +164,10 @@ def test_priority_classes_exist_and_the_run_parameter_selects_one() -> None:
     (param,) = [p for p in doc["spec"]["arguments"]["parameters"] if p["name"] == "priority"]
     assert param["enum"] == list(classes) and param["value"] == "normal"
     labels = _train_manifest(cfg)["metadata"]["labels"]
-    assert labels[kueue.QUEUE_NAME_LABEL] == kueue.LOCAL_QUEUE
-    assert labels[kueue.PRIORITY_CLASS_LABEL] == "{{workflow.parameters.priority}}"
+    assert labels[kueue_names.QUEUE_NAME_LABEL] == kueue_names.LOCAL_QUEUE
+    assert labels[kueue_names.PRIORITY_CLASS_LABEL] == "{{workflow.parameters.priority}}"
     # What Argo substitutes for `-p priority=urgent` names an existing class.
-    rendered = labels[kueue.PRIORITY_CLASS_LABEL].replace("{{workflow.parameters.priority}}", "urgent")
+    rendered = labels[kueue_names.PRIORITY_CLASS_LABEL].replace("{{workflow.parameters.priority}}", "urgent")
     assert rendered in classes
 
 
@@ -203,7 +204,7 @@ def test_the_pipeline_namespace_is_admitted_to_its_team_queue() -> None:
         for d in kueue.render(cfg)
         if d["kind"] == "LocalQueue" and d["metadata"]["namespace"] == cfg.cluster.namespace
     ]
-    assert lq["metadata"]["name"] == kueue.LOCAL_QUEUE and lq["spec"]["clusterQueue"] == cfg.cluster.team
+    assert lq["metadata"]["name"] == kueue_names.LOCAL_QUEUE and lq["spec"]["clusterQueue"] == cfg.cluster.team
 
 
 @pytest.mark.parametrize("mode", ["preferred", "required"])
@@ -258,7 +259,7 @@ def test_the_namespace_quota_admits_what_kueue_admits() -> None:
 
 
 def test_multikueue_without_a_worker_cluster_is_a_config_error() -> None:
-    from paddle_mlops.config.loader import load_regions
+    from paddle_mlops_core.config.loader import load_regions
 
     regions = {name: r.model_copy(update={"worker_cluster": None}) for name, r in load_regions().items()}
     with pytest.raises(ConfigError, match=r"configs/regions/cn-\w+.yaml has no worker_cluster"):

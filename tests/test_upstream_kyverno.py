@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops import versions
 from paddle_mlops.compile import default_compile_config, render_all
+from paddle_mlops_core import versions
 from pipelines.platform import kyverno
 from steps import build_image
 

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from paddle_mlops.config import PipelineConfig, load_config, load_regions, load_teams
 from paddle_mlops.lint import lint_paths
-from pipelines import k8s, train_deploy, trainjob
+from paddle_mlops_core.config import PipelineConfig, load_config, load_regions, load_teams
+from pipelines import k8s, kueue_names, train_deploy, trainjob
 from pipelines.platform import kueue, multikueue
 from tests.kueue_admission import Cohort, assign, flavor_matches
 from tests.test_upstream_kueue import _workload
@@ -163,7 +163,7 @@ def test_the_remote_workload_finds_its_queue_and_priority_on_every_worker() -> N
     cfg = _cfg()
     for name, docs in _workers(cfg).items():
         objects = _by_kind(docs)
-        lq = objects["LocalQueue"][(cfg.cluster.namespace, kueue.LOCAL_QUEUE)]
+        lq = objects["LocalQueue"][(cfg.cluster.namespace, kueue_names.LOCAL_QUEUE)]
         cq = _named(objects["ClusterQueue"])[lq["spec"]["clusterQueue"]]
         assert "admissionChecksStrategy" not in cq["spec"], name
         ns = objects["Namespace"][(None, cfg.cluster.namespace)]
@@ -208,7 +208,7 @@ def test_the_manager_flavor_admits_every_run_and_supports_its_topology_request()
     flavor = _named(_by_kind(kueue.render(cfg))["ResourceFlavor"])[multikueue.FLAVOR]
     assert flavor_matches(_workload(cfg), flavor)
     assert flavor_matches(_workload(_cfg("training.placement.exclude_regions=[cn-north]")), flavor)
-    assert flavor["spec"]["topologyName"] == kueue.TOPOLOGY  # the pod template asks for a topology level
+    assert flavor["spec"]["topologyName"] == kueue_names.TOPOLOGY  # the pod template asks for a topology level
 
 
 def test_the_runtime_is_installed_on_the_manager_too() -> None:
@@ -221,12 +221,12 @@ def test_the_runtime_is_installed_on_the_manager_too() -> None:
 
 
 def test_a_workers_runtime_tells_its_pods_their_region_and_the_trainjob_keeps_it() -> None:
-    """The train step reads pretrained weights from its region's store (steps/runtime/pretrained.py): a worker's
+    """The train step reads pretrained weights from its region's store (steps/runtime/weights/pretrained.py): a worker's
     runtime sets PADDLE_MLOPS_REGION on the node container. kubeflow/trainer v2.3.0
     pkg/runtime/framework/plugins/jobset/builder.go Trainer() upserts the TrainJob's trainer.env into the
     runtime container's env by name, so the variable stays unless the TrainJob names it too, which ours never does;
     the manager's runtime (one for every region) sets none."""
-    from paddle_mlops.contracts import REGION_ENV
+    from paddle_mlops_core.contracts import REGION_ENV
 
     def node_env(runtime: dict[str, Any]) -> dict[str, Any]:
         job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]

@@ -7,12 +7,12 @@ Pod labels are built the way the controllers build them, from our generated mani
   Knative revision template gets them (reconcilers/knative/ksvc_reconciler.go, minus only
   `networking.knative.dev/visibility`, constants.go RevisionTemplateLabelDisallowedList), and so
   does the RawDeployment pod template (reconcilers/deployment/deployment_reconciler.go, plus `app`).
-- steps/runtime/inference_service.py names InferenceServices `<model>-<region>` and `<model>-<region>-canary`.
+- steps/runtime/release/inference_service.py names InferenceServices `<model>-<region>` and `<model>-<region>-canary`.
 - kubeflow/training-operator v1.9.0 pkg/controller.v1/common/pod.go and PaddleFlow/paddle-operator
   v0.3.5 controllers/paddlejob_helper.go keep the pod template's labels and add their own.
 - prometheus-operator v0.93.0 pkg/prometheus/server/operator.go `makeSelectorLabels`: the labels of
   every Prometheus server pod.
-- Knative's gateway pods per networking layer (paddle_mlops/config/networking.py): net-istio release-1.21
+- Knative's gateway pods per networking layer (paddle_mlops_core/config/networking.py): net-istio release-1.21
   config/203-local-gateway.yaml (Istio's gateways in istio-system), net-kourier release-1.21 config/300-gateway.yaml
   (Deployment 3scale-kourier-gateway in kourier-system, label app: 3scale-kourier-gateway), net-contour release-1.21
   config/contour/external.yaml and internal.yaml (DaemonSet envoy, label app: envoy, in contour-external and
@@ -30,12 +30,12 @@ import pytest
 import yaml
 
 from paddle_mlops.compile import default_compile_config
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import load_config, load_regions, load_task_configs
-from paddle_mlops.contracts import PART_OF, SERVING_PORT
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import load_config, load_regions, load_task_configs
+from paddle_mlops_core.contracts import PART_OF, SERVING_PORT
 from pipelines import paddlejob, trainjob
 from pipelines.platform import network
-from steps.runtime import inference_service as isvc
+from steps.runtime.release import inference_service as isvc
 
 ROOT = Path(__file__).resolve().parents[1]
 NS_LABEL = "kubernetes.io/metadata.name"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
 from pipelines import paddlejob
 from tests.argo_conditions import verdict
 

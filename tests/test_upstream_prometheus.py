@@ -24,14 +24,14 @@ from typing import Any
 import pytest
 
 from paddle_mlops.compile import default_compile_config
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import ROLLOUT_OUTCOME, SERVING_PORT, STEP_RESULT, VALIDATION_VERDICT
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import ROLLOUT_OUTCOME, SERVING_PORT, STEP_RESULT, VALIDATION_VERDICT
 from pipelines import paddlejob, trainjob
 from pipelines.observability import alerts, argo_metrics, dashboards, render_observability
 from pipelines.observability.promql import EXTERNAL_METRICS
 from pipelines.platform.argo_controller import CONTROLLER_NAMESPACE
-from steps.runtime import inference_service as isvc
-from steps.runtime.metrics import TrainingMetrics
+from steps.runtime.release import inference_service as isvc
+from steps.runtime.training.metrics import TrainingMetrics
 from tests.prometheus_scrape import FREE, Container, merge, pod_monitor_targets
 from tests.prometheus_sources import declared_metrics
 from tests.promql_eval import SELECTOR, Evaluator, counter, parse_selector
@@ -78,7 +78,7 @@ def _ports_of(
 def serving_containers(cfg: PipelineConfig) -> list[Container]:
     """A Serverless predictor pod: KServe's labels (predictor.go buildObjectMeta), Knative's revision
     label and queue-proxy's ports beside the model server's."""
-    region = next(iter(__import__("paddle_mlops.config.loader", fromlist=["x"]).load_regions().values()))
+    region = next(iter(__import__("paddle_mlops_core.config.loader", fromlist=["x"]).load_regions().values()))
     body = isvc.build_inference_service(cfg, region, "s3://m/1", "img", "7")
     name = body["metadata"]["name"]
     labels = {
@@ -149,7 +149,7 @@ def store_for(monitoring: list[dict[str, Any]], cfg: PipelineConfig, dcgm_honor:
     store.add(Source(trainer, pod_monitor_targets(train_monitor, training_containers(cfg)), _honor(train_monitor)))
 
     serving = {}
-    for metric in declared_metrics("steps.runtime.serving"):
+    for metric in declared_metrics("steps.runtime.serving.model_server"):
         serving |= _series(metric.name, list(metric.labels), metric.kind == "histogram")
     serve_monitor = _monitor(monitoring, "paddle-mlops-serving")
     store.add(Source(serving, pod_monitor_targets(serve_monitor, serving_containers(cfg)), _honor(serve_monitor)))

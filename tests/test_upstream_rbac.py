@@ -21,8 +21,9 @@ The calls, each with the code that makes it:
   granted (util/rbac/rbac.go); otherwise a null store is used, so no ClusterRole is needed;
 - argo-events pkg/sensors/triggers/standard-k8s/standard-k8s.go: the dead-letter trigger's
   operation `create` is one CREATE of its resource;
-- our own rollout step: the CustomObjectsApi calls found in steps/runtime/kserve_rollout.py and the AppsV1Api
-  calls of steps/runtime/raw_deployment.py (RawDeployment: the predictor Deployment's rollout), read here, not copied.
+- our own rollout step: the CustomObjectsApi calls found in steps/runtime/release/kserve_rollout.py and the AppsV1Api
+  calls of steps/runtime/release/raw_deployment.py (RawDeployment: the predictor Deployment's rollout), read here, not
+  copied.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ CUSTOM_OBJECT_VERBS = {
 # Typed-client methods the steps call -> (group, resource, verb).
 TYPED_CALLS = {"read_namespaced_deployment": ("apps", "deployments", "get")}
 # Steps that call the Kubernetes API -> the modules under steps/ that import the client and make the calls.
-API_STEPS = {"rollout": ("runtime/kserve_rollout", "runtime/raw_deployment")}
+API_STEPS = {"rollout": ("runtime/release/kserve_rollout", "runtime/release/raw_deployment")}
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,8 @@ def _resource_calls(account: str, name: str, t: dict[str, Any]) -> list[Call]:
         plural, _, group = resource_type.partition(".")
     by = f"executor resource.go ({name})"
     verbs = {"create": ["create"], "delete": ["delete"], "get": ["get"], "apply": ["get", "create", "patch"]}
-    # An expression (the train step's get-or-create, templates.TRAIN_ACTION) may evaluate to any action it names.
+    # An expression (the train step's get-or-create, resource_templates.TRAIN_ACTION) may evaluate to any action
+    # it names.
     actions = re.findall(r"'([a-z]+)'", res["action"]) if res["action"].startswith("{{=") else [res["action"]]
     calls = [Call(account, group, plural, verb, by) for action in actions for verb in verbs[action]]
     if res["action"] == "delete":
@@ -286,7 +288,7 @@ def test_rollout_calls_are_read_from_the_step_source():
     calls = set(step_api_calls("rollout"))
     assert ("serving.kserve.io", "inferenceservices", "get") in calls
     assert ("serving.kserve.io", "inferenceservices", "create") in calls
-    # RawDeployment: the rollout reads the predictor Deployment (steps/runtime/raw_deployment.py), read-only.
+    # RawDeployment: the rollout reads the predictor Deployment (steps/runtime/release/raw_deployment.py), read-only.
     assert ("apps", "deployments", "get") in calls
     assert {c for c in calls if c[0] == "apps"} == {("apps", "deployments", "get")}
 

@@ -28,12 +28,12 @@ import pytest
 import yaml
 
 from paddle_mlops.compile import default_compile_config, dump
-from paddle_mlops.config import load_config
 from paddle_mlops.lint import lint_documents
 from paddle_mlops.lint.trainjob import trainjob_pod_templates
+from paddle_mlops_core.config import load_config
 from pipelines import train_deploy, trainjob
 from pipelines.platform import argo_controller, rbac
-from steps.runtime import launch
+from steps.runtime.training import launch
 from tests.argo_conditions import parse, verdict
 from tests.test_upstream_training_operator import check_cleanup, train_template
 
@@ -99,7 +99,7 @@ def test_the_trainer_overrides_reach_the_node_container(cfg, manifest) -> None:
     ((name, pod),) = trainjob_pod_templates(manifest, runtime)
     (container,) = pod["spec"]["containers"]
     assert name == "node" and container["image"].endswith("@{{inputs.parameters.image-digest}}")
-    assert container["command"][:3] == ["python", "-m", "steps.runtime.launch"]
+    assert container["command"][:3] == ["python", "-m", "steps.runtime.training.launch"]
     assert container["resources"] == manifest["spec"]["trainer"]["resourcesPerNode"]
     env = {e["name"] for e in container["env"]}
     assert {"TRAINJOB_NAME", "AWS_ACCESS_KEY_ID", "GIT_SHA"} <= env
@@ -206,7 +206,7 @@ def test_the_job_deadline_and_restarts_bound_the_run(cfg, manifest) -> None:
 
 
 def test_parameter_servers_on_a_trainjob_are_refused_naming_the_legacy_backend() -> None:
-    from paddle_mlops.config import ConfigError
+    from paddle_mlops_core.config import ConfigError
 
     with pytest.raises(ConfigError, match="training.backend: kubeflow-paddlejob"):
         load_config(overrides=["training.job.ps_replicas=2"])
@@ -262,7 +262,7 @@ def test_pretrained_weights_on_a_claim_are_mounted_read_only(backend: str) -> No
 
 
 def test_a_malformed_claim_location_is_a_config_error() -> None:
-    from paddle_mlops.config import ConfigError
+    from paddle_mlops_core.config import ConfigError
 
     with pytest.raises(ConfigError, match="is not pvc://CLAIM/path"):
         load_config(overrides=["model.pretrained=pvc://Bad_Claim/x"])
@@ -282,7 +282,7 @@ def test_a_run_admitted_within_the_queue_budget_gets_its_whole_deadline(queued_m
     """Argo's template deadline runs from the train step's start (the TrainJob's creation), Trainer's from
     admission: the step's deadline must be the queue budget plus the job's, so a run that waited 31 or 45 minutes
     (longer than the old 30-minute schedule_timeout) is never cut before its own deadline ends it."""
-    from paddle_mlops.config import ConfigError
+    from paddle_mlops_core.config import ConfigError
 
     cfg = load_config()
     job = cfg.training.job

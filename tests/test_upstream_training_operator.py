@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from paddle_mlops.compile import dump
-from paddle_mlops.config import load_config
+from paddle_mlops_core.config import load_config
 from pipelines import paddlejob, train_deploy
 from pipelines.platform import rbac
 from tests.argo_conditions import SelectorError, parse, verdict

@@ -18,14 +18,15 @@ from typing import Any
 import pytest
 from fixtures_ernie import common, make_exported_model, sentiment_rows, write_jsonl
 
-from paddle_mlops.config import load_config
-from paddle_mlops.contracts import CHALLENGER, CHAMPION
 from paddle_mlops.local import notify
 from paddle_mlops.local.dag import evaluate_when, load_workflow
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.contracts import CHALLENGER, CHAMPION
 from pipelines import rollout_template
 from steps import register, validate
-from steps.runtime import objectstore, registry
-from steps.runtime.objectstore import manifest
+from steps.runtime.release import registry
+from steps.runtime.storage import objectstore
+from steps.runtime.storage.objectstore import manifest
 from tests.s3server import moto_s3_server
 
 PASS = "gate.threshold=0.0"
@@ -226,7 +227,7 @@ def test_a_replayed_notification_is_dropped(tmp_path, home, reviews, exported):
 def test_on_an_s3_store_the_manifest_is_judged_by_the_stores_etag(tmp_path, home, reviews, exported, monkeypatch):
     """The eTag compared is the one the store reports for the manifest it serves (not an MD5 computed here, which
     an encrypted or multipart object would not match): the announced manifest passes, an overwrite is refused."""
-    from steps.runtime import s3
+    from steps.runtime.storage import s3
 
     with moto_s3_server() as endpoint:
         monkeypatch.setenv("S3_ENDPOINT_URL", endpoint)
@@ -269,7 +270,7 @@ def test_a_model_published_from_outside_train_deploy_is_validated_and_served(tmp
     """`paddle-mlops publish DIR`: published, notified, validated, registered and served by the local rollout;
     publishing the same directory again is a duplicate that moves nothing."""
     from paddle_mlops.publish import main as publish_main
-    from steps.runtime import local_server
+    from steps.runtime.serving import local_server
 
     workdir = tmp_path / "work"
     model_dir = tmp_path / "from-a-notebook"

@@ -1,4 +1,4 @@
-"""The one supported-version matrix (paddle_mlops/versions.py): well-formed, consistent, and the table
+"""The one supported-version matrix (paddle_mlops_core/versions.py): well-formed, consistent, and the table
 README shows is the same one the code holds."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops import versions
+from paddle_mlops_core import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from paddle_mlops.command_line import exit_status
-from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from paddle_mlops.lint.documents import LintInputError
 from paddle_mlops.lint.findings import Finding, lint_paths
+from paddle_mlops_core.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 
 
 def format_text(findings: Sequence[Finding]) -> str:

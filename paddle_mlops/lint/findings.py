@@ -8,12 +8,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.config import ConfigError, load_config
 from paddle_mlops.lint.documents import LintInputError, document_name, load, yaml_files
 from paddle_mlops.lint.executor import controller_executor
 from paddle_mlops.lint.pods import pods_of
 from paddle_mlops.lint.rules import check_pod
 from paddle_mlops.lint.trainjob import runtimes_in
+from paddle_mlops_core.config import ConfigError, load_config
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from paddle_mlops.contracts import PLACEHOLDER_DIGEST, RUN_AS_USER
 from paddle_mlops.lint.executor import EXECUTOR_FIX, EXECUTOR_MARK
 from paddle_mlops.lint.pods import Pod
+from paddle_mlops_core.contracts import PLACEHOLDER_DIGEST, RUN_AS_USER
 
 RESTRICTED_RULES = (
     "run-as-non-root",

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from paddle_mlops.contracts import OUTPUTS_DIR
+from paddle_mlops_core.contracts import OUTPUTS_DIR
 
 _EXPR = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 _DEP_TOKEN = re.compile(r"[A-Za-z0-9][-A-Za-z0-9]*(?:\.[A-Za-z]+)?")

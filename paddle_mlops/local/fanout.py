@@ -3,31 +3,25 @@
 Argo runs the items' branches in parallel; locally they run one after the other (each branch's training already
 takes the machine's CPUs), and, as on Argo, a failing branch does not stop the others. Each branch runs in a
 scope of its own: the template's inputs rendered from its item (`{{item.task}}`), its own task outputs, its tasks
-named `<task>(<index>:<item>)/<inner task>` in the run's folder and summary.
+named `<task>(<index>:<item>)/<inner task>` in the run's folder and summary. The orchestrator hands in how a list
+of tasks runs (`RunTasks`), so this module needs nothing of it.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from rich.console import Console
 
 from paddle_mlops.local.dag import DagError, Scope, Task, dag_tasks, task_inputs
+from paddle_mlops.local.results import Branch, TaskResult
 
-if TYPE_CHECKING:
-    from paddle_mlops.local.executor import LocalExecutor, TaskResult
-
-
-@dataclass
-class Branch:
-    """One item's run of the template: what it was given and what its tasks output."""
-
-    label: str
-    item: Any
-    inputs: dict[str, str]
-    outputs: dict[str, dict[str, str]]
-    failed: str | None  # the branch task that failed, if one did
+# Runs tasks in a scope, their folders and names under a prefix; the first that failed, if any.
+RunTasks = Callable[[list[Task], Scope, str], TaskResult | None]
 
 
 def items(task: Task, scope: Scope) -> list[Any]:
@@ -49,32 +43,28 @@ def label(task: Task, index: int, item: Any) -> str:
     return f"{task.name}({index}:{name})" if name is not None else task.name
 
 
-def run(executor: LocalExecutor, task: Task, results: list[TaskResult]) -> TaskResult:
-    """Run every branch of `task`; its result is Failed when any branch failed (the others still ran)."""
-    from paddle_mlops.local.executor import TaskResult
-
-    if executor.opts.only or executor.opts.start_from:
-        raise DagError(f"--only/--from cannot rerun part of the fan-out {task.name!r}; run it whole")
-    inner = dag_tasks(task.template, executor.workflow.templates)
-    outer, prefix = executor.scope, executor.prefix
+def run(
+    task: Task,
+    outer: Scope,
+    prefix: str,
+    templates: dict[str, dict[str, Any]],
+    run_tasks: RunTasks,
+    console: Console,
+) -> tuple[TaskResult, list[Branch]]:
+    """Run every branch of `task` with `run_tasks`; its result is Failed when any branch failed (the others still
+    ran), and the branches."""
+    inner = dag_tasks(task.template, templates)
     started = time.monotonic()
-    failed: list[str] = []
+    branches: list[Branch] = []
     for index, item in enumerate(items(task, outer)):
         name = label(task, index, item)
         inputs = task_inputs(task, replace(outer, item=item))
-        executor.scope = Scope(outer.workflow_name, outer.parameters, inputs=inputs)
-        executor.prefix = f"{prefix}{name}/"
-        executor.console.print(f"[bold cyan]⑂ {name}[/]  [dim]{json.dumps(item, ensure_ascii=False)}[/]")
-        try:
-            bad = executor._run_tasks(inner, results)
-            executor.branches.append(Branch(name, item, inputs, executor.scope.task_outputs, bad and bad.name))
-        finally:
-            executor.scope, executor.prefix = outer, prefix
-        if bad is not None:
-            failed.append(name)
-    status = "Failed" if failed else "Succeeded"
-    result = TaskResult(f"{prefix}{task.name}", status, time.monotonic() - started)
+        scope = Scope(outer.workflow_name, outer.parameters, inputs=inputs)
+        console.print(f"[bold cyan]⑂ {name}[/]  [dim]{json.dumps(item, ensure_ascii=False)}[/]")
+        bad = run_tasks(inner, scope, f"{prefix}{name}/")
+        branches.append(Branch(name, item, inputs, scope.task_outputs, bad.name if bad else None))
+    failed = [branch.label for branch in branches if branch.failed]
+    result = TaskResult(f"{prefix}{task.name}", "Failed" if failed else "Succeeded", time.monotonic() - started)
     if failed:
         result.reason = f"branches failed: {', '.join(failed)} (the others ran to the end)"
-    results.append(result)
-    return result
+    return result, branches

@@ -2,7 +2,7 @@
 
 On the cluster MinIO notifies Argo Events when a `manifest.json` is created and the Sensor submits `rollout`.
 Locally nothing listens to the store, so whoever published (the run's upload step, `paddle-mlops publish`)
-makes the same record (steps/runtime/objectstore/notifications.py) from the manifest it just wrote and hands
+makes the same record (steps/runtime/storage/objectstore/notifications.py) from the manifest it just wrote and hands
 it to the same Sensor document (paddle_mlops/local/sensor.py): the Workflow parameters that come back start
 the local `rollout`. A record the Sensor filters out starts nothing, as on the cluster.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
 from paddle_mlops.local import sensor
+from paddle_mlops_core.config import PipelineConfig
 from pipelines.platform import publish_events
-from steps.runtime.objectstore import fetching, manifest, notifications
+from steps.runtime.storage.objectstore import fetching, manifest, notifications
 
 
 def endpoint_url(cfg: PipelineConfig) -> str | None:

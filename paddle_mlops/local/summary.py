@@ -1,80 +1,84 @@
-"""What a local run reports: `last-run.json` and the table and lines printed at the end."""
+"""What a local run reports: `last-run.json` and the table and lines printed at the end.
+
+It reads a finished run (`results.RunRecord`) and nothing of the orchestrator that produced it.
+"""
 
 from __future__ import annotations
 
 import collections
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from paddle_mlops.config.tasks import SPECS, spec
+from paddle_mlops.local.dag import Scope
+from paddle_mlops.local.results import Branch, RunRecord, TaskResult
+from paddle_mlops_core.config.pretrained_names import PROJECT_NAMES
+from paddle_mlops_core.config.tasks import SPECS, spec
 
-if TYPE_CHECKING:
-    from paddle_mlops.local.executor import LocalExecutor, TaskResult
 
-
-def build(
-    executor: LocalExecutor,
-    results: list[TaskResult],
-    exit_result: TaskResult | None,
-    failed: TaskResult | None,
-    seconds: float,
-) -> dict[str, Any]:
+def build(run: RunRecord) -> dict[str, Any]:
     """last-run.json: the steps of every workflow the run went through, and the results a person asks for."""
-    outputs = {r.name: r.outputs for r in results}
-    found = {key: outputs.get(task, {}).get(name) for key, (task, name) in executor.results.items()}
-    found = collections.defaultdict(lambda: None, found)
-    metrics: dict[str, Any] = {}
-    if found["metrics"]:
-        try:
-            metrics = json.loads(found["metrics"])
-        except json.JSONDecodeError:
-            metrics = {}
+    outputs = {r.name: r.outputs for r in run.results}
+    found: collections.defaultdict[str, str | None] = collections.defaultdict(
+        lambda: None, {key: outputs.get(task, {}).get(name) for key, (task, name) in run.reported.items()}
+    )
+    metrics = _json_object(found["metrics"])
     gate = found["gate"]
     names = spec(metrics["task_type"]).metrics if metrics.get("task_type") in SPECS else ("accuracy", "macro_f1")
+    failed, exit_result = run.failed, run.exit_result
     return {
         "status": "failed" if failed else "succeeded",
-        "run_name": executor.scopes[0].workflow_name,
-        "workflows": [scope.workflow_name for scope in executor.scopes],
-        "workdir": str(executor.workdir),
-        "workspace": str(executor.run_dir),
-        "seconds": round(seconds, 1),
-        "parameters": executor.scopes[0].parameters,
-        "rollout_parameters": executor.scopes[1].parameters if len(executor.scopes) > 1 else None,
-        "steps": [
-            {
-                "name": r.name,
-                "status": r.status,
-                "seconds": round(r.seconds, 1),
-                "exit_code": r.exit_code,
-                "outputs": r.outputs,
-                "log": r.log,
-                **({"reason": r.reason} if r.status == "Skipped" and r.reason else {}),
-            }
-            for r in results
-        ],
+        "run_name": run.scopes[0].workflow_name,
+        "workflows": [scope.workflow_name for scope in run.scopes],
+        "workdir": str(run.workdir),
+        "workspace": str(run.run_dir),
+        "seconds": round(run.seconds, 1),
+        "parameters": run.scopes[0].parameters,
+        "rollout_parameters": run.scopes[1].parameters if len(run.scopes) > 1 else None,
+        "steps": [_step(r) for r in run.results],
         "exit_handler": None if exit_result is None else {"status": exit_result.status, "log": exit_result.log},
         "failed_step": None
         if not failed
         else {"name": failed.name, "exit_code": failed.exit_code, "log_tail": failed.reason},
-        "task": executor.cfg.task if not executor.branches else None,
+        "task": run.task if not run.branches else None,
         "metrics": {k: metrics.get(k) for k in names} | {"all": metrics},
         "engine": _engine(metrics.get("engine")),
-        "model": _model(executor.run_dir),
+        "model": _model(run.run_dir),
         "gate": {"passed": None if gate is None else gate == "true", "details": metrics.get("gate")},
         "baseline": _baseline(metrics.get("baseline")),
         "model_uri": found["model_uri"],
         "model_version": found["model_version"] or found["registered_version"],
         "mlflow_run_id": found["mlflow_run_id"],
-        "mlflow_tracking_uri": executor.tracking_uri(),
+        "mlflow_tracking_uri": run.tracking_uri,
         "serving_url": found["serving_url"],
         "rollout": found["rollout"],
         "validation": {"verdict": found["verdict"], "reason": found["validation"]},
-        "tasks": [_branch(branch, executor.scopes) for branch in executor.branches] or None,
+        "tasks": [_branch(branch, run.scopes) for branch in run.branches] or None,
     }
+
+
+def _step(result: TaskResult) -> dict[str, Any]:
+    return {
+        "name": result.name,
+        "status": result.status,
+        "seconds": round(result.seconds, 1),
+        "exit_code": result.exit_code,
+        "outputs": result.outputs,
+        "log": result.log,
+        **({"reason": result.reason} if result.status == "Skipped" and result.reason else {}),
+    }
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    """A step output holding a JSON object (metrics.json), or {} when there is none or it is not one."""
+    try:
+        found = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -115,8 +119,6 @@ def _baseline(figures: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _stage_verb(name: str) -> str:
-    from paddle_mlops.config.pretrained_names import PROJECT_NAMES
-
     return "pretrain" if name in PROJECT_NAMES else "stage"
 
 
@@ -129,16 +131,14 @@ def _engine(engine: dict[str, Any] | None) -> dict[str, Any] | None:
     return {key: engine.get(key) for key in keys}
 
 
-def _branch(branch: Any, scopes: list[Any]) -> dict[str, Any]:
+def _branch(branch: Branch, scopes: list[Scope]) -> dict[str, Any]:
     """One finetune-batch task: its branch's outcome, and what its rollout (if it published) did."""
     task = branch.item.get("task") if isinstance(branch.item, dict) else None
     outputs = branch.outputs
-    try:
-        metrics = json.loads((outputs.get("evaluate") or {}).get("metrics") or "{}")
-    except json.JSONDecodeError:
-        metrics = {}
+    metrics = _json_object((outputs.get("evaluate") or {}).get("metrics"))
     names = spec(metrics["task_type"]).metrics if metrics.get("task_type") in SPECS else ()
-    rollout = next((s.task_outputs for s in scopes[1:] if s.parameters.get("task") == task), {})
+    no_rollout: dict[str, dict[str, str]] = {}
+    rollout = next((s.task_outputs for s in scopes[1:] if s.parameters.get("task") == task), no_rollout)
     return {
         "task": task,
         "branch": branch.label,

@@ -3,7 +3,7 @@
 Everything it looks for is derived from what `paddle-mlops compile` renders (plus the objects the
 steps create at run time: the train step's PaddleJob, the rollout's InferenceService), so a new
 kind, namespace or Secret reference is checked without editing this package. Versions are judged
-against `paddle_mlops/versions.py`. `cluster` reads the cluster, `controllers` finds controllers
+against `paddle_mlops_core/versions.py`. `cluster` reads the cluster, `controllers` finds controllers
 among its Deployments, `versions`, `objects`, `security` and `controller_settings` hold the checks,
 `report` runs them and prints the result.
 """

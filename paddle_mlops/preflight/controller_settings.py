@@ -11,11 +11,11 @@ from typing import Any
 import yaml
 
 from paddle_mlops.cluster_requirements import Requirements
-from paddle_mlops.config import networking
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controllers import controller_namespace
 from paddle_mlops.preflight.results import FINDING, OK, Result, install_fix
-from paddle_mlops.versions import MATRIX
+from paddle_mlops_core.config import networking
+from paddle_mlops_core.versions import MATRIX
 
 
 def check_knative_features(api: KubernetesApi, req: Requirements) -> Iterator[Result]:

@@ -10,7 +10,7 @@ from typing import Any
 from paddle_mlops.cluster_requirements import Crd, Requirements
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.results import FINDING, INSTALL, OK, Result, install_fix
-from paddle_mlops.versions import MATRIX
+from paddle_mlops_core.versions import MATRIX
 
 # Secret keys that hold a file's content (certificates, keys, docker config); others get a literal.
 FILE_KEY = re.compile(r"^\.|\.(crt|key|pem|pub|json|dockerconfigjson)$")

@@ -13,8 +13,6 @@ from rich.console import Console
 from rich.text import Text
 
 from paddle_mlops.cluster_requirements import Requirements, requirements
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controller_settings import (
     check_event_bus,
@@ -28,6 +26,8 @@ from paddle_mlops.preflight.release import check_release_digests
 from paddle_mlops.preflight.results import FINDING, OK, WARNING, PreflightUsageError, Result
 from paddle_mlops.preflight.security import check_argo_executor, check_namespaces
 from paddle_mlops.preflight.versions import check_controllers, check_kubernetes
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 
 CHECKS = (
     ("kubernetes", check_kubernetes),

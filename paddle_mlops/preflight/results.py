@@ -1,11 +1,11 @@
 """What a preflight check reports: a Result per subject with its status, and the install command that
-fixes a missing or outdated component (at the version `paddle_mlops/versions.py` tested)."""
+fixes a missing or outdated component (at the version `paddle_mlops_core/versions.py` tested)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paddle_mlops.versions import MATRIX
+from paddle_mlops_core.versions import MATRIX
 
 OK, WARNING, FINDING = "ok", "warning", "finding"
 INSTALL = {

@@ -1,5 +1,5 @@
 """Preflight's version checks: the Kubernetes server and every controller the install set needs, each
-running, ready and at least the minimum of the supported matrix (`paddle_mlops/versions.py`)."""
+running, ready and at least the minimum of the supported matrix (`paddle_mlops_core/versions.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from paddle_mlops.cluster_requirements import Requirements
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controllers import CONTROLLERS, Controller, controller_of
 from paddle_mlops.preflight.results import FINDING, OK, WARNING, Result, install_fix
-from paddle_mlops.versions import MATRIX, at_least
+from paddle_mlops_core.versions import MATRIX, at_least
 
 
 def check_kubernetes(api: KubernetesApi, req: Requirements) -> Iterator[Result]:

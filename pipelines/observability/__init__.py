@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines.observability.alerts import prometheus_rule
 from pipelines.observability.argo_metrics import argo_template_metrics
 from pipelines.observability.dashboards import dashboards_configmap

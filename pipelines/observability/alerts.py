@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import ROLLOUT_OUTCOME, STEP_RESULT, TRAIN_DATALOADER_WAIT_SECONDS, VALIDATION_VERDICT
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import ROLLOUT_OUTCOME, STEP_RESULT, TRAIN_DATALOADER_WAIT_SECONDS, VALIDATION_VERDICT
 from pipelines.observability.argo_metrics import exported
 from pipelines.observability.monitors import MONITORING_API, monitoring_metadata, serving_job
 from pipelines.observability.promql import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.contracts import GATE_PASSED, ROLLOUT_OUTCOME, STEP_DURATION, STEP_RESULT, VALIDATION_VERDICT
+from paddle_mlops_core.contracts import GATE_PASSED, ROLLOUT_OUTCOME, STEP_DURATION, STEP_RESULT, VALIDATION_VERDICT
 
 # Argo prepends this to every metric name, its own and custom ones alike, when it exports them
 # (v4.1.2 workflow/controller/controller.go passes `argo_workflows` to util/telemetry

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import (
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import (
     GATE_PASSED,
     PART_OF,
     ROLLOUT_OUTCOME,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF, SERVING_PORT
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import PART_OF, SERVING_PORT
 from pipelines.platform.argo_controller import CONTROLLER_NAMESPACE, METRICS_PATH, METRICS_SECURE
 
 MONITORING_API = "monitoring.coreos.com/v1"

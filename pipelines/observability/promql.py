@@ -1,15 +1,15 @@
 """PromQL pieces the alerts and the dashboards share, and the metrics of other exporters they name.
 
-Every metric a query names comes from one of: our exporters (steps/runtime/metrics.py,
-steps/runtime/serving/metrics.py), our Argo custom metrics (argo_metrics.py), the Argo controller,
+Every metric a query names comes from one of: our exporters (steps/runtime/training/metrics.py,
+steps/runtime/serving/model_server/metrics.py), our Argo custom metrics (argo_metrics.py), the Argo controller,
 kube-state-metrics, the NVIDIA DCGM exporter, or Prometheus itself (`up`). `EXTERNAL_METRICS` lists
 the outside ones with their source; tests/test_observability.py checks every query against these names.
 """
 
 from __future__ import annotations
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import SERVING_REQUEST_LATENCY_SECONDS, SERVING_REQUESTS_TOTAL
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import SERVING_REQUEST_LATENCY_SECONDS, SERVING_REQUESTS_TOTAL
 
 # Metrics exported by others, by source. Names are checked by the tests; keep the sources current.
 EXTERNAL_METRICS: dict[str, tuple[str, ...]] = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, TeamConfig, load_regions, load_teams
+from paddle_mlops_core.config import PipelineConfig, TeamConfig, load_regions, load_teams
 from pipelines.platform import (
     argo_controller,
     buildkit,

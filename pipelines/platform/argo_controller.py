@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import RUN_AS_GROUP, RUN_AS_USER
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import RUN_AS_GROUP, RUN_AS_USER
 from pipelines.platform.meta import metadata
 
 # Names of the upstream install (manifests/base/workflow-controller/workflow-controller-configmap.yaml,

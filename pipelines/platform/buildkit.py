@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines import k8s
 from pipelines.platform.meta import metadata
 

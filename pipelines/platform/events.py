@@ -4,7 +4,7 @@ EventSources receive the forge's webhook (GitHub: HMAC-signed; Gitea: bearer tok
 filters pushes (configured branches, no bot pushers, no `[skip ci]`, no branch deletions) and
 submits a Workflow from the `train-deploy` WorkflowTemplate with named parameters taken from the
 payload. The trigger is at-least-once: retried with backoff, then a dead-letter ConfigMap keeps
-the payload so nothing is lost silently. Written for Argo Events 1.9.10+ (paddle_mlops/versions.py);
+the payload so nothing is lost silently. Written for Argo Events 1.9.10+ (paddle_mlops_core/versions.py);
 tests/test_upstream_argo_events.py encodes the controller code this relies on. Branches, bot
 accounts, repositories and the webhook URL come from the `trigger` section of the configuration.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import PART_OF
 from pipelines.platform.meta import metadata, restricted_container_security_context, restricted_pod_security_context
 
 API_VERSION = "argoproj.io/v1alpha1"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines.platform.meta import metadata
 
 # Knative Serving's own ConfigMap (config/core/configmaps/features.yaml); `kubectl apply` adds these

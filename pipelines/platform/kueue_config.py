@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from paddle_mlops.contracts import RENDEZVOUS_TIMEOUT_SECONDS
+from paddle_mlops_core.contracts import RENDEZVOUS_TIMEOUT_SECONDS
 
 CONFIGMAP = "kueue-manager-config"
 CONFIGMAP_KEY = "controller_manager_config.yaml"

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from paddle_mlops.config import ConfigError, PipelineConfig, TeamConfig, load_config, load_teams
+from paddle_mlops_core.config import ConfigError, PipelineConfig, TeamConfig, load_config, load_teams
 from pipelines.platform import mlflow_server
 from pipelines.platform.meta import metadata
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.contracts import PART_OF  # noqa: F401  (re-exported for the install modules)
+from paddle_mlops_core.contracts import PART_OF  # noqa: F401  (re-exported for the install modules)
+from pipelines import k8s
 
 
 def metadata(
@@ -26,12 +27,8 @@ def metadata(
 
 def restricted_pod_security_context() -> dict[str, Any]:
     """Pod-level part of the 'restricted' profile, from the same source the workflow pods use."""
-    from pipelines import k8s
-
     return k8s.as_k8s(k8s.pod_security_context())
 
 
 def restricted_container_security_context() -> dict[str, Any]:
-    from pipelines import k8s
-
     return k8s.as_k8s(k8s.container_security_context())

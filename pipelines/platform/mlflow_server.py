@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.contracts import PART_OF
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import PART_OF
 from pipelines.platform.meta import metadata, restricted_container_security_context, restricted_pod_security_context
 from pipelines.platform.network import endpoint
 

@@ -35,26 +35,32 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from paddle_mlops.config import ConfigError, PipelineConfig, RegionConfig, TeamConfig
-from pipelines.platform import kueue, rbac, tenancy
+from paddle_mlops_core.config import ConfigError, PipelineConfig, RegionConfig, TeamConfig
+from paddle_mlops_core.config.placement import team_regions
+from pipelines import kueue_names, trainjob
+from pipelines.labels import TEAM_LABEL
+from pipelines.platform import kueue_objects, rbac, tenancy
 from pipelines.platform.meta import metadata
+from pipelines.service_accounts import TRAIN_SERVICE_ACCOUNT
 
 FLAVOR = "multikueue"  # the manager's accounting flavor
 WORKERS_DIR = "workers"
 
 
 def check_name(team: TeamConfig) -> str:
-    return f"{kueue.MULTIKUEUE_CHECK}-{team.name}"
+    return f"{kueue_names.MULTIKUEUE_CHECK}-{team.name}"
 
 
 def _amount(value: Any) -> Decimal:
+    # Heavy, not a cycle: kubernetes.utils loads the whole API client (~0.4 s), which only a MultiKueue install uses;
+    # every other import of the install set (the local run's notifications included) goes without it.
     from kubernetes.utils import parse_quantity
 
     return Decimal(parse_quantity(str(value)))
 
 
 def _share(amount: Any, fraction: float | None) -> Decimal:
-    return _amount(kueue.scaled(amount, fraction)) if fraction is not None else _amount(amount)
+    return _amount(tenancy.scaled(amount, fraction)) if fraction is not None else _amount(amount)
 
 
 def team_ceiling(team: TeamConfig, teams: dict[str, TeamConfig]) -> dict[str, Decimal]:
@@ -91,26 +97,26 @@ def manager_flavor(cfg: PipelineConfig) -> dict[str, Any]:
     # worker's flavors place it. The topology is the workers' too (Kueue skips TAS on a MultiKueue queue,
     # pkg/cache/scheduler/clusterqueue.go isTASViolated), but a run asking for a topology needs a TAS flavor
     # (tas_flavorassigner.go checkPodSetAndFlavorMatchForTAS).
-    spec: dict[str, Any] = {"topologyName": kueue.TOPOLOGY} if cfg.cluster.topology_levels else {}
-    return {"apiVersion": kueue.API, "kind": "ResourceFlavor", "metadata": metadata(FLAVOR), "spec": spec}
+    spec: dict[str, Any] = {"topologyName": kueue_names.TOPOLOGY} if cfg.cluster.topology_levels else {}
+    return {"apiVersion": kueue_names.API, "kind": "ResourceFlavor", "metadata": metadata(FLAVOR), "spec": spec}
 
 
 def manager_cluster_queue(team: TeamConfig, teams: dict[str, TeamConfig]) -> dict[str, Any]:
     ceiling = team_ceiling(team, teams)
     resources = [
         {"name": name, "nominalQuota": _quantity(key, ceiling[key])}
-        for name, key in (("cpu", "cpu"), ("memory", "memory"), (kueue.GPU, "gpu"))
+        for name, key in (("cpu", "cpu"), ("memory", "memory"), (kueue_names.GPU, "gpu"))
     ]
     return {
-        "apiVersion": kueue.API,
+        "apiVersion": kueue_names.API,
         "kind": "ClusterQueue",
-        "metadata": metadata(team.name, labels={kueue.TEAM_LABEL: team.name}),
+        "metadata": metadata(team.name, labels={TEAM_LABEL: team.name}),
         "spec": {
-            "namespaceSelector": {"matchLabels": {kueue.TEAM_LABEL: team.name}},
+            "namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}},
             "queueingStrategy": "BestEffortFIFO",
             "resourceGroups": [
                 {
-                    "coveredResources": list(kueue.COVERED_RESOURCES),
+                    "coveredResources": list(kueue_names.COVERED_RESOURCES),
                     "flavors": [{"name": FLAVOR, "resources": resources}],
                 }
             ],
@@ -121,8 +127,6 @@ def manager_cluster_queue(team: TeamConfig, teams: dict[str, TeamConfig]) -> dic
 
 
 def _worker_clusters(team: TeamConfig, regions: dict[str, RegionConfig]) -> list[str]:
-    from paddle_mlops.config.placement import team_regions
-
     held = team_regions(team, regions)
     missing = [r.name for r in held if r.worker_cluster is None]
     if missing:
@@ -145,7 +149,7 @@ def manager(
     clusters = list(dict.fromkeys(c for names in per_team.values() for c in names))
     docs: list[dict[str, Any]] = [
         {
-            "apiVersion": kueue.API,
+            "apiVersion": kueue_names.API,
             "kind": "MultiKueueCluster",
             "metadata": metadata(name),
             "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": name}}},
@@ -155,19 +159,19 @@ def manager(
     for team in queued:
         docs.append(
             {
-                "apiVersion": kueue.API,
+                "apiVersion": kueue_names.API,
                 "kind": "MultiKueueConfig",
-                "metadata": metadata(team.name, labels={kueue.TEAM_LABEL: team.name}),
+                "metadata": metadata(team.name, labels={TEAM_LABEL: team.name}),
                 "spec": {"clusters": per_team[team.name]},
             }
         )
         docs.append(
             {
-                "apiVersion": kueue.API,
+                "apiVersion": kueue_names.API,
                 "kind": "AdmissionCheck",
-                "metadata": metadata(check_name(team), labels={kueue.TEAM_LABEL: team.name}),
+                "metadata": metadata(check_name(team), labels={TEAM_LABEL: team.name}),
                 "spec": {
-                    "controllerName": kueue.MULTIKUEUE_CONTROLLER,
+                    "controllerName": kueue_names.MULTIKUEUE_CONTROLLER,
                     "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": team.name},
                 },
             }
@@ -191,29 +195,25 @@ def worker(
     the region's flavor, per team a ClusterQueue with its quota here (no admission check) and the LocalQueue of the
     same name as on the manager, the priority classes, the Topology, and the ClusterTrainingRuntime (whose pods get
     PADDLE_MLOPS_REGION: the train step reads pretrained weights from this region's store)."""
-    from pipelines import trainjob
-
     here = {name: t for name, t in teams.items() if any(q.region == region.name for q in t.regions)}
     only_here = {name: t.model_copy(update={"regions": tuple(q for q in t.regions if q.region == region.name)})
                  for name, t in here.items()}  # fmt: skip
     docs: list[dict[str, Any]] = []
     for ns, team in job_namespaces(cfg, teams).items():
-        labels = {**tenancy.pod_security_labels("restricted"), kueue.TEAM_LABEL: team.name}
+        labels = {**tenancy.pod_security_labels("restricted"), TEAM_LABEL: team.name}
         docs.append(tenancy.namespace(ns, labels))
-        docs.append(
-            rbac.service_account(rbac.TRAIN_SERVICE_ACCOUNT, ns, False, "training pods: no Kubernetes API access")
-        )
+        docs.append(rbac.service_account(TRAIN_SERVICE_ACCOUNT, ns, False, "training pods: no Kubernetes API access"))
     if cfg.cluster.topology_levels:
-        docs.append(kueue.topology(cfg))
-    docs.append(kueue.resource_flavor(cfg, region))
-    docs.append({"apiVersion": kueue.API, "kind": "Cohort", "metadata": metadata(kueue.COHORT), "spec": {}})
-    docs += kueue.priority_classes(cfg)
+        docs.append(kueue_objects.topology(cfg))
+    docs.append(kueue_objects.resource_flavor(cfg, region))
+    docs.append({"apiVersion": kueue_names.API, "kind": "Cohort", "metadata": metadata(kueue_names.COHORT), "spec": {}})
+    docs += kueue_objects.priority_classes(cfg)
     single = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"multikueue": False})})
     for team in only_here.values():
-        docs.append(kueue.cluster_queue(single, team, regions))
+        docs.append(kueue_objects.cluster_queue(single, team, regions))
     for ns, team in job_namespaces(cfg, teams).items():
         if team.name in only_here:
-            docs.append(kueue.local_queue(team, ns))
+            docs.append(kueue_objects.local_queue(team, ns))
     docs.append(trainjob.cluster_training_runtime(cfg, region.name))  # its pods know their region's store
     return docs
 

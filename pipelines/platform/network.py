@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import load_task_configs
-from paddle_mlops.contracts import PART_OF, SERVING_PORT
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import load_task_configs
+from paddle_mlops_core.contracts import PART_OF, SERVING_PORT
+from pipelines.labels import TRAIN_POD_LABELS
 from pipelines.platform.meta import metadata
 
-TRAIN_POD_LABELS = {"paddle-mlops/component": "train"}
 # prometheus-operator labels every Prometheus server pod so (v0.93.0 pkg/prometheus/server/operator.go
 # makeSelectorLabels); kube-prometheus-stack's Prometheus runs in MONITORING_NAMESPACE.
 PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
@@ -28,7 +28,7 @@ PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
 # labels our InferenceServices carry, which KServe copies onto the pods (predictor.go buildObjectMeta).
 ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
 # Where Prometheus comes from; requests come from `serving.ingress_namespaces()` (Knative's activator and the
-# networking layer's gateway namespaces, paddle_mlops/config/networking.py).
+# networking layer's gateway namespaces, paddle_mlops_core/config/networking.py).
 MONITORING_NAMESPACE = "monitoring"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 
@@ -106,7 +106,9 @@ def predictor_selector(cfg: PipelineConfig) -> dict[str, Any]:
     """Every predictor pod of every configured task's model (configs/tasks/) in every region, stable and canary
     (one InferenceService each, named `<model>-<region>[-canary]`): labels set on the InferenceService, plus
     KServe's own."""
-    names = sorted({cfg.serving.model_name, *(t.serving.model_name for t in load_task_configs().values())})
+    # Every loaded configuration names its model (config/task_rules.py fill_defaults: ernie-<task> when unset).
+    served = [cfg.serving.model_name, *(t.serving.model_name for t in load_task_configs().values())]
+    names = sorted({name for name in served if name is not None})
     return {
         "matchLabels": dict(PART_OF),
         "matchExpressions": [

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlparse
 
-from paddle_mlops.config import PipelineConfig
-from paddle_mlops.config.loader import load_task_configs
-from paddle_mlops.contracts import MANIFEST_NAME, NAME_PATTERN, NOTIFICATION_RECORDS, store_bucket
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.config.loader import load_task_configs
+from paddle_mlops_core.contracts import MANIFEST_NAME, NAME_PATTERN, NOTIFICATION_RECORDS, store_bucket
 from pipelines.platform import events
 from pipelines.platform.meta import metadata
 
@@ -46,8 +46,9 @@ _SLASH = "(/|%2F)"
 def task_models(cfg: PipelineConfig) -> dict[str, str]:
     """Registered model by task: every configured task (configs/tasks/), and `cfg`'s own. Each task gets a
     dependency and a trigger; the store (bucket, prefix) is `cfg`'s for all of them."""
-    models = {task: task_cfg.mlflow.registered_model for task, task_cfg in load_task_configs().items()}
-    return {**models, cfg.task: cfg.mlflow.registered_model}
+    # Every loaded configuration names its model (config/task_rules.py fill_defaults: ernie-<task> when unset).
+    configs = {**load_task_configs(), cfg.task: cfg}
+    return {task: c.mlflow.registered_model for task, c in configs.items() if c.mlflow.registered_model is not None}
 
 
 def store_prefix(cfg: PipelineConfig) -> str:

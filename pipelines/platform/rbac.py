@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig
+from paddle_mlops_core.config import PipelineConfig
 from pipelines.platform import events
 from pipelines.platform.meta import metadata
-
-TRAIN_SERVICE_ACCOUNT = "paddle-mlops-train"
-ROLLOUT_SERVICE_ACCOUNT = "paddle-mlops-rollout"
+from pipelines.service_accounts import ROLLOUT_SERVICE_ACCOUNT, TRAIN_SERVICE_ACCOUNT
+from pipelines.training_backend import training_job
 
 TASK_RESULTS = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
 
@@ -56,9 +55,6 @@ def role_binding(name: str, namespace: str, service_account_name: str) -> dict[s
 
 
 def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    # Imported here: the job builders name this module's training service account.
-    from pipelines.templates import training_job
-
     resource, group = training_job(cfg).resource.split(".", 1)
     return [
         TASK_RESULTS,
@@ -85,14 +81,15 @@ def _prepull_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
 def rollout_rules() -> list[dict[str, Any]]:
     return [
         TASK_RESULTS,
-        # steps/runtime/kserve_rollout.py KServeRollout: get, create, replace (= update), delete; it polls,
+        # steps/runtime/release/kserve_rollout.py KServeRollout: get, create, replace (= update), delete; it polls,
         # never watches.
         {
             "apiGroups": ["serving.kserve.io"],
             "resources": ["inferenceservices"],
             "verbs": ["get", "create", "update", "delete"],
         },
-        # steps/runtime/raw_deployment.py: in RawDeployment mode Ready comes from the old pods' Available condition
+        # steps/runtime/release/raw_deployment.py: in RawDeployment mode Ready comes from the old pods' Available
+        # condition
         # during a rolling update, so the rollout reads the predictor Deployment (get, by name) until it is rolled out.
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
     ]

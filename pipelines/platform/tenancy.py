@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from paddle_mlops.config import PipelineConfig, TeamConfig, load_teams
+from paddle_mlops_core.config import PipelineConfig, TeamConfig, load_teams
+from pipelines.labels import TEAM_LABEL
 from pipelines.platform.meta import metadata
 
 QUOTA_NAME = "compute-quota"
@@ -59,7 +60,7 @@ def resource_quota(team: TeamConfig, namespace_name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": metadata(QUOTA_NAME, namespace_name, labels={"paddle-mlops/team": team.name}),
+        "metadata": metadata(QUOTA_NAME, namespace_name, labels={TEAM_LABEL: team.name}),
         "spec": {
             "hard": {
                 "requests.cpu": quota.cpu,
@@ -95,7 +96,7 @@ def priority_class(team: TeamConfig) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.k8s.io/v1",
         "kind": "PriorityClass",
-        "metadata": metadata(team.priority.name, labels={"paddle-mlops/team": team.name}),
+        "metadata": metadata(team.priority.name, labels={TEAM_LABEL: team.name}),
         "value": team.priority.value,
         "preemptionPolicy": team.priority.preemption,
         "globalDefault": False,
@@ -105,7 +106,7 @@ def priority_class(team: TeamConfig) -> dict[str, Any]:
 
 def team_documents(team: TeamConfig) -> list[dict[str, Any]]:
     return [
-        namespace(team.namespace, {**pod_security_labels("restricted"), "paddle-mlops/team": team.name}),
+        namespace(team.namespace, {**pod_security_labels("restricted"), TEAM_LABEL: team.name}),
         resource_quota(team, team.namespace),
         limit_range(team.namespace),
         priority_class(team),
@@ -119,7 +120,7 @@ def render(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> l
         docs += team_documents(team)
     if cfg.cluster.namespace not in {t.namespace for t in teams.values()}:
         # The team label admits the pipeline namespace to cluster.team's Kueue ClusterQueue (kueue.py).
-        team_label = {"paddle-mlops/team": cfg.cluster.team} if cfg.cluster.team in teams else {}
+        team_label = {TEAM_LABEL: cfg.cluster.team} if cfg.cluster.team in teams else {}
         docs.append(namespace(cfg.cluster.namespace, {**pod_security_labels("restricted"), **team_label}))
         if cfg.cluster.team in teams:
             docs.append(resource_quota(teams[cfg.cluster.team], cfg.cluster.namespace))

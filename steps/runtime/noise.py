@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from paddle_mlops.contracts import QUIET_LIBRARIES_ENV, SHOW_LIBRARY_WARNINGS_ENV, SILENCED_WARNINGS
+from paddle_mlops_core.contracts import QUIET_LIBRARIES_ENV, SHOW_LIBRARY_WARNINGS_ENV, SILENCED_WARNINGS
 
 SHOW_ENV = SHOW_LIBRARY_WARNINGS_ENV
 SILENCED = SILENCED_WARNINGS

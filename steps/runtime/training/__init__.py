@@ -1,0 +1,1 @@
+"""Training: the trainer loop, its checkpoints and resume, launch, tracking and progress."""

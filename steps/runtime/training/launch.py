@@ -1,0 +1,163 @@
+"""`python -m steps.runtime.training.launch`: start `paddle.distributed.launch` on one TrainJob node.
+
+A TrainJob's rank 0 is known by its JobSet DNS name (`<trainjob>-node-0-0.<trainjob>`), but
+Paddle's HTTP master starts its rendezvous store only when the `--master` host is 127.0.0.1 or the
+node's own IP (paddle/distributed/launch/controllers/master.py HTTPMaster.lazy_init): given a
+hostname, rank 0 would wait for a store nobody starts. So this resolves the name (waiting for the
+headless Service's record, which JobSet publishes before the pods are ready) and hands the IP on;
+every other argument goes to the launcher untouched. With `--nnodes 1` there is nothing to meet:
+it runs the launcher without a master, as a single-node PaddleJob would.
+
+It stays the container's first process (the one the kubelet signals) instead of exec'ing the launcher, for two
+things Paddle's launcher gets wrong for a restart policy (paddle/distributed/launch/controllers/controller.py):
+- SIGTERM: the launcher SIGTERMs its workers and SIGKILLs them 30 s later, whatever the grace period. This process
+  passes SIGTERM to the workers themselves (their pid files in the control folder), which checkpoint at the next
+  step boundary and exit 143 together (steps/runtime/training/graceful_stop.py) within the pod's grace period.
+- the exit code: the launcher exits with its first worker's code, often that of a worker it terminated itself, so
+  a worker that failed on bad configuration or data would be restarted in a loop. A worker exiting with the fatal
+  code leaves a mark in the control folder (steps/runtime/runner.py); then this exits `EXIT_FATAL`, which the
+  pod failure policy does not restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from paddle_mlops_core.contracts import (
+    EXIT_FAILED,
+    EXIT_FATAL,
+    EXIT_TERMINATED,
+    EXIT_USER_ERROR,
+    LAUNCH_CONTROL_ENV,
+    RENDEZVOUS_TIMEOUT_SECONDS,
+)
+
+RESOLVE_TIMEOUT_SECONDS = float(RENDEZVOUS_TIMEOUT_SECONDS)
+
+
+class RendezvousError(Exception):
+    """The launch arguments cannot work; the message says what is wrong. Exit 2: a restart changes nothing."""
+
+
+class RendezvousTimeout(RendezvousError):
+    """Rank 0's address did not resolve in time. Exit 1: a restart of the job may find it."""
+
+
+def resolve(host: str, timeout: float, lookup: Callable[[str], str] = socket.gethostbyname) -> str:
+    """The IPv4 address of `host`, retrying while its DNS record does not exist yet."""
+    deadline = time.monotonic() + timeout
+    delay = 0.5
+    while True:
+        try:
+            return lookup(host)
+        except OSError as exc:
+            if time.monotonic() + delay > deadline:
+                raise RendezvousTimeout(
+                    f"rank-0 address {host!r} did not resolve within {timeout:.0f}s ({exc}). The JobSet's headless "
+                    "Service publishes it once the pods exist: check that the TrainJob's pods were created "
+                    "(kubectl get pods -l jobset.sigs.k8s.io/jobset-name=<trainjob>) and that DNS works in the "
+                    "namespace."
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+def launcher_argv(argv: Sequence[str], lookup: Callable[[str], str] = socket.gethostbyname) -> list[str]:
+    """The `python -m paddle.distributed.launch ...` command for these arguments."""
+    parser = argparse.ArgumentParser(prog="python -m steps.runtime.training.launch", add_help=False)
+    parser.add_argument("--master", default=None, help="HOST:PORT of rank 0")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--rank", default=None, help="this node's rank (JOB_COMPLETION_INDEX)")
+    parser.add_argument("--resolve-timeout", type=float, default=RESOLVE_TIMEOUT_SECONDS)
+    known, rest = parser.parse_known_args(list(argv))
+    command = [sys.executable, "-m", "paddle.distributed.launch"]
+    if known.nnodes <= 1:
+        return [*command, *rest]
+    if not known.master or known.rank is None:
+        raise RendezvousError(f"--nnodes {known.nnodes} needs --master HOST:PORT and --rank N")
+    host, sep, port = known.master.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RendezvousError(f"--master {known.master!r} is not HOST:PORT")
+    if not str(known.rank).isdigit() or int(known.rank) >= known.nnodes:
+        raise RendezvousError(
+            f"--rank {known.rank!r} is not a node index below --nnodes {known.nnodes} (is JOB_COMPLETION_INDEX set?)"
+        )
+    address = resolve(host, known.resolve_timeout, lookup)
+    return [
+        *command,
+        "--master", f"{address}:{port}",
+        "--nnodes", str(known.nnodes),
+        "--rank", str(known.rank),
+        *rest,
+    ]  # fmt: skip
+
+
+class Supervisor:
+    """Runs the launcher as a child and turns SIGTERM and the workers' outcome into the container's exit code."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.control = Path(tempfile.mkdtemp(prefix="paddle-mlops-launch-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.terminated = False
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        """SIGTERM to every worker that registered (they stop together at a step boundary); to the launcher while
+        none has yet (nothing trained, nothing to save)."""
+        del frame
+        self.terminated = True
+        workers = [int(p.read_text()) for p in self.control.glob("pid.*") if p.read_text().strip().isdigit()]
+        for pid in workers or ([self.proc.pid] if self.proc else []):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._forward)
+        try:
+            self.proc = subprocess.Popen(self.command, env={**os.environ, LAUNCH_CONTROL_ENV: str(self.control)})
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C reaches the launcher in our group
+            code = self.proc.wait()
+            return self.exit_code(code)
+        finally:
+            shutil.rmtree(self.control, ignore_errors=True)
+
+    def exit_code(self, code: int) -> int:
+        fatal = sorted(self.control.glob("fatal.*"))
+        if fatal:
+            print(f"launch: a worker failed for good: {fatal[0].read_text().strip()}", file=sys.stderr)
+            return EXIT_FATAL
+        if code < 0:  # the launcher itself was killed by a signal
+            code = 128 - code
+        if self.terminated and code != 0:
+            return EXIT_TERMINATED
+        return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        command = launcher_argv(sys.argv[1:] if argv is None else argv)
+    except RendezvousTimeout as exc:
+        print(f"launch: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except RendezvousError as exc:
+        print(f"launch: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print("launch: " + " ".join(command), file=sys.stderr, flush=True)
+    return Supervisor(command).run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

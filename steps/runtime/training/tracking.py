@@ -1,0 +1,207 @@
+"""What a training run records in MLflow (rank 0 only): the run with its tags and flattened parameters,
+its train/dev/test splits as dataset inputs, per-epoch metrics, and the best model's metrics, files and
+learning curves. The experiment is marked as a model-training experiment (`mlflow.experimentKind`), so the
+MLflow 3 UI opens it on runs and metrics, not on the GenAI traces overview."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from paddle_mlops_core import contracts
+from paddle_mlops_core.config import PipelineConfig
+from steps.runtime import config_names
+from steps.runtime.data import tasks
+from steps.runtime.runner import StepStopped
+
+log = logging.getLogger("steps.train")
+
+MODEL_INFO = "model-info"  # artifact folder for the exported model's small JSON files
+# The experiment tag the MLflow 3 UI reads to pick its layout (ExperimentKind in mlflow/server/js):
+# `custom_model_development` shows runs, metrics and models; an untagged experiment may open on traces.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+# Split file -> MLflow's dataset input context.
+SPLITS = (("train", "training"), ("dev", "validation"), ("test", "testing"))
+
+
+def run_name() -> str | None:
+    """The MLflow run name: the workflow's run (contracts.workflow_run_name, the same the JSON logs carry); None
+    outside a workflow, so MLflow picks one."""
+    return contracts.workflow_run_name() or None
+
+
+def flatten(prefix: str, value: Any) -> dict[str, Any]:
+    """Nested mappings -> `a.b.c` keys (MLflow params are flat)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(f"{prefix}.{key}" if prefix else str(key), item))
+        return out
+    return {prefix: value}
+
+
+@contextmanager
+def start_run(
+    cfg: PipelineConfig,
+    git_sha: str,
+    world: int,
+    stats: dict[str, Any],
+    data_dir: Path | None = None,
+    data_uri: str | None = None,
+    provenance: dict[str, Any] | None = None,
+    resume_run_id: str | None = None,
+    resumed_from: int = 0,
+) -> Iterator[str]:
+    """An MLflow run with the configuration and data statistics as parameters and the splits in `data_dir`
+    (published at `data_uri`) as dataset inputs; yields its run id. `provenance`: the pretrained weights trained
+    from (name, staged digest, PaddleNLP version), logged as `pretrained.*` params. `resume_run_id`: the run a
+    checkpoint was taken in (resumed at step `resumed_from`): continued, not started again, so its metrics go on at
+    the right steps and there is no second run. A run stopped by SIGTERM ends KILLED; the attempt that resumes
+    it sets it RUNNING again."""
+    import mlflow
+
+    from steps.runtime.release import registry
+
+    uri = registry.tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    experiment = open_experiment(config_names.experiment(cfg), uri)
+    if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+        mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
+            "task_type": cfg.model.task}  # fmt: skip
+    resumed = _resumable(resume_run_id)
+    # The context manager ends the run FINISHED, or FAILED when an exception escapes.
+    with (
+        mlflow.start_run(run_id=resumed, tags=tags) if resumed else mlflow.start_run(run_name=run_name(), tags=tags)
+    ) as active:
+        try:
+            if resumed:
+                # The exit handler closes the runs its workflow left RUNNING, by this tag: now this workflow's.
+                mlflow.set_tags({"resumed_from_step": str(resumed_from), "workflow": run_name() or ""})
+            else:
+                _log_inputs(cfg, world, stats, data_dir, data_uri, provenance)
+            yield active.info.run_id
+        except StepStopped:
+            mlflow.end_run("KILLED")
+            raise
+
+
+def _resumable(run_id: str | None) -> str | None:
+    """`run_id` when the tracking server still has it, else None (and a warning: a new run starts)."""
+    if not run_id:
+        return None
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mlflow.MlflowClient().get_run(run_id)
+    except MlflowException:
+        log.warning("MLflow run %s of the checkpoint is gone from the tracking server; starting a new run", run_id)
+        return None
+    return run_id
+
+
+def _log_inputs(
+    cfg: PipelineConfig,
+    world: int,
+    stats: dict[str, Any],
+    data_dir: Path | None,
+    data_uri: str | None,
+    provenance: dict[str, Any] | None,
+) -> None:
+    """A new run's parameters (configuration, data statistics, pretrained provenance) and dataset inputs."""
+    import mlflow
+
+    params = flatten("model", cfg.model.model_dump()) | flatten("training", cfg.training.model_dump(exclude={"job"}))
+    params |= flatten("data", {k: v for k, v in stats.items() if k not in ("sha256", "labels", "pretrained")})
+    params["world_size"] = world
+    params |= {
+        k.replace("pretrained_", "pretrained.", 1): v for k, v in (provenance or {}).items() if k != "pretrained"
+    }
+    params["pretrained.name"] = (provenance or {}).get("pretrained")
+    mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
+    if data_dir is not None:
+        log_datasets(data_dir, data_uri or str(data_dir), stats, tasks.for_config(cfg))
+
+
+def open_experiment(name: str, uri: str) -> Any:
+    """The experiment `name`, made the active one; created first when missing, with its artifacts beside a local
+    SQLite store (`contracts.artifact_root`) rather than under the working directory."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    root = contracts.artifact_root(uri)
+    if root is not None and mlflow.get_experiment_by_name(name) is None:
+        try:
+            folder = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+            mlflow.create_experiment(name, artifact_location=(root / folder).as_uri())
+        except MlflowException as exc:  # another process created it first: use theirs
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+    return mlflow.set_experiment(name)
+
+
+def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any = None) -> None:
+    """Each split as an MLflow dataset input: name, digest (the file's sha256, as in stats.json), source
+    (where the split is published), schema and row count, with MLflow's context tag. `task`: the task type
+    (steps/runtime/data/tasks), which says what a row holds (default: text classification)."""
+    import mlflow
+    import pandas as pd
+    from mlflow.data.pandas_dataset import from_pandas
+
+    task = task or tasks.for_type("text-classification")
+    digests = stats.get("sha256") or {}
+    for split, context in SPLITS:
+        path = data_dir / f"{split}.jsonl"
+        if not path.is_file():
+            continue
+        # Nested values (a NER row's entity list) as JSON text: MLflow's schema has no list-of-lists column.
+        rows = [
+            {k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in row.items()}
+            for row in task.read_rows(path)
+        ]
+        frame = pd.DataFrame(rows, columns=list(task.row_keys))
+        digest = str(digests.get(path.name) or "")
+        with warnings.catch_warnings():  # mlflow's hints on integer columns and ambiguous local sources
+            warnings.simplefilter("ignore")
+            dataset = from_pandas(
+                frame,
+                source=f"{data_uri.rstrip('/')}/{path.name}",
+                name=split,
+                targets=task.target_key,
+                digest=digest[:16] or None,
+            )
+            # The schema is inferred lazily, when the input is logged: the hints come from here too.
+            mlflow.log_input(dataset, context=context, tags={"rows": str(len(frame)), "sha256": digest})
+
+
+def log_epoch(record: dict[str, float], epoch: int) -> None:
+    """One epoch's train and dev metrics, at step `epoch` (counted from 1)."""
+    import mlflow
+
+    mlflow.log_metrics(record, step=epoch)
+
+
+def log_best(
+    best: dict[str, Any], model_dir: Path, data_dir: Path, history: list[dict[str, float]], out_dir: Path
+) -> None:
+    """The best-on-dev metrics, the exported model's JSON files, the data statistics and the learning curves."""
+    import mlflow
+
+    mlflow.log_metrics({f"best_{k}": v for k, v in best.items() if k.startswith("dev_")})
+    for name in ("label_map.json", "model_config.json", "training.json"):
+        mlflow.log_artifact(str(model_dir / name), artifact_path=MODEL_INFO)
+    if (data_dir / "stats.json").is_file():
+        mlflow.log_artifact(str(data_dir / "stats.json"), artifact_path=MODEL_INFO)
+    if history:
+        from steps.runtime import plots  # matplotlib: loaded only when there are curves
+
+        curves = plots.plot_curves(history, out_dir / plots.PLOTS_DIR / plots.CURVES_PNG)
+        mlflow.log_artifact(str(curves), artifact_path=plots.PLOTS_DIR)

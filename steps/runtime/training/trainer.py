@@ -1,0 +1,372 @@
+"""The ERNIE trainer behind `steps/train.py`: one process of the data-parallel job, from data to the exported
+best-on-dev model, resumable from its checkpoints. What a row is, its target, its loss and its dev scores come
+from the task type (steps/runtime/data/tasks/); the best epoch is the one with the best dev gate metric."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import CHECKPOINTS, PRETRAINED_RECORD
+from steps.runtime import config_names
+from steps.runtime.data import tasks
+from steps.runtime.data import text as data
+from steps.runtime.runner import StepError, StepFailed, StepStopped
+from steps.runtime.training import distillation, dygraph, graceful_stop, optimization, run_id
+from steps.runtime.training import snapshot as train_snapshot
+from steps.runtime.training import tracking as train_tracking
+from steps.runtime.training.checkpoint_policy import Checkpointer, Resume
+from steps.runtime.training.checkpoint_store import check_layout
+from steps.runtime.training.graceful_stop import StopDecision
+from steps.runtime.training.progress import LiveProgress
+from steps.runtime.training.sampler import LengthGroupedBatchSampler
+from steps.runtime.training.state import Setup, TrainState, seed_everything, summary
+from steps.runtime.training.trace import StepTrace
+from steps.runtime.weights import pretrained
+
+EVAL_BATCH_ROWS = 128
+
+log = logging.getLogger("steps.train")
+
+
+class Trainer:
+    """One process of the data-parallel job; rank 0 evaluates, exports, logs and checkpoints."""
+
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        data_dir: Path,
+        out_dir: Path,
+        git_sha: str,
+        dump_params: Path | None = None,
+        data_uri: str | None = None,
+        checkpoint_root: str | None = None,
+        explicit_run_id: str | None = None,
+    ) -> None:
+        """`data_uri`: where `data_dir` was staged from (the workspace data/): the splits' source in MLflow.
+        `checkpoint_root`: where runs keep their checkpoints (`<root>/<task>/<run id>/checkpoints/`; default
+        `<out_dir>/train`); `explicit_run_id`: the `run-id` parameter (empty: the training inputs' digest)."""
+        import paddle
+        import paddle.distributed as dist
+
+        from steps.runtime.weights import ernie
+
+        self.cfg, self.data_dir, self.out_dir, self.git_sha = cfg, data_dir, out_dir, git_sha
+        self.dump_params, self.data_uri = dump_params, data_uri
+        self.ernie = ernie
+        self.task = tasks.for_config(cfg)
+        self.world = dist.get_world_size()
+        self.use_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+        paddle.set_device(f"gpu:{dist.ParallelEnv().device_id}" if self.use_gpu else "cpu")
+        if self.world > 1:
+            dist.init_parallel_env()
+        self.rank = dist.get_rank()
+        self.labels = data.read_label_map(data_dir / "label_map.json")
+        self.stats = json.loads((data_dir / "stats.json").read_text()) if (data_dir / "stats.json").is_file() else {}
+        self.run_id = run_id.run_id(explicit_run_id, git_sha, cfg, data_dir, self._layout())
+        root = (checkpoint_root or str(out_dir / "train")).rstrip("/")
+        self.checkpointer = Checkpointer(cfg, f"{root}/{cfg.task}/{self.run_id}/{CHECKPOINTS}", self.rank)
+        self.stop = StopDecision(self.world, self.use_gpu)
+        self.trace = StepTrace(self.rank)
+        seed_everything(cfg.training.seed)
+        self.tokenizer, self.model = self._build()
+
+    def _build(self) -> tuple[Any, Any]:
+        """The tokenizer and model: the pretrained weights' own tokenizer and encoder with a new head, or the small
+        from-scratch model on prepare-data's character vocabulary."""
+        mcfg = self.cfg.model
+        directory = self._pretrained_dir()
+        if directory is not None:
+            model = self.ernie.load_pretrained(directory, len(self.labels), mcfg.dropout, mcfg.task)
+            pretrained.check_length(self.cfg, str(mcfg.pretrained), model.config.max_position_embeddings)
+            return self.ernie.load_tokenizer(directory), model
+        vocab = self.data_dir / "vocab.txt"
+        if not vocab.is_file():
+            raise StepError(f"{vocab} does not exist; prepare-data writes it when model.pretrained is null.")
+        tokenizer = self.ernie.load_tokenizer(vocab)
+        return tokenizer, self.ernie.build_model(mcfg, len(tokenizer.vocab), len(self.labels), tokenizer.pad_token_id)
+
+    def _pretrained_dir(self) -> Path | None:
+        """Where the weights are (a name: the digest prepare-data resolved, fetched and verified); None from scratch.
+        Sets `self.provenance`, what MLflow and the export record of them."""
+        mcfg = self.cfg.model
+        self.provenance: dict[str, Any] = {"pretrained": mcfg.pretrained}
+        if mcfg.pretrained_name is None:
+            if mcfg.pretrained is None:
+                return None
+            return self.ernie.stage_pretrained(mcfg.pretrained, self.cfg.storage.endpoint_url)
+        record = pretrained.read_record(self.data_dir)
+        if record is None or record.get("name") != mcfg.pretrained_name:
+            raise StepError(
+                f"{self.data_dir / PRETRAINED_RECORD} does not resolve model.pretrained {mcfg.pretrained_name!r}; "
+                "rerun prepare-data with this configuration"
+            )
+        if record.get("from_scratch"):
+            log.warning("training the small model from scratch: %s (model.scratch_if_unstaged)", record["from_scratch"])
+            self.provenance = {"pretrained": None, "pretrained_unstaged": mcfg.pretrained_name}
+            return None
+        directory, self.provenance = pretrained.materialize(record, self.cfg)
+        log.info("fine-tuning %s (digest %s)", mcfg.pretrained_name, self.provenance["pretrained_digest"][:12])
+        return directory
+
+    def _rows(self, split: str) -> list[dict[str, Any]]:
+        path = self.data_dir / f"{split}.jsonl"
+        rows = self.task.read_rows(path)
+        if not rows:
+            raise StepError(f"{path} is empty; rerun prepare-data with more data.")
+        if "label" in self.task.row_keys:
+            bad = sorted({int(r["label"]) for r in rows} - set(self.labels))
+            if bad:
+                raise StepError(f"{split}.jsonl has labels {bad} missing from label_map.json; rerun prepare-data.")
+        return rows
+
+    def _batch(self, setup: Setup, indices: Sequence[int]) -> tuple[Any, Any, Any]:
+        import paddle
+
+        rows = setup.train
+        input_ids, token_type_ids = rows.padded(indices, self.tokenizer.pad_token_id)
+        targets = self.task.targets_batch([setup.train_targets[i] for i in indices], input_ids.shape[1])
+        return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(targets)
+
+    def evaluate(self, model: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
+        """The task's metrics (`spec.metrics`) of `model` on `rows`, answered the way the exported model answers."""
+        import paddle
+
+        def forward(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+            logits = model(paddle.to_tensor(input_ids), token_type_ids=paddle.to_tensor(token_type_ids))
+            return logits.astype("float32").numpy()
+
+        instances = [self.task.instance(r) for r in rows]
+        encoded = self.task.encode(self.tokenizer, instances, self.cfg.model.max_seq_len)
+        model.eval()
+        with paddle.no_grad():
+            logits = tasks.run_rows(forward, encoded, EVAL_BATCH_ROWS, self.tokenizer.pad_token_id)
+        model.train()
+        report = self.task.scores(rows, self.task.results(instances, encoded, logits, self.labels), self.labels)
+        return {name: float(report[name]) for name in self.task.spec.metrics}
+
+    def run(self) -> dict[str, Any]:
+        """Train (resuming from the run's newest complete checkpoint), export the best epoch; the summary.
+        StepStopped when a SIGTERM stopped it after checkpointing."""
+        graceful_stop.REQUEST.arm()  # after the imports that replaced it: a SIGTERM from here on stops at a step
+        resume = self._fetch_resume()
+        if self.rank != 0:
+            return self._train(None, resume)
+        mlflow_run = resume.meta.get("mlflow_run_id") if resume else None
+        with train_tracking.start_run(
+            self.cfg, self.git_sha, self.world, self.stats, self.data_dir, self.data_uri, self.provenance,
+            resume_run_id=mlflow_run, resumed_from=resume.step if resume else 0,
+        ) as tracked:  # fmt: skip
+            return self._train(tracked, resume)
+
+    def _fetch_resume(self) -> Resume | None:
+        """Every rank loads the same checkpoint, or none: a rank on another step would wait in a collective forever."""
+        import paddle
+        import paddle.distributed as dist
+
+        resume = self.checkpointer.fetch()
+        step = resume.step if resume else 0
+        if self.world > 1:
+            low, high = paddle.to_tensor([-step], dtype="int64"), paddle.to_tensor([step], dtype="int64")
+            dist.all_reduce(low, op=dist.ReduceOp.MAX)
+            dist.all_reduce(high, op=dist.ReduceOp.MAX)
+            lowest, highest = -int(low.numpy().item()), int(high.numpy().item())
+            if lowest != highest:
+                raise StepFailed(f"the ranks found different checkpoints in {self.checkpointer.uri} "
+                                 f"(steps {lowest}..{highest}); retry")  # fmt: skip
+        if resume is not None:
+            check_layout(f"{self.checkpointer.uri}/{resume.step}", resume.meta.get("layout"), self._layout())
+        return resume
+
+    def _train(self, run_id: str | None, resume: Resume | None) -> dict[str, Any]:
+        import paddle
+
+        # Optimizer accumulators are named when first used; a fresh name scope makes the names in a
+        # checkpoint match however many optimizers this process created before (tests, notebooks).
+        with paddle.utils.unique_name.guard(), dygraph.dense_kernels_on_cpu(self.use_gpu):
+            return self._train_loop(run_id, resume)
+
+    def _train_loop(self, run_id: str | None, resume: Resume | None) -> dict[str, Any]:
+        setup = self._setup()
+        state = self._resume(setup, resume)
+        tcfg = self.cfg.training
+        live = LiveProgress(self.rank == 0, setup.total_steps, state.step, self.world, tcfg.metrics_port,
+                            self.use_gpu, self.out_dir / "metrics-port")  # fmt: skip
+        started, cpu_started = time.time(), time.process_time()
+        try:
+            with live:
+                self._epochs(setup, state, live, run_id)
+        finally:
+            live.stop()
+        if self.dump_params and self.rank == 0:
+            # the final (not best-on-dev) parameters, for comparing runs parameter by parameter
+            np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
+        if self.rank == 0 and state.best_state is None:
+            # resumed from a checkpoint taken at the very last step: nothing left to train, evaluate it
+            dev = self.evaluate(self.model, setup.dev)
+            state.keep_best(state.start_epoch + 1, dev, self.model)
+        result = summary(self.world, state, started, cpu_started)
+        if self.rank == 0:
+            self._finish(run_id, state, result)
+        return {**result, **state.best, "run_id": self.run_id}
+
+    def _epochs(self, setup: Setup, state: TrainState, live: LiveProgress, run_id: str | None) -> None:
+        last = self.cfg.training.epochs - 1
+        for epoch in range(state.start_epoch, self.cfg.training.epochs):
+            # A run resumed at its last step still scores the epoch it stopped in, as the uninterrupted run did.
+            if state.step >= setup.total_steps and not (epoch == state.start_epoch and state.skip):
+                break
+            record = self._train_epoch(setup, state, epoch, live, run_id)
+            if self.rank == 0:
+                self._score_epoch(setup, state, epoch, record, run_id)
+            final = epoch == last or state.step >= setup.total_steps
+            # After the dev evaluation, so the checkpoint holds this epoch's best; it resumes at the next epoch.
+            capture = partial(self._snapshot, setup, state, epoch + 1, 0, run_id)
+            self.checkpointer.at_epoch_end(state.step, final, capture)
+        self.checkpointer.wait()
+
+    def _setup(self) -> Setup:
+        import paddle
+
+        tcfg = self.cfg.training
+        rows = self._rows("train")
+        train, train_targets = self.task.encode_training(self.tokenizer, rows, self.cfg.model.max_seq_len, self.labels)
+        if tcfg.distill_weight > 0:
+            teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
+            train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)
+        dev = self._rows("dev") if self.rank == 0 else []
+        # One sampler batch is one optimizer step (all its micro-batches), so accumulating 2 × b
+        # trains exactly the batches that 1 × 2b does.
+        sampler = LengthGroupedBatchSampler(
+            [len(ids) for ids in train.input_ids], tcfg.batch_size * tcfg.grad_accumulation,
+            num_replicas=self.world, rank=self.rank, seed=tcfg.seed,
+        )  # fmt: skip
+        total_steps = max(1, tcfg.epochs * len(sampler))
+        if tcfg.max_steps:
+            total_steps = min(total_steps, tcfg.max_steps)
+        optimizer, scheduler = optimization.make_optimizer(self.cfg, self.model, total_steps)
+        model = paddle.DataParallel(self.model) if self.world > 1 else self.model
+        amp = optimization.amp_dtype(tcfg.amp, self.use_gpu)
+        scaler = paddle.amp.GradScaler() if amp == "float16" else None
+        return Setup(train, train_targets, dev, sampler, total_steps, optimizer, scheduler, model,
+                     amp, scaler)  # fmt: skip
+
+    def _resume(self, setup: Setup, resume: Resume | None) -> TrainState:
+        """A fresh state, or the checkpoint's: parameters, optimizer and LR schedule, loss scaler, the generators'
+        states and the data position restored, so the run continues exactly where the checkpoint was taken."""
+        if resume is None:
+            log.info("run %s: no checkpoint in %s, training from the start", self.run_id, self.checkpointer.uri)
+            return TrainState()
+        train_snapshot.restore(resume.arrays, self.model, setup.optimizer, setup.scaler, resume.meta)
+        train_snapshot.set_rng_states(resume.rng, self.use_gpu)
+        state = TrainState.resumed(resume.meta, resume.arrays.get("best"))
+        self.checkpointer.restart_clock(state.step)
+        if self.rank == 0:
+            log.info("resuming from checkpoint step %d (%s/%d)", state.step, self.checkpointer.uri, state.step)
+        return state
+
+    def _snapshot(self, setup: Setup, state: TrainState, epoch: int, batches_done: int, run_id: str | None) -> Any:
+        """Rank 0: the state after this step, copied off the training tensors (training goes on meanwhile)."""
+        meta = {**state.position(epoch, batches_done), "layout": self._layout(), "run_id": self.run_id,
+                "mlflow_run_id": run_id, "git_sha": self.git_sha}  # fmt: skip
+        return train_snapshot.capture(state.step, self.model, setup.optimizer, setup.scaler, state.best_state, meta,
+                                      self.use_gpu)  # fmt: skip
+
+    def _after_step(self, setup: Setup, state: TrainState, epoch: int, done: int, run_id: str | None) -> None:
+        """At a step boundary: stop if any rank was signalled (after a final checkpoint), else checkpoint if due."""
+        capture = partial(self._snapshot, setup, state, epoch, done, run_id)
+        if self.stop.after_step(state.step):
+            self.checkpointer.final(state.step, capture)
+            self.stop.barrier()
+            raise StepStopped(f"SIGTERM: stopped after step {state.step}, checkpoint in {self.checkpointer.uri}")
+        self.checkpointer.after_step(state.step, capture)
+
+    def _train_epoch(
+        self, setup: Setup, state: TrainState, epoch: int, live: LiveProgress, run_id: str | None
+    ) -> dict[str, float]:
+        """One epoch, or what a resumed one has left; its train loss and throughput (empty when it trained nothing)."""
+        import paddle
+
+        tcfg = self.cfg.training
+        setup.sampler.set_epoch(epoch)
+        setup.model.train()
+        # Losses stay on the device until the epoch ends: a float() per step is a
+        # host-device sync that stalls the GPU queue.
+        losses: list[Any] = []
+        seen, t0 = 0, time.time()
+        live.start_epoch()
+        for position, indices in enumerate(setup.sampler):
+            if epoch == state.start_epoch and position < state.skip:
+                continue
+            if state.step >= setup.total_steps:
+                break
+            wait_started = time.perf_counter()
+            micro = optimization.split(indices, tcfg.grad_accumulation)
+            batches = [(part, self._batch(setup, part)) for part in micro]
+            loader_wait = time.perf_counter() - wait_started
+            loss = optimization.step_gradients(setup.model, batches, len(indices), setup.amp, setup.scaler)
+            self.trace.record(state.step + 1, epoch, setup.optimizer.get_lr(), setup.train, indices)
+            optimization.apply_step(setup.optimizer, setup.scheduler, setup.scaler)
+            losses.append(loss)
+            seen += len(indices)
+            state.step += 1
+            live.step(state.step, epoch + 1, loss, len(indices), wait=loader_wait)
+            # Checkpoint capture counts as training time: the benchmarks measure what checkpoints cost.
+            self._after_step(setup, state, epoch, position + 1, run_id)
+        elapsed = time.time() - t0
+        state.loop_seconds += elapsed
+        state.trained += seen * self.world
+        if not seen:  # an epoch resumed at its very end trained nothing; it is only evaluated
+            return {}
+        return {"train_loss": float(paddle.stack(losses).mean()),
+                "samples_per_second": seen * self.world / max(elapsed, 1e-9)}  # fmt: skip
+
+    def _score_epoch(
+        self, setup: Setup, state: TrainState, epoch: int, record: dict[str, float], run_id: str | None
+    ) -> None:
+        """Rank 0 after each epoch: dev scores into the history, the log and MLflow; keep the best parameters."""
+        dev = self.evaluate(self.model, setup.dev)
+        record |= {f"dev_{k}": v for k, v in dev.items()}
+        state.history.append(record)
+        scores = " ".join(f"dev_{k} {v:.4f}" for k, v in dev.items())
+        log.info(
+            "epoch %d: train_loss %.4f %s (%.0f samples/s, step %d)", epoch + 1,
+            record.get("train_loss", float("nan")), scores, record.get("samples_per_second", 0.0), state.step,
+        )  # fmt: skip
+        if run_id:
+            train_tracking.log_epoch(record, epoch + 1)
+        if state.improves(dev, config_names.gate_metric(self.cfg)):
+            state.keep_best(epoch + 1, dev, self.model)
+
+    def _layout(self) -> dict[str, int]:
+        """What the data position (epoch, batches done) in a checkpoint means: a resume needs the same."""
+        tcfg = self.cfg.training
+        return {"world_size": self.world, "batch_size": tcfg.batch_size,
+                "grad_accumulation": tcfg.grad_accumulation, "seed": tcfg.seed}  # fmt: skip
+
+    def _finish(self, run_id: str | None, state: TrainState, result: dict[str, Any]) -> None:
+        """Export the best-on-dev parameters with `training.json`, and record them in MLflow."""
+        best = state.best
+        self.model.set_state_dict(state.best_state)
+        model_dir = self.out_dir / "model"
+        if model_dir.exists():
+            shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two
+        self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir, self.provenance)
+        dev = {k: v for k, v in best.items() if k.startswith("dev_")}
+        training = {"mlflow_run_id": run_id, "task": self.cfg.task, "task_type": self.cfg.model.task,
+                    "best_epoch": best["epoch"], **dev, "git_sha": self.git_sha, "run_id": self.run_id,
+                    **result}  # fmt: skip
+        (model_dir / "training.json").write_text(json.dumps(training, indent=2))
+        metric = f"dev_{self.cfg.gate.metric}"
+        log.info("best %s %.4f at epoch %d; model exported to %s", metric, best[metric], best["epoch"], model_dir)
+        if run_id:
+            train_tracking.log_best(best, model_dir, self.data_dir, state.history, self.out_dir)
