@@ -10,7 +10,7 @@
    (moto's server here; MinIO in production): the time from a stop request to a complete checkpoint, from which
    `training.checkpoint.grace_seconds` is sized (x GRACE_SAFETY_FACTOR + 10 s).
 3. SIGTERM: a two-process job under `python -m steps.runtime.training.launch`, signalled mid-training; seconds to exit
-143.
+   143.
 4. SIGKILL: the same job with a checkpoint every `--interval` seconds, rank 0 killed at random times; the training
    time lost (from the newest complete checkpoint's step to the kill) against the interval.
 

@@ -92,9 +92,8 @@ RENDEZVOUS_TIMEOUT_SECONDS = 600
 MANIFEST_NAME = "manifest.json"
 # What the train step exports and the predictor, validate and `paddle-mlops publish` require (plus tokenizer files).
 EXPORTED_FILES = ("inference.json", "inference.pdiparams", "label_map.json", "model_config.json")
-# Which engine variant serves the export, and why (steps/runtime/serving/engine_selection.py writes it beside the
-# export at
-# evaluate; the predictor reads it). A model without one is served by Paddle fp32.
+# Which engine variant serves the export, and why (steps/runtime/serving/engine_selection.py writes it beside the export
+# at evaluate; the predictor reads it). A model without one is served by Paddle fp32.
 ENGINE_FILE = "engine.json"
 LOCAL_BUCKET = "local"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # model and version names: never need escaping in a key

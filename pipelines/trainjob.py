@@ -114,8 +114,7 @@ def _node_pod(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
             # Never: what the pod failure policy requires; a failed pod fails its Job and JobSet restarts the gang.
             "restartPolicy": "Never",
             # SIGTERM: checkpoint at the next step boundary and exit (steps/runtime/training/graceful_stop.py) before
-            # the kill;
-            # sized from the measured checkpoint time (paddle_mlops_core/config/checkpoint.py).
+            # the kill; sized from the measured checkpoint time (paddle_mlops_core/config/checkpoint.py).
             "terminationGracePeriodSeconds": cfg.training.checkpoint.grace_seconds,
             "securityContext": k8s.as_k8s(k8s.pod_security_context()),
             "containers": [container],

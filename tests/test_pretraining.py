@@ -1,7 +1,6 @@
 """The project's own pretrained small ERNIE (`paddle-mlops weights pretrain`, steps/runtime/weights/mlm.py) and
-distillation
-from the baseline (steps/runtime/training/distillation.py): the masking, the staged copy a run fine-tunes, the soft
-targets."""
+distillation from the baseline (steps/runtime/training/distillation.py): the masking, the staged copy a run fine-tunes,
+the soft targets."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Real interruptions of a real training job on an s3:// workspace (moto's S3 server; production uses MinIO).
 
 The job runs as on a TrainJob node: `python -m steps.runtime.training.launch` (which supervises Paddle's launcher) with
-two
-CPU processes (gloo) and the workspace, data and checkpoints in S3. A worker is SIGKILLed mid-training (a crash, an
-OOM kill, a lost node) and the step is run again; the job is SIGTERMed (eviction, preemption, a node drain) and
-must checkpoint and exit 143 within its grace period. Each resumed run must end with the uninterrupted run's
-parameters, bit for bit, having trained every example of each epoch once, in one MLflow run.
+two CPU processes (gloo) and the workspace, data and checkpoints in S3. A worker is SIGKILLed mid-training (a crash, an
+OOM kill, a lost node) and the step is run again; the job is SIGTERMed (eviction, preemption, a node drain) and must
+checkpoint and exit 143 within its grace period. Each resumed run must end with the uninterrupted run's parameters, bit
+for bit, having trained every example of each epoch once, in one MLflow run.
 """
 
 from __future__ import annotations

@@ -89,8 +89,8 @@ def rollout_rules() -> list[dict[str, Any]]:
             "verbs": ["get", "create", "update", "delete"],
         },
         # steps/runtime/release/raw_deployment.py: in RawDeployment mode Ready comes from the old pods' Available
-        # condition
-        # during a rolling update, so the rollout reads the predictor Deployment (get, by name) until it is rolled out.
+        # condition during a rolling update, so the rollout reads the predictor Deployment (get, by name) until it is
+        # rolled out.
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
     ]
 

@@ -1,10 +1,9 @@
 """The names a loaded configuration always carries, typed as such.
 
-`mlflow.experiment`, `mlflow.registered_model`, `serving.model_name` and `gate.metric` are declared `str | None`
-because null in YAML means "the task's own" (`ernie-<task>`, the task type's gate metric); validation fills them in
+`mlflow.experiment`, `mlflow.registered_model`, `serving.model_name` and `gate.metric` are declared `str | None` because
+null in YAML means "the task's own" (`ernie-<task>`, the task type's gate metric); validation fills them in
 (paddle_mlops_core/config/task_rules.py `fill_defaults`), so a PipelineConfig never holds None there. The steps read
-them
-through these, which say so once for the type checker and fail with a clear error on a configuration built some
+them through these, which say so once for the type checker and fail with a clear error on a configuration built some
 other way, instead of sending None to MLflow or the object store.
 """
 

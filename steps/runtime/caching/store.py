@@ -8,10 +8,9 @@ Layout under the cache root (a local directory or an s3:// prefix: the workflow 
                                       that computed them, and the parts of its key
 
 An entry is written the way models are published (steps/runtime/storage/objectstore): objects first, the manifest last
-with
-a create-if-absent, so an entry is whole or absent; the first run to record a key keeps it. A restore checks every
-file's size and sha256 against the manifest before anything reaches the workspace: a damaged or missing object makes
-the step compute again, never serve it.
+with a create-if-absent, so an entry is whole or absent; the first run to record a key keeps it. A restore checks every
+file's size and sha256 against the manifest before anything reaches the workspace: a damaged or missing object makes the
+step compute again, never serve it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """What every task type builds a run's data area with: the configured corpus read (and identified for the step
 cache), capped, split deterministically, and written with its label map, vocabulary and stats.
 
-prepare-data writes the area into the run's workspace; the rollout's validate step writes the same split again to
-score a published model on the task's held-out test set (the split is a function of the text and `data.split_salt`,
-so both see the same rows; `stats.json` carries each split's sha256 to prove it). What a row is depends on the task
-type (steps/runtime/data/tasks/, whose `prepare` calls these and is reached through `tasks.prepare`); reading the
-source,
-splitting and writing the area is the same for all, so this module knows no task type: a task hands it what it
-needs (its rows' vocabulary texts, its per-label counts).
+prepare-data writes the area into the run's workspace; the rollout's validate step writes the same split again to score
+a published model on the task's held-out test set (the split is a function of the text and `data.split_salt`, so both
+see the same rows; `stats.json` carries each split's sha256 to prove it). What a row is depends on the task type
+(steps/runtime/data/tasks/, whose `prepare` calls these and is reached through `tasks.prepare`); reading the source,
+splitting and writing the area is the same for all, so this module knows no task type: a task hands it what it needs
+(its rows' vocabulary texts, its per-label counts).
 """
 
 from __future__ import annotations

@@ -3,17 +3,16 @@ whose gate metric is within `serving.max_metric_drop` of Paddle fp32 chosen — 
 
 evaluate calls `select` on the exported model: the variants' files are written beside the export
 (steps/runtime/serving/engines), each variant this host can run answers the held-out test split (the task's gate metric)
-and is timed in process at batch 1 and at `serving.max_batch_size` in interleaved rounds, so a slow spell of a
-shared machine falls on all of them alike. Each variant the gate allows is then served through the real serving
-stack on a loopback port (steps/runtime/serving/model_server/loopback.py) and driven by `serving.max_batch_size`
-concurrent
-clients, also in interleaved rounds and bounded in time: the variants are ranked by those served texts/s, which
-the HTTP work per request can reorder against the in-process figures (docs/benchmarks.md). The choice, the
-ranking the predictor falls back along on a node that lacks a CPU feature, the whole table and which figure ranked
-it (`ranked_by`) go to `engine.json` in the export: upload publishes it with the model, the predictor
-(ernie.ExportedModel) reads it, evaluate logs it to MLflow. `serving.engine` pins a variant (still measured and
-gated); `serving.quantization: false` keeps int8 out. The statically quantised variant (openvino-int8) fixes its
-activations' ranges on a sample of the dev split, never on the test split it is then judged on.
+and is timed in process at batch 1 and at `serving.max_batch_size` in interleaved rounds, so a slow spell of a shared
+machine falls on all of them alike. Each variant the gate allows is then served through the real serving stack on a
+loopback port (steps/runtime/serving/model_server/loopback.py) and driven by `serving.max_batch_size` concurrent
+clients, also in interleaved rounds and bounded in time: the variants are ranked by those served texts/s, which the HTTP
+work per request can reorder against the in-process figures (docs/benchmarks.md). The choice, the ranking the predictor
+falls back along on a node that lacks a CPU feature, the whole table and which figure ranked it (`ranked_by`) go to
+`engine.json` in the export: upload publishes it with the model, the predictor (ernie.ExportedModel) reads it, evaluate
+logs it to MLflow. `serving.engine` pins a variant (still measured and gated); `serving.quantization: false` keeps int8
+out. The statically quantised variant (openvino-int8) fixes its activations' ranges on a sample of the dev split, never
+on the test split it is then judged on.
 """
 
 from __future__ import annotations
