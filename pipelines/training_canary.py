@@ -62,6 +62,16 @@ def applies(cfg: PipelineConfig) -> bool:
     return cfg.training.backend == "trainjob"
 
 
+def _require(cfg: PipelineConfig) -> None:
+    """ConfigError when this configuration's runs have no canary (`applies`), saying why and what would."""
+    if not applies(cfg):
+        raise ConfigError(
+            f"training.backend {cfg.training.backend!r} has no training image canary: it places every run in "
+            f"cluster.region {cfg.cluster.region!r} alone; the canary runs with training.backend trainjob "
+            "(docs/training.md, 'A new training image: one region first')"
+        )
+
+
 def canary_region(cfg: PipelineConfig) -> RegionConfig:
     """The first region the run may be admitted in (the team's preference order, exclusions, data locality)."""
     return k8s.training_regions(cfg)[0]
@@ -106,12 +116,7 @@ def prepull_canary(cfg: PipelineConfig) -> Resource:
 
 def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
     """The run's TrainJob, pinned to the first region, training `canary_steps` steps into a scratch area."""
-    if not applies(cfg):
-        raise ConfigError(
-            f"training.backend {cfg.training.backend!r} has no training image canary: it places every run in "
-            f"cluster.region {cfg.cluster.region!r} alone; the canary runs with training.backend trainjob "
-            "(docs/training.md, 'A new training image: one region first')"
-        )
+    _require(cfg)
     manifest = copy.deepcopy(trainjob.trainjob(cfg).manifest)
     # A fixed name, as the run's own TrainJob (resource_templates.TRAIN_ACTION: a retried step waits on it, creates no
     # other).
@@ -184,8 +189,7 @@ def tasks(cfg: PipelineConfig, *, batch: bool = False) -> AddTasks:
     template is the branches' (it deletes one task's jobs), so the canary's exit hook names the workflow's task, the
     `paddle-mlops/task` label the canary TrainJob carries.
     """
-    if not applies(cfg):
-        raise ConfigError(f"training.backend {cfg.training.backend!r}: no training image canary (see applies)")
+    _require(cfg)
     check_t, prepull_t, train_t, allow_t = check(cfg), prepull_canary(cfg), train_canary(cfg), allow(cfg)
     data_t = prepare_data(cfg) if batch else None
 
