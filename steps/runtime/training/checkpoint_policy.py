@@ -13,9 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig
 from steps.runtime.training import snapshot as train_snapshot
@@ -26,16 +24,6 @@ from steps.runtime.training.snapshot import Snapshot
 log = logging.getLogger("steps.train")
 
 Capture = Callable[[], Snapshot]
-
-
-@dataclass
-class Resume:
-    """The newest complete checkpoint of the run, downloaded and verified."""
-
-    step: int
-    arrays: dict[str, Any]
-    rng: dict[str, Any]
-    meta: dict[str, Any]
 
 
 class Checkpointer:
@@ -53,16 +41,15 @@ class Checkpointer:
     def uri(self) -> str:
         return self.store.uri
 
-    def fetch(self) -> Resume | None:
-        """The newest complete checkpoint that verifies (None: start from scratch)."""
+    def fetch(self) -> Snapshot | None:
+        """The newest complete checkpoint of the run, downloaded and verified (None: start from scratch)."""
         root = Path(tempfile.mkdtemp(prefix="resume-", dir=self.scratch))
         try:
             found = self.store.fetch_latest(root)
             if found is None:
                 return None
             step, folder = found
-            arrays, rng, meta = train_snapshot.load(folder)
-            return Resume(step, arrays, rng, meta)
+            return train_snapshot.load(step, folder)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 

@@ -83,14 +83,14 @@ def capture(
     return Snapshot(step, arrays, rng_states(use_gpu), {**meta, "step": step})
 
 
-def load(directory: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(arrays, generators' states, meta) of a checkpoint folder."""
+def load(step: int, directory: Path) -> Snapshot:
+    """The checkpoint of `step` that `Snapshot.write` wrote into `directory`."""
     import paddle
 
     arrays = {name: paddle.load(str(directory / f"{name}.pdparams"), return_numpy=True)
               for name in ARRAYS if (directory / f"{name}.pdparams").is_file()}  # fmt: skip
     rng = pickle.loads((directory / RNG_FILE).read_bytes())  # noqa: S301 - our own file, verified by its sha256
-    return arrays, rng, json.loads((directory / STATE_FILE).read_text())
+    return Snapshot(step, arrays, rng, json.loads((directory / STATE_FILE).read_text()))
 
 
 def restore(arrays: dict[str, Any], model: Any, optimizer: Any, scaler: Any, meta: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from steps.runtime.runner import StepError, StepFailed, StepStopped
 from steps.runtime.training import distillation, dygraph, graceful_stop, optimization, run_id
 from steps.runtime.training import snapshot as train_snapshot
 from steps.runtime.training import tracking as train_tracking
-from steps.runtime.training.checkpoint_policy import Checkpointer, Resume
+from steps.runtime.training.checkpoint_policy import Checkpointer
 from steps.runtime.training.checkpoint_store import check_layout
 from steps.runtime.training.graceful_stop import StopDecision
 from steps.runtime.training.progress import LiveProgress
@@ -168,7 +168,7 @@ class Trainer:
         ) as tracked:  # fmt: skip
             return self._train(tracked, resume)
 
-    def _fetch_resume(self) -> Resume | None:
+    def _fetch_resume(self) -> train_snapshot.Snapshot | None:
         """Every rank loads the same checkpoint, or none: a rank on another step would wait in a collective forever."""
         import paddle
         import paddle.distributed as dist
@@ -187,7 +187,7 @@ class Trainer:
             check_layout(f"{self.checkpointer.uri}/{resume.step}", resume.meta.get("layout"), self._layout())
         return resume
 
-    def _train(self, run_id: str | None, resume: Resume | None) -> dict[str, Any]:
+    def _train(self, run_id: str | None, resume: train_snapshot.Snapshot | None) -> dict[str, Any]:
         import paddle
 
         # Optimizer accumulators are named when first used; a fresh name scope makes the names in a
@@ -195,7 +195,7 @@ class Trainer:
         with paddle.utils.unique_name.guard(), dygraph.dense_kernels_on_cpu(self.use_gpu):
             return self._train_loop(run_id, resume)
 
-    def _train_loop(self, run_id: str | None, resume: Resume | None) -> dict[str, Any]:
+    def _train_loop(self, run_id: str | None, resume: train_snapshot.Snapshot | None) -> dict[str, Any]:
         setup = self._setup()
         state = self._resume(setup, resume)
         tcfg = self.cfg.training
@@ -260,7 +260,7 @@ class Trainer:
         return Setup(train, train_targets, dev, sampler, total_steps, optimizer, scheduler, model,
                      amp, scaler)  # fmt: skip
 
-    def _resume(self, setup: Setup, resume: Resume | None) -> TrainState:
+    def _resume(self, setup: Setup, resume: train_snapshot.Snapshot | None) -> TrainState:
         """A fresh state, or the checkpoint's: parameters, optimizer and LR schedule, loss scaler, the generators'
         states and the data position restored, so the run continues exactly where the checkpoint was taken."""
         if resume is None:
