@@ -58,7 +58,7 @@ def _free_port() -> int:
 
 def write_data(directory: Path, n_train: int, n_dev: int, seed: int = 0) -> None:
     """Random texts of 8-60 characters (a review-like length spread) with random labels."""
-    from steps.runtime.data import text as data
+    from steps.runtime.data import labelled_text
 
     rng = random.Random(seed)
     rows = [
@@ -73,7 +73,7 @@ def write_data(directory: Path, n_train: int, n_dev: int, seed: int = 0) -> None
         )
     (directory / "label_map.json").write_text(json.dumps({"0": "negative", "1": "positive"}))
     (directory / "vocab.txt").write_text(
-        "\n".join(data.build_vocab([r["text"] for r in rows], 1, 8000)) + "\n", "utf-8"
+        "\n".join(labelled_text.build_vocab([r["text"] for r in rows], 1, 8000)) + "\n", "utf-8"
     )
 
 
@@ -93,14 +93,14 @@ def run_bare(ws: Path, overrides: list[str], steps: int, dense: bool = False) ->
     import paddle
     import paddle.nn.functional as F
 
-    from steps.runtime.data import text as data
+    from steps.runtime.data import labelled_text
     from steps.runtime.training import dygraph
     from steps.runtime.weights import ernie
 
     cfg = loader.load_config(CONFIG, env="local", overrides=overrides)
     paddle.seed(cfg.training.seed)
     tokenizer = ernie.load_tokenizer(ws / "data" / "vocab.txt")
-    rows = data.read_split(ws / "data" / "train.jsonl")
+    rows = labelled_text.read_split(ws / "data" / "train.jsonl")
     ids = ernie.encode(tokenizer, [t for t, _ in rows], cfg.model.max_seq_len)
     labels = np.array([y for _, y in rows], dtype="int64")
     model = ernie.build_model(cfg.model, len(tokenizer.vocab), 2, tokenizer.pad_token_id)

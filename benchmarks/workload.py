@@ -53,12 +53,12 @@ def export_model(shape: Shape, directory: Path) -> Path:
     # Paddle and the model code take seconds to import; only an export needs them (not a --help, not a client).
     import paddle
 
-    from steps.runtime.data import text as data
+    from steps.runtime.data import labelled_text
     from steps.runtime.weights import ernie
 
     directory.mkdir(parents=True, exist_ok=True)
     vocab_file = directory.parent / "vocab.txt"
-    tokens = [*data.SPECIAL_TOKENS, *cjk_chars(shape.vocab - len(data.SPECIAL_TOKENS))]
+    tokens = [*labelled_text.SPECIAL_TOKENS, *cjk_chars(shape.vocab - len(labelled_text.SPECIAL_TOKENS))]
     vocab_file.write_text("\n".join(tokens) + "\n", encoding="utf-8")
     cfg = ModelConfig(
         hidden_size=shape.hidden,

@@ -21,8 +21,7 @@ from paddle_mlops_core.config import PipelineConfig
 from steps.runtime import runner
 from steps.runtime.caching import keys as cache_keys
 from steps.runtime.caching import reuse
-from steps.runtime.data import area as dataset
-from steps.runtime.data import tasks
+from steps.runtime.data import area, tasks
 from steps.runtime.storage import s3, workspace
 from steps.runtime.weights import pretrained
 
@@ -45,7 +44,7 @@ def cache_key(cfg: PipelineConfig, record: dict[str, Any] | None) -> cache_keys.
         {
             "code": cache_keys.code_digest("steps.prepare_data"),
             "config": cache_keys.config_part(cfg, *CONFIG_SECTIONS),
-            "source": dataset.source_identity(cfg),
+            "source": area.source_identity(cfg),
             "pretrained": cache_keys.digest_json(record),
             "libraries": cache_keys.lock_digest(),
         },

@@ -66,14 +66,14 @@ def make_exported_model(
 ) -> Path:
     """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary."""
     from paddle_mlops_core.config.inputs import ModelConfig
-    from steps.runtime.data import text as data
+    from steps.runtime.data import labelled_text
     from steps.runtime.weights import ernie
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     corpus = texts or tuple(r["text"] for r in sentiment_rows())
     vocab_file = directory.parent / f".{directory.name}-vocab.txt"
-    vocab_file.write_text("\n".join(data.build_vocab(corpus, 1, 8000)) + "\n", encoding="utf-8")
+    vocab_file.write_text("\n".join(labelled_text.build_vocab(corpus, 1, 8000)) + "\n", encoding="utf-8")
     cfg = ModelConfig(
         task=task,
         hidden_size=32,

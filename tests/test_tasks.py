@@ -132,11 +132,13 @@ def test_text_matching_without_data_is_a_clear_step_error(tmp_path: Path, capsys
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory):
-    from steps.runtime.data import text as data
+    from steps.runtime.data import labelled_text
     from steps.runtime.weights import ernie
 
     vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    vocab.write_text("\n".join(data.build_vocab(["江泽民在北京会见安南花呗怎么还款如何还钱ab"], 1, 100)) + "\n")
+    vocab.write_text(
+        "\n".join(labelled_text.build_vocab(["江泽民在北京会见安南花呗怎么还款如何还钱ab"], 1, 100)) + "\n"
+    )
     return ernie.load_tokenizer(vocab)
 
 

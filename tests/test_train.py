@@ -38,7 +38,7 @@ def tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def write_workspace(ws: Path, n_train: int = 128, n_dev: int = 40, n_test: int = 40) -> Path:
     """A workspace data/ written directly (exact split sizes: the equivalence tests need the train
     size to be a multiple of the global batch), balanced labels, learnable from one word."""
-    from steps.runtime.data import text as data
+    from steps.runtime.data import labelled_text
 
     rows = []
     for i in range((n_train + n_dev + n_test) // 2):
@@ -50,7 +50,7 @@ def write_workspace(ws: Path, n_train: int = 128, n_dev: int = 40, n_test: int =
     for name, part in splits.items():
         write_jsonl(out / f"{name}.jsonl", part)
     (out / "label_map.json").write_text(json.dumps({"0": "negative", "1": "positive"}))
-    vocab = data.build_vocab([r["text"] for r in rows], 1, 8000)
+    vocab = labelled_text.build_vocab([r["text"] for r in rows], 1, 8000)
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     return ws
 

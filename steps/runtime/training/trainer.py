@@ -18,8 +18,7 @@ import numpy as np
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CHECKPOINTS, PRETRAINED_RECORD
 from steps.runtime import config_names
-from steps.runtime.data import tasks
-from steps.runtime.data import text as data
+from steps.runtime.data import labelled_text, tasks
 from steps.runtime.runner import StepError, StepFailed, StepStopped
 from steps.runtime.training import distillation, dygraph, graceful_stop, optimization, run_id
 from steps.runtime.training import snapshot as train_snapshot
@@ -70,7 +69,7 @@ class Trainer:
         if self.world > 1:
             dist.init_parallel_env()
         self.rank = dist.get_rank()
-        self.labels = data.read_label_map(data_dir / "label_map.json")
+        self.labels = labelled_text.read_label_map(data_dir / "label_map.json")
         self.stats = json.loads((data_dir / "stats.json").read_text()) if (data_dir / "stats.json").is_file() else {}
         self.run_id = run_id.run_id(explicit_run_id, git_sha, cfg, data_dir, self._layout())
         root = (checkpoint_root or str(out_dir / "train")).rstrip("/")

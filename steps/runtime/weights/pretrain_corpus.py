@@ -9,8 +9,7 @@ import tempfile
 from pathlib import Path
 
 from paddle_mlops_core.config import PipelineConfig, load_config
-from steps.runtime.data import tasks
-from steps.runtime.data import text as data
+from steps.runtime.data import labelled_text, tasks
 
 # The tasks whose built-in corpora the pre-training reads (configs/tasks/<task>.yaml).
 CORPUS_TASKS = ("sentiment", "ner")
@@ -36,5 +35,5 @@ def train_texts(config_path: Path, env: str, overrides: list[str]) -> list[str]:
 
 def write_vocab(texts: list[str], path: Path, min_freq: int = 2, max_size: int = 8000) -> Path:
     """The character vocabulary of `texts` (special tokens first), as prepare-data builds one."""
-    path.write_text("\n".join(data.build_vocab(texts, min_freq, max_size)) + "\n", encoding="utf-8")
+    path.write_text("\n".join(labelled_text.build_vocab(texts, min_freq, max_size)) + "\n", encoding="utf-8")
     return path

@@ -23,7 +23,7 @@ from paddle_mlops_core.config.tasks import TOKEN_CLASSIFICATION
 from steps.runtime.data import tasks
 from steps.runtime.data.baselines import cache
 from steps.runtime.data.baselines.fitted import KINDS, BaselineError, Fitted
-from steps.runtime.data.text import read_label_map
+from steps.runtime.data.labelled_text import read_label_map
 
 __all__ = ["KINDS", "BaselineError", "Fitted", "fit", "fit_in_process", "module_for"]
 

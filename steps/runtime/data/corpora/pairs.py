@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from steps.runtime.data.text import decode_lines
+from steps.runtime.data.labelled_text import decode_lines
 from steps.runtime.runner import StepError
 
 PAIR_FIELDS = ("text_a", "text_b", "label")

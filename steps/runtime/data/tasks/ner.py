@@ -25,7 +25,7 @@ import numpy as np
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.config.tasks import PEOPLES_DAILY_1998, TOKEN_CLASSIFICATION, spec
-from steps.runtime.data import area as dataset
+from steps.runtime.data import area
 from steps.runtime.data.corpora import peoples_daily
 from steps.runtime.data.entities import (
     ENTITY_TYPES,
@@ -178,7 +178,7 @@ class TokenClassification(SingleText, Task):
             path = peoples_daily.corpus_path()
             body, name = path.read_bytes(), str(path)
         else:
-            body, name = dataset.source_bytes(cfg), source
+            body, name = area.source_bytes(cfg), source
         conversion = peoples_daily.ConversionStats()
         window = max(8, cfg.model.max_seq_len - 2)
         pieces = [
@@ -189,11 +189,11 @@ class TokenClassification(SingleText, Task):
         rows, counts = _deduplicated(pieces)
         if not rows:
             raise StepError(f"data.source {source} holds no sentences ({conversion.sentences} read). Add data.")
-        rows, capped = dataset.capped(rows, lambda r: r["text"], cfg)
-        splits = dataset.split(rows, lambda r: r["text"], cfg)
+        rows, capped = area.capped(rows, lambda r: r["text"], cfg)
+        splits = area.split(rows, lambda r: r["text"], cfg)
         labels = dict(enumerate(bio_labels(ENTITY_TYPES)))
         stats = {"conversion": conversion.as_dict(), **counts, "capped_dropped": capped, "examples": len(rows)}
-        return dataset.write_area(cfg, out, splits, labels, entity_counts, stats, self.vocab_texts)
+        return area.write_area(cfg, out, splits, labels, entity_counts, stats, self.vocab_texts)
 
 
 def _deduplicated(pieces: list[peoples_daily.Sentence]) -> tuple[list[dict[str, Any]], dict[str, int]]:
