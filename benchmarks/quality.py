@@ -39,6 +39,8 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
     "sentiment": {
         "default": [],
         "distill": ["training.distill_weight=0.5"],
+        "bigrams": ["model.char_ngram_buckets=262144"],
+        "bigrams64k": ["model.char_ngram_buckets=65536"],
         "mlm": ["model.pretrained={pretrained}"],
         "mlm+distill": ["model.pretrained={pretrained}", "training.distill_weight=0.5"],
     },
@@ -47,6 +49,9 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         # weights read from --pretrained; `scratch` is the from-scratch model it replaced
         "scratch": ["model.pretrained=null"],
         "mlm": ["model.pretrained={pretrained}"],
+        "bigrams": ["model.pretrained=null", "model.char_ngram_buckets=262144"],
+        "mlm+bigrams": ["model.pretrained={pretrained}", "model.char_ngram_buckets=262144"],
+        "bigrams64k+dropout": ["model.pretrained=null", "model.char_ngram_buckets=65536", "model.dropout=0.1"],
     },
     "text-matching": {
         "default": [],

@@ -77,6 +77,14 @@ class ModelConfig(Strict):
     # As long as the texts (data.max_text_chars): a shorter sequence cuts them and costs accuracy.
     max_seq_len: int = Field(128, ge=8, le=2048)
     dropout: float = Field(0.1, ge=0, lt=1)
+    char_ngram_buckets: int = Field(
+        0,
+        ge=0,
+        le=2**24,
+        description="rows of the hashed character-bigram table whose embeddings (each token's left and right bigram) "
+        "are added to the token embeddings, computed inside the model from input_ids (steps/runtime/weights/"
+        "char_ngrams.py); 0: off. The local small models use 262144 (docs/benchmarks.md, 'Quality')",
+    )
 
     @field_validator("pretrained")
     @classmethod

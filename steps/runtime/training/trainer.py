@@ -85,7 +85,9 @@ class Trainer:
         mcfg = self.cfg.model
         directory = self._pretrained_dir()
         if directory is not None:
-            model = self.ernie.load_pretrained(directory, len(self.labels), mcfg.dropout, mcfg.task)
+            model = self.ernie.load_pretrained(
+                directory, len(self.labels), mcfg.dropout, mcfg.task, mcfg.char_ngram_buckets
+            )
             pretrained.check_length(self.cfg, str(mcfg.pretrained), model.config.max_position_embeddings)
             return self.ernie.load_tokenizer(directory), model
         vocab = self.data_dir / "vocab.txt"

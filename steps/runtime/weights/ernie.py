@@ -41,6 +41,7 @@ from paddle_mlops_core.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E40
 from steps.runtime.data import tasks  # noqa: E402
 from steps.runtime.serving.engines.runners import EngineUnavailable, open_engine  # noqa: E402
 from steps.runtime.serving.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS  # noqa: E402
+from steps.runtime.weights import char_ngrams  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 log = logging.getLogger("steps.engines")
@@ -69,7 +70,7 @@ def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_to
     )
     # Fixed parameter names (the optimizer state is keyed by them), however many models this process built.
     with paddle.utils.unique_name.guard():
-        return head_class(model_cfg.task)(config)
+        return char_ngrams.add_char_bigrams(head_class(model_cfg.task)(config), model_cfg.char_ngram_buckets)
 
 
 def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
@@ -99,12 +100,13 @@ def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
 
 
 def load_pretrained(
-    directory: Path, num_labels: int, dropout: float, task_type: str = TEXT_CLASSIFICATION
+    directory: Path, num_labels: int, dropout: float, task_type: str = TEXT_CLASSIFICATION, char_ngram_buckets: int = 0
 ) -> ErnieHead:
     """PaddleNLP's own loading path, from a local directory only (a hub name would be a download); the task's
-    head is new, on the pretrained encoder."""
+    head is new, on the pretrained encoder (and a new bigram table, `model.char_ngram_buckets`)."""
     with paddle.utils.unique_name.guard():
-        return head_class(task_type).from_pretrained(str(directory), num_labels=num_labels, classifier_dropout=dropout)
+        model = head_class(task_type).from_pretrained(str(directory), num_labels=num_labels, classifier_dropout=dropout)
+        return char_ngrams.add_char_bigrams(model, char_ngram_buckets)
 
 
 def load_tokenizer(path: Path) -> ErnieTokenizer:
@@ -162,6 +164,7 @@ def export(
                 "num_attention_heads": config.num_attention_heads,
                 "intermediate_size": config.intermediate_size,
                 "pad_token_id": tokenizer.pad_token_id,
+                "char_ngram_buckets": model_cfg.char_ngram_buckets,
                 "inputs": list(INPUT_NAMES),
                 "pretrained": model_cfg.pretrained,
                 **(provenance or {}),

@@ -1,0 +1,101 @@
+"""Hashed character-bigram embeddings (`model.char_ngram_buckets`, steps/runtime/weights/char_ngrams.py): which rows a
+token reads, that the table starts the model exactly where it was, that it learns, and that the export (and so every
+engine and the model server) computes the same bigrams from `input_ids` alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_mlops_core.config.inputs import ModelConfig
+from steps.runtime.weights import char_ngrams, ernie
+
+TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32, "max_seq_len": 16}
+IDS = np.array([[1, 7, 8, 9, 2, 0], [1, 9, 8, 2, 0, 0]], dtype="int64")
+
+
+def model(buckets: int, task: str = "token-classification", seed: int = 3) -> ernie.ErnieHead:
+    paddle.seed(seed)
+    return ernie.build_model(ModelConfig(task=task, char_ngram_buckets=buckets, **TINY), 20, 3)
+
+
+def logits(m: ernie.ErnieHead, ids: np.ndarray = IDS) -> np.ndarray:
+    m.eval()
+    x = paddle.to_tensor(ids)
+    return m(x, token_type_ids=paddle.zeros_like(x)).numpy()
+
+
+def test_each_token_reads_its_left_and_right_bigram() -> None:
+    layer = model(1000).ernie.embeddings.word_embeddings
+    assert isinstance(layer, char_ngrams.CharBigramEmbedding)
+    table = np.zeros((1000, 16), dtype="float32")
+    for row in range(1000):
+        table[row, row % 16] = row  # each row says which it is
+    layer.bigrams.weight.set_value(table)
+    x = paddle.to_tensor(IDS)
+    got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
+
+    def row(a: int, b: int) -> int:
+        return (a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
+
+    # token 8 of the first text: bigrams (7, 8) and (8, 9); of the second: (9, 8) and (8, 2)
+    assert np.allclose(got[0, 2], table[row(7, 8)] + table[row(8, 9)])
+    assert np.allclose(got[1, 2], table[row(9, 8)] + table[row(8, 2)])
+    # the edges pair with padding
+    assert np.allclose(got[0, 0], table[row(0, 1)] + table[row(1, 7)])
+    assert np.allclose(got[0, 5], table[row(2, 0)] + table[row(0, 0)])
+
+
+def test_the_table_starts_at_zero_so_the_model_is_the_one_without_it() -> None:
+    assert np.array_equal(logits(model(1000)), logits(model(0)))
+    assert not np.array_equal(logits(model(1000, seed=4)), logits(model(0)))
+
+
+@pytest.mark.parametrize("task", ["token-classification", "text-classification"])
+def test_the_table_learns(task: str) -> None:
+    m = model(1000, task)
+    m.train()
+    x = paddle.to_tensor(IDS)
+    out = m(x, token_type_ids=paddle.zeros_like(x))
+    out.sum().backward()
+    grad = m.ernie.embeddings.word_embeddings.bigrams.weight.grad.numpy()
+
+    def row(a: int, b: int) -> int:
+        return int(a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
+
+    padded = [[0, *r, 0] for r in IDS.tolist()]
+    touched = {row(a, b) for r in padded for a, b in zip(r[:-1], r[1:], strict=True)}
+    assert set(np.flatnonzero(np.abs(grad).sum(axis=1))) <= touched
+    assert np.abs(grad).sum() > 0
+
+
+def test_off_leaves_paddlenlp_embedding() -> None:
+    assert type(model(0).ernie.embeddings.word_embeddings) is paddle.nn.Embedding
+
+
+def test_export_computes_the_bigrams_from_input_ids(tmp_path: Path) -> None:
+    from paddlenlp.transformers import ErnieTokenizer
+
+    m = model(1000)
+    table = np.random.default_rng(0).normal(size=(1000, 16)).astype("float32")
+    m.ernie.embeddings.word_embeddings.bigrams.weight.set_value(table)
+    vocab = tmp_path / "vocab.txt"
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    vocab.write_text("\n".join([*specials, *"一二三四五六七八九十甲乙丙丁戊"]) + "\n")
+    cfg = ModelConfig(task="token-classification", char_ngram_buckets=1000, **TINY)
+    out = ernie.export(m, ErnieTokenizer(str(vocab)), {0: "O", 1: "B-PER", 2: "I-PER"}, cfg, tmp_path / "export")
+    exported = ernie.ExportedModel(out)
+    assert exported.model_config["char_ngram_buckets"] == 1000
+    assert np.allclose(exported.logits(IDS), logits(m), atol=1e-5)
+
+
+def test_a_pretrained_encoder_keeps_its_vocabulary(tmp_path: Path) -> None:
+    m = model(0)
+    m.save_pretrained(str(tmp_path / "weights"))
+    loaded = ernie.load_pretrained(tmp_path / "weights", 3, 0.0, "token-classification", char_ngram_buckets=500)
+    word = loaded.ernie.embeddings.word_embeddings
+    assert isinstance(word, char_ngrams.CharBigramEmbedding) and word.bigrams.weight.shape == [500, 16]
+    assert np.array_equal(word.weight.numpy(), m.ernie.embeddings.word_embeddings.weight.numpy())
