@@ -17,6 +17,11 @@ TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "in
 IDS = np.array([[1, 7, 8, 9, 2, 0], [1, 9, 8, 2, 0, 0]], dtype="int64")
 
 
+def row(a: int, b: int) -> int:
+    """The table row of bigram (a, b) in a 1000-row table."""
+    return int(a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
+
+
 def model(buckets: int, task: str = "token-classification", seed: int = 3) -> ernie.ErnieHead:
     paddle.seed(seed)
     return ernie.build_model(ModelConfig(task=task, char_ngram_buckets=buckets, **TINY), 20, 3)
@@ -32,14 +37,11 @@ def test_each_token_reads_its_left_and_right_bigram() -> None:
     layer = model(1000).ernie.embeddings.word_embeddings
     assert isinstance(layer, char_ngrams.CharBigramEmbedding)
     table = np.zeros((1000, 16), dtype="float32")
-    for row in range(1000):
-        table[row, row % 16] = row  # each row says which it is
+    for i in range(1000):
+        table[i, i % 16] = i  # each row says which it is
     layer.bigrams.weight.set_value(table)
     x = paddle.to_tensor(IDS)
     got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
-
-    def row(a: int, b: int) -> int:
-        return (a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
 
     # token 8 of the first text: bigrams (7, 8) and (8, 9); of the second: (9, 8) and (8, 2)
     assert np.allclose(got[0, 2], table[row(7, 8)] + table[row(8, 9)])
@@ -62,9 +64,6 @@ def test_the_table_learns(task: str) -> None:
     out = m(x, token_type_ids=paddle.zeros_like(x))
     out.sum().backward()
     grad = m.ernie.embeddings.word_embeddings.bigrams.weight.grad.numpy()
-
-    def row(a: int, b: int) -> int:
-        return int(a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
 
     padded = [[0, *r, 0] for r in IDS.tolist()]
     touched = {row(a, b) for r in padded for a, b in zip(r[:-1], r[1:], strict=True)}

@@ -83,7 +83,7 @@ class ModelConfig(Strict):
         le=2**24,
         description="rows of the hashed character-bigram table whose embeddings (each token's left and right bigram) "
         "are added to the token embeddings, computed inside the model from input_ids (steps/runtime/weights/"
-        "char_ngrams.py); 0: off. The local small models use 262144 (docs/benchmarks.md, 'Quality')",
+        "char_ngrams.py); 0: off. The local NER task uses 262144 (docs/benchmarks.md, 'Quality')",
     )
 
     @field_validator("pretrained")

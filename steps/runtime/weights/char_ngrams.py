@@ -35,12 +35,13 @@ class CharBigramEmbedding(nn.Embedding):
         self.bigrams = nn.Embedding(buckets, hidden, weight_attr=zero)
 
     def forward(self, input_ids: paddle.Tensor) -> paddle.Tensor:
+        # The bigrams of the row padded on both sides, hashed and looked up once: position t's left bigram is pair
+        # t, its right bigram pair t + 1.
         pad = paddle.full_like(input_ids[:, :1], self._padding_idx or 0)
-        before = paddle.concat([pad, input_ids[:, :-1]], axis=1)
-        after = paddle.concat([input_ids[:, 1:], pad], axis=1)
-        left = paddle.remainder(before * FIRST + input_ids + SECOND, paddle.full_like(input_ids, self.buckets))
-        right = paddle.remainder(input_ids * FIRST + after + SECOND, paddle.full_like(input_ids, self.buckets))
-        return super().forward(input_ids) + self.bigrams(left) + self.bigrams(right)
+        padded = paddle.concat([pad, input_ids, pad], axis=1)
+        first, second = padded[:, :-1], padded[:, 1:]
+        pairs = self.bigrams(paddle.remainder(first * FIRST + second + SECOND, paddle.full_like(first, self.buckets)))
+        return super().forward(input_ids) + pairs[:, :-1] + pairs[:, 1:]
 
 
 def add_char_bigrams(model: Any, buckets: int) -> Any:
