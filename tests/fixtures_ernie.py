@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml")
 POSITIVE = ("很好", "满意", "喜欢", "不错", "推荐", "优秀", "舒服", "漂亮")
 NEGATIVE = ("很差", "失望", "讨厌", "糟糕", "退货", "垃圾", "难用", "坏了")
@@ -21,6 +23,9 @@ TINY_OVERRIDES = [
     "model.num_attention_heads=2",
     "model.intermediate_size=64",
     "model.max_seq_len=32",
+    # the bigram table the sentiment default has, small (its 65,536 rows would be most of a tiny model's cost)
+    "model.char_ngram_buckets=1000",
+    "model.char_ngram_dim=8",
     "data.vocab_min_freq=1",
     "data.dev_fraction=0.2",
     "data.test_fraction=0.2",
@@ -63,8 +68,11 @@ def make_exported_model(
     texts: tuple[str, ...] | None = None,
     max_seq_len: int = 32,
     task: str = "text-classification",
+    char_ngram_buckets: int = 0,
+    char_ngram_dim: int = 0,
 ) -> Path:
-    """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary."""
+    """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary (and a
+    random bigram table of `char_ngram_buckets` rows, `char_ngram_dim` wide, where that is not 0)."""
     from paddle_mlops_core.config.inputs import ModelConfig
     from steps.runtime.data import labelled_text
     from steps.runtime.weights import ernie
@@ -81,9 +89,14 @@ def make_exported_model(
         num_attention_heads=2,
         intermediate_size=64,
         max_seq_len=max_seq_len,
+        char_ngram_buckets=char_ngram_buckets,
+        char_ngram_dim=char_ngram_dim,
     )
     tokenizer = ernie.load_tokenizer(vocab_file)
     model = ernie.build_model(cfg, len(tokenizer.vocab), len(labels), tokenizer.pad_token_id)
+    if char_ngram_buckets:  # the table starts at zero; random rows make the bigrams change every logit
+        table = model.ernie.embeddings.word_embeddings.bigrams.weight
+        table.set_value(np.random.default_rng(0).normal(0, 0.05, table.shape).astype("float32"))
     ernie.export(model, tokenizer, dict(enumerate(labels)), cfg, directory)
     vocab_file.unlink()
     return directory

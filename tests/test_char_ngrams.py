@@ -22,9 +22,9 @@ def row(a: int, b: int) -> int:
     return int(a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
 
 
-def model(buckets: int, task: str = "token-classification", seed: int = 3) -> ernie.ErnieHead:
+def model(buckets: int, task: str = "token-classification", seed: int = 3, dim: int = 0) -> ernie.ErnieHead:
     paddle.seed(seed)
-    return ernie.build_model(ModelConfig(task=task, char_ngram_buckets=buckets, **TINY), 20, 3)
+    return ernie.build_model(ModelConfig(task=task, char_ngram_buckets=buckets, char_ngram_dim=dim, **TINY), 20, 3)
 
 
 def logits(m: ernie.ErnieHead, ids: np.ndarray = IDS) -> np.ndarray:
@@ -51,14 +51,31 @@ def test_each_token_reads_its_left_and_right_bigram() -> None:
     assert np.allclose(got[0, 5], table[row(2, 0)] + table[row(0, 0)])
 
 
-def test_the_table_starts_at_zero_so_the_model_is_the_one_without_it() -> None:
-    assert np.array_equal(logits(model(1000)), logits(model(0)))
-    assert not np.array_equal(logits(model(1000, seed=4)), logits(model(0)))
+def test_narrow_rows_are_projected_to_the_hidden_size() -> None:
+    layer = model(1000, dim=4).ernie.embeddings.word_embeddings
+    assert layer.bigrams.weight.shape == [1000, 4] and layer.project.weight.shape == [4, 16]
+    assert layer.project.bias is None  # a zero table adds exactly nothing
+    table = np.random.default_rng(1).normal(size=(1000, 4)).astype("float32")
+    layer.bigrams.weight.set_value(table)
+    x = paddle.to_tensor(IDS)
+    got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
+    assert np.allclose(got[0, 2], (table[row(7, 8)] + table[row(8, 9)]) @ layer.project.weight.numpy(), atol=1e-5)
+    # as wide as the hidden size (or wider): no projection
+    assert model(1000, dim=16).ernie.embeddings.word_embeddings.project is None
+    assert model(1000, dim=64).ernie.embeddings.word_embeddings.bigrams.weight.shape == [1000, 16]
 
 
-@pytest.mark.parametrize("task", ["token-classification", "text-classification"])
-def test_the_table_learns(task: str) -> None:
-    m = model(1000, task)
+@pytest.mark.parametrize("dim", [0, 4])
+def test_the_table_starts_at_zero_so_the_model_is_the_one_without_it(dim: int) -> None:
+    assert np.array_equal(logits(model(1000, dim=dim)), logits(model(0)))
+    assert not np.array_equal(logits(model(1000, seed=4, dim=dim)), logits(model(0)))
+
+
+@pytest.mark.parametrize(
+    ("task", "dim"), [("token-classification", 0), ("text-classification", 0), ("text-classification", 4)]
+)
+def test_the_table_learns(task: str, dim: int) -> None:
+    m = model(1000, task, dim=dim)
     m.train()
     x = paddle.to_tensor(IDS)
     out = m(x, token_type_ids=paddle.zeros_like(x))
@@ -75,20 +92,47 @@ def test_off_leaves_paddlenlp_embedding() -> None:
     assert type(model(0).ernie.embeddings.word_embeddings) is paddle.nn.Embedding
 
 
-def test_export_computes_the_bigrams_from_input_ids(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dim", [0, 4])
+def test_export_computes_the_bigrams_from_input_ids(tmp_path: Path, dim: int) -> None:
     from paddlenlp.transformers import ErnieTokenizer
 
-    m = model(1000)
-    table = np.random.default_rng(0).normal(size=(1000, 16)).astype("float32")
+    m = model(1000, dim=dim)
+    table = np.random.default_rng(0).normal(size=(1000, dim or 16)).astype("float32")
     m.ernie.embeddings.word_embeddings.bigrams.weight.set_value(table)
     vocab = tmp_path / "vocab.txt"
     specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
     vocab.write_text("\n".join([*specials, *"一二三四五六七八九十甲乙丙丁戊"]) + "\n")
-    cfg = ModelConfig(task="token-classification", char_ngram_buckets=1000, **TINY)
+    cfg = ModelConfig(task="token-classification", char_ngram_buckets=1000, char_ngram_dim=dim, **TINY)
     out = ernie.export(m, ErnieTokenizer(str(vocab)), {0: "O", 1: "B-PER", 2: "I-PER"}, cfg, tmp_path / "export")
     exported = ernie.ExportedModel(out)
     assert exported.model_config["char_ngram_buckets"] == 1000
+    assert exported.model_config["char_ngram_dim"] == dim
     assert np.allclose(exported.logits(IDS), logits(m), atol=1e-5)
+
+
+def test_the_converted_graph_hashes_large_token_ids_exactly(tmp_path: Path) -> None:
+    """A token id of 40,000 (ERNIE 3.0's vocabulary) times FIRST is above 2^24: hashed in float32, as paddle2onnx
+    exports a tensor times a Python number, it lands in another row; the ONNX graph every engine variant is
+    built from (steps/runtime/serving/engines/convert.py) must compute the rows Paddle does."""
+    import onnxruntime as ort
+
+    from steps.runtime.serving.engines.convert import paddle_to_onnx
+
+    vocab = 40_000
+    paddle.seed(0)
+    m = ernie.build_model(ModelConfig(task="text-classification", char_ngram_buckets=65_536, **TINY), vocab, 2)
+    table = m.ernie.embeddings.word_embeddings.bigrams.weight
+    table.set_value(np.random.default_rng(0).normal(size=table.shape).astype("float32"))
+    m.eval()
+    spec = [paddle.static.InputSpec([None, None], "int64", name) for name in ernie.INPUT_NAMES]
+    paddle.jit.save(paddle.jit.to_static(m, input_spec=spec, full_graph=True), str(tmp_path / "inference"))
+    paddle_to_onnx(tmp_path / "inference.json", tmp_path / "inference.pdiparams", tmp_path / "model.onnx")
+
+    ids = np.array([[1, 39_991, 39_989, 2_117, 39_999, 2]], dtype="int64")
+    assert int(ids.max()) * char_ngrams.FIRST > 2**24
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids)})[0]
+    np.testing.assert_allclose(got, logits(m, ids), atol=1e-5)
 
 
 def test_a_pretrained_encoder_keeps_its_vocabulary(tmp_path: Path) -> None:

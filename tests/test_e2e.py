@@ -37,6 +37,9 @@ TINY = [
     "model.num_attention_heads=2",
     "model.intermediate_size=64",
     "model.max_seq_len=32",
+    # the bigram table the sentiment default has, small (its 65,536 rows would be most of a tiny model's cost)
+    "model.char_ngram_buckets=1000",
+    "model.char_ngram_dim=8",
     "training.epochs=2",
     "training.batch_size=16",
     "training.learning_rate=0.005",

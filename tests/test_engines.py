@@ -73,17 +73,20 @@ def calibration(vocab_dir: Path, texts: list[str] | None = None) -> list[tuple[n
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The two exports, each with every variant built beside it."""
+    """The exports, each with every variant built beside it: a sequence classifier, a token classifier and a
+    sequence classifier with the bigram table of the sentiment default (projected rows: char_ngrams.py), whose
+    hashing (multiply, add, remainder) each engine has to compute from input_ids as Paddle does."""
     import paddle
 
     base = tmp_path_factory.mktemp("engines")
     paddle.seed(0)
     classifier = make_exported_model(base / "classifier")
     token = _export_token_classifier(base / "token", classifier)
-    for directory in (classifier, token):
+    bigrams = make_exported_model(base / "bigrams", char_ngram_buckets=1000, char_ngram_dim=8)
+    for directory in (classifier, token, bigrams):
         built = build_variants(directory, calibration=calibration(classifier))
         assert set(built) | set(built.skipped) == set(VARIANTS)
-    return {"sequence": classifier, "token": token}
+    return {"sequence": classifier, "token": token, "bigrams": bigrams}
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +127,7 @@ def test_the_locked_engines_all_build(models: dict[str, Path]) -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("kind", ["sequence", "token"])
+@pytest.mark.parametrize("kind", ["sequence", "token", "bigrams"])
 def test_variant_logits_agree_with_paddle_fp32(
     models: dict[str, Path], batches: list[tuple[np.ndarray, np.ndarray]], kind: str, variant: str
 ) -> None:
@@ -138,7 +141,7 @@ def test_variant_logits_agree_with_paddle_fp32(
         expected = reference.run(input_ids, token_type_ids)
         got = engine.run(input_ids, token_type_ids)
         rows, width = input_ids.shape
-        assert expected.shape == ((rows, 2) if kind == "sequence" else (rows, width, 3))
+        assert expected.shape == ((rows, width, 3) if kind == "token" else (rows, 2))
         assert got.shape == expected.shape and got.dtype == np.float32
         scale = float(np.abs(expected).max())
         difference = float(np.abs(got - expected).max())

@@ -85,6 +85,12 @@ class ModelConfig(Strict):
         "are added to the token embeddings, computed inside the model from input_ids (steps/runtime/weights/"
         "char_ngrams.py); 0: off. The local NER task uses 262144 (docs/benchmarks.md, 'Quality')",
     )
+    char_ngram_dim: int = Field(
+        0,
+        ge=0,
+        description="width of the bigram table's rows, projected to the hidden size; 0 (or the hidden size or more): "
+        "rows as wide as the hidden size, no projection. Narrow rows cost less per step (the table is updated densely)",
+    )
 
     @field_validator("pretrained")
     @classmethod

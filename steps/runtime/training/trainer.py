@@ -86,7 +86,7 @@ class Trainer:
         directory = self._pretrained_dir()
         if directory is not None:
             model = self.ernie.load_pretrained(
-                directory, len(self.labels), mcfg.dropout, mcfg.task, mcfg.char_ngram_buckets
+                directory, len(self.labels), mcfg.dropout, mcfg.task, mcfg.char_ngram_buckets, mcfg.char_ngram_dim
             )
             pretrained.check_length(self.cfg, str(mcfg.pretrained), model.config.max_position_embeddings)
             return self.ernie.load_tokenizer(directory), model

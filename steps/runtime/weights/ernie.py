@@ -70,7 +70,9 @@ def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_to
     )
     # Fixed parameter names (the optimizer state is keyed by them), however many models this process built.
     with paddle.utils.unique_name.guard():
-        return char_ngrams.add_char_bigrams(head_class(model_cfg.task)(config), model_cfg.char_ngram_buckets)
+        return char_ngrams.add_char_bigrams(
+            head_class(model_cfg.task)(config), model_cfg.char_ngram_buckets, model_cfg.char_ngram_dim
+        )
 
 
 def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
@@ -100,13 +102,18 @@ def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
 
 
 def load_pretrained(
-    directory: Path, num_labels: int, dropout: float, task_type: str = TEXT_CLASSIFICATION, char_ngram_buckets: int = 0
+    directory: Path,
+    num_labels: int,
+    dropout: float,
+    task_type: str = TEXT_CLASSIFICATION,
+    char_ngram_buckets: int = 0,
+    char_ngram_dim: int = 0,
 ) -> ErnieHead:
     """PaddleNLP's own loading path, from a local directory only (a hub name would be a download); the task's
     head is new, on the pretrained encoder (and a new bigram table, `model.char_ngram_buckets`)."""
     with paddle.utils.unique_name.guard():
         model = head_class(task_type).from_pretrained(str(directory), num_labels=num_labels, classifier_dropout=dropout)
-        return char_ngrams.add_char_bigrams(model, char_ngram_buckets)
+        return char_ngrams.add_char_bigrams(model, char_ngram_buckets, char_ngram_dim)
 
 
 def load_tokenizer(path: Path) -> ErnieTokenizer:
@@ -165,6 +172,7 @@ def export(
                 "intermediate_size": config.intermediate_size,
                 "pad_token_id": tokenizer.pad_token_id,
                 "char_ngram_buckets": model_cfg.char_ngram_buckets,
+                "char_ngram_dim": model_cfg.char_ngram_dim,
                 "inputs": list(INPUT_NAMES),
                 "pretrained": model_cfg.pretrained,
                 **(provenance or {}),
