@@ -37,10 +37,13 @@ CONFIG = ROOT / "configs" / "pipeline.yaml"
 # Each ingredient alone on top of the task's local settings, and the combinations worth a row.
 VARIANTS: dict[str, dict[str, list[str]]] = {
     "sentiment": {
+        # the local default (configs/tasks/sentiment.yaml): the small ERNIE from scratch with 65,536 bigram rows,
+        # 32 wide; `no-bigrams` is the model it replaced
         "default": [],
+        "no-bigrams": ["model.char_ngram_buckets=0"],
         "distill": ["training.distill_weight=0.5"],
-        "bigrams": ["model.char_ngram_buckets=262144"],
-        "bigrams64k": ["model.char_ngram_buckets=65536"],
+        "bigrams128": ["model.char_ngram_dim=0"],
+        "bigrams256k": ["model.char_ngram_buckets=262144", "model.char_ngram_dim=0"],
         "mlm": ["model.pretrained={pretrained}"],
         "mlm+distill": ["model.pretrained={pretrained}", "training.distill_weight=0.5"],
     },
@@ -52,6 +55,13 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "bigrams": ["model.pretrained=null", "model.char_ngram_buckets=262144"],
         "mlm+bigrams": ["model.pretrained={pretrained}", "model.char_ngram_buckets=262144"],
         "bigrams64k+dropout": ["model.pretrained=null", "model.char_ngram_buckets=65536", "model.dropout=0.1"],
+        "bigrams-d32": ["model.pretrained=null", "model.char_ngram_buckets=262144", "model.char_ngram_dim=32"],
+        "bigrams-d32+dropout": [
+            "model.pretrained=null",
+            "model.char_ngram_buckets=262144",
+            "model.char_ngram_dim=32",
+            "model.dropout=0.1",
+        ],
     },
     "text-matching": {
         "default": [],
