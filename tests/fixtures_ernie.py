@@ -17,7 +17,8 @@ POSITIVE = ("很好", "满意", "喜欢", "不错", "推荐", "优秀", "舒服"
 NEGATIVE = ("很差", "失望", "讨厌", "糟糕", "退货", "垃圾", "难用", "坏了")
 SUBJECTS = ("手机", "酒店", "这本书", "服务", "质量", "快递", "屏幕", "电池")
 
-TINY_OVERRIDES = [
+# The tiny model and schedule every pipeline-level test trains (tests/test_e2e.py adds its own data lines).
+TINY_MODEL = [
     "model.hidden_size=32",
     "model.num_hidden_layers=1",
     "model.num_attention_heads=2",
@@ -26,12 +27,15 @@ TINY_OVERRIDES = [
     # the bigram table the sentiment default has, small (its 65,536 rows would be most of a tiny model's cost)
     "model.char_ngram_buckets=1000",
     "model.char_ngram_dim=8",
-    "data.vocab_min_freq=1",
-    "data.dev_fraction=0.2",
-    "data.test_fraction=0.2",
     "training.epochs=2",
     "training.batch_size=16",
     "training.learning_rate=0.005",
+]
+TINY_OVERRIDES = [
+    *TINY_MODEL,
+    "data.vocab_min_freq=1",
+    "data.dev_fraction=0.2",
+    "data.test_fraction=0.2",
     "training.nproc=1",
 ]
 

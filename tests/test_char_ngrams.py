@@ -113,20 +113,24 @@ def test_export_computes_the_bigrams_from_input_ids(tmp_path: Path, dim: int) ->
 def test_the_converted_graph_hashes_large_token_ids_exactly(tmp_path: Path) -> None:
     """A token id of 40,000 (ERNIE 3.0's vocabulary) times FIRST is above 2^24: hashed in float32, as paddle2onnx
     exports a tensor times a Python number, it lands in another row; the ONNX graph every engine variant is
-    built from (steps/runtime/serving/engines/convert.py) must compute the rows Paddle does."""
+    built from (steps/runtime/serving/engines/convert.py) from the export (ernie.export, what training writes) must
+    compute the rows Paddle does."""
     import onnxruntime as ort
+    from paddlenlp.transformers import ErnieTokenizer
 
     from steps.runtime.serving.engines.convert import paddle_to_onnx
 
-    vocab = 40_000
+    vocab = tmp_path / "vocab.txt"  # 40,000 ids, as ERNIE 3.0's: the specials, then made-up tokens
+    vocab.write_text(
+        "\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", *(f"t{i}" for i in range(39_995))]) + "\n"
+    )
+    cfg = ModelConfig(task="text-classification", char_ngram_buckets=65_536, **TINY)
     paddle.seed(0)
-    m = ernie.build_model(ModelConfig(task="text-classification", char_ngram_buckets=65_536, **TINY), vocab, 2)
+    m = ernie.build_model(cfg, 40_000, 2)
     table = m.ernie.embeddings.word_embeddings.bigrams.weight
     table.set_value(np.random.default_rng(0).normal(size=table.shape).astype("float32"))
-    m.eval()
-    spec = [paddle.static.InputSpec([None, None], "int64", name) for name in ernie.INPUT_NAMES]
-    paddle.jit.save(paddle.jit.to_static(m, input_spec=spec, full_graph=True), str(tmp_path / "inference"))
-    paddle_to_onnx(tmp_path / "inference.json", tmp_path / "inference.pdiparams", tmp_path / "model.onnx")
+    out = ernie.export(m, ErnieTokenizer(str(vocab)), {0: "negative", 1: "positive"}, cfg, tmp_path / "export")
+    paddle_to_onnx(out / "inference.json", out / "inference.pdiparams", tmp_path / "model.onnx")
 
     ids = np.array([[1, 39_991, 39_989, 2_117, 39_999, 2]], dtype="int64")
     assert int(ids.max()) * char_ngrams.FIRST > 2**24

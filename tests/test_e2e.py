@@ -24,25 +24,16 @@ from paddle_mlops_core.contracts import (
     TRAIN_SAMPLES_PER_SECOND,
     TRAIN_STEP,
 )
+from tests.fixtures_ernie import TINY_MODEL
 from tests.s3server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TINY = [
+    *TINY_MODEL,
     "data.max_samples=400",
     "data.vocab_min_freq=1",
-    "model.hidden_size=32",
-    "model.num_hidden_layers=1",
-    "model.num_attention_heads=2",
-    "model.intermediate_size=64",
-    "model.max_seq_len=32",
-    # the bigram table the sentiment default has, small (its 65,536 rows would be most of a tiny model's cost)
-    "model.char_ngram_buckets=1000",
-    "model.char_ngram_dim=8",
-    "training.epochs=2",
-    "training.batch_size=16",
-    "training.learning_rate=0.005",
     "gate.threshold=0.0",  # a tiny model on 400 texts: the test is about the pipeline, not accuracy
     "gate.baseline=warn",  # ... so its comparison with the baseline is reported, not enforced
 ]
