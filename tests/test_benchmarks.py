@@ -120,6 +120,23 @@ def test_quality_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert row["mean"] == run["model"] and row["baseline"] == run["baseline"]
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--task", "ner", "--variants", "default"], "default not a variant of ner (one of scratch, mlm,"),
+        (["--task", "ner", "--variants", "mlm+bigrams"], "mlm+bigrams fine-tune a pre-trained copy"),
+    ],
+)
+def test_quality_benchmark_refuses_a_variant_it_cannot_run(
+    argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A variant the task does not have, or one that needs --pretrained without it: exit 2 before anything trains."""
+    with pytest.raises(SystemExit) as stop:
+        quality.main([*argv, "--workdir", str(tmp_path / "q")])
+    assert stop.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
+
+
 def test_checkpoint_cost_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Its in-process parts (the SIGTERM and SIGKILL parts start training jobs: measured, not tested here)."""
     figures, printed = run_quick(checkpoint_cost, ["--parts", "throughput,production_checkpoint"], tmp_path, capsys)

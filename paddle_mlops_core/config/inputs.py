@@ -83,7 +83,8 @@ class ModelConfig(Strict):
         le=2**24,
         description="rows of the hashed character-bigram table whose embeddings (each token's left and right bigram) "
         "are added to the token embeddings, computed inside the model from input_ids (steps/runtime/weights/"
-        "char_ngrams.py); 0: off. The local NER task uses 262144 (docs/benchmarks.md, 'Quality')",
+        "char_ngrams.py); 0: off. The local tasks use 65536 (sentiment) and 262144 (NER), 32 wide "
+        "(docs/benchmarks.md, 'Quality')",
     )
     char_ngram_dim: int = Field(
         0,
