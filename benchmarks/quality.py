@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -127,9 +128,12 @@ def run_task(task: str, variants: Sequence[str], seeds: Sequence[int], args: Any
             sets = [*base, *(o.format(pretrained=args.pretrained) for o in VARIANTS[task][variant]),
                     f"training.seed={seed}"]  # fmt: skip
             ws = out / task / f"{variant}-{seed}"
-            ws.mkdir(parents=True, exist_ok=True)
-            if not (ws / "data").exists():
-                (ws / "data").symlink_to(data_dir)
+            # A fresh workspace each time: the train step resumes from a checkpoint it finds in <ws>/train (the run
+            # id digests the commit and the configuration, not uncommitted code), so a rerun would not retrain.
+            if ws.exists():
+                shutil.rmtree(ws)
+            ws.mkdir(parents=True)
+            (ws / "data").symlink_to(data_dir)
             seconds = train(task, sets, ws, 1 if args.quick else args.nproc, env)
             row = score(task, sets, ws, fitted) | {"seed": seed, "train_seconds": round(seconds, 1)}
             rows.setdefault(variant, []).append(row)

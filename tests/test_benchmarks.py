@@ -109,6 +109,10 @@ def test_gpu_script_says_when_there_is_no_gpu(tmp_path) -> None:
 
 def test_quality_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Baseline, local default and an ablation on tiny data; each row has its paired interval against the baseline."""
+    # What an earlier run left in a variant's workspace is cleared first: the train step would resume its checkpoint.
+    stale = tmp_path / "q" / "sentiment" / "default-42" / "train" / "stale-checkpoint"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("from an earlier run")
     figures, printed = run_quick(
         quality, ["--variants", "default", "distill", "--workdir", str(tmp_path / "q")], tmp_path, capsys
     )
@@ -118,6 +122,7 @@ def test_quality_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
         run = row["runs"][0]
         assert run["metric"] == "accuracy" and run["ci_low"] <= run["difference"] <= run["ci_high"]
         assert row["mean"] == run["model"] and row["baseline"] == run["baseline"]
+    assert not stale.exists()
 
 
 @pytest.mark.parametrize(
