@@ -56,6 +56,12 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "mlm": ["model.pretrained={pretrained}", "model.char_ngram_buckets=0"],
         "bigrams": ["model.pretrained=null"],
         "mlm+bigrams": ["model.pretrained={pretrained}"],
+        # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
+        "mlm+bigrams-lr5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.005"],
+        "mlm+bigrams-lr1.5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.0015"],
+        "mlm+bigrams-lr1e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.001"],
+        "mlm+bigrams-lr7.5e-4": ["model.pretrained={pretrained}", "training.learning_rate=0.00075"],
+        "mlm+bigrams-5ep": ["model.pretrained={pretrained}", "training.epochs=5"],
         "bigrams128": ["model.pretrained=null", "model.char_ngram_dim=0"],
         "bigrams+dropout": ["model.pretrained=null", "model.dropout=0.1"],
         "bigrams64k+dropout": ["model.pretrained=null", "model.char_ngram_buckets=65536", "model.dropout=0.1"],
