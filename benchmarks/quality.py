@@ -47,6 +47,7 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "bigrams256k": ["model.char_ngram_buckets=262144", "model.char_ngram_dim=0"],
         "mlm": ["model.pretrained={pretrained}"],
         "mlm+distill": ["model.pretrained={pretrained}", "training.distill_weight=0.5"],
+        "vocab-concat": ["model.char_ngram_min_count=2", "model.char_ngram_sides=concat"],
     },
     "ner": {
         # the local default (configs/tasks/ner.yaml) fine-tunes the staged ernie-mini-corpus-zh with 262,144 bigram
@@ -56,6 +57,19 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "mlm": ["model.pretrained={pretrained}", "model.char_ngram_buckets=0"],
         "bigrams": ["model.pretrained=null"],
         "mlm+bigrams": ["model.pretrained={pretrained}"],
+        # the table's vocabulary, its sides and the tag transitions, each taken away; `-hashed` all three (the
+        # default of the 10th and 11th sessions)
+        "mlm+bigrams-hashed": [
+            "model.pretrained={pretrained}",
+            "model.char_ngram_min_count=0",
+            "model.char_ngram_sides=sum",
+            "model.tag_transitions=false",
+        ],
+        "mlm+bigrams-no-transitions": ["model.pretrained={pretrained}", "model.tag_transitions=false"],
+        "mlm+bigrams-sum": ["model.pretrained={pretrained}", "model.char_ngram_sides=sum"],
+        "mlm+bigrams-min0": ["model.pretrained={pretrained}", "model.char_ngram_min_count=0"],
+        "mlm+bigrams-min3": ["model.pretrained={pretrained}", "model.char_ngram_min_count=3"],
+        "mlm+bigrams-d64": ["model.pretrained={pretrained}", "model.char_ngram_dim=64"],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
         "mlm+bigrams-lr5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.005"],
         "mlm+bigrams-lr1.5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.0015"],

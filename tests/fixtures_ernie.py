@@ -74,9 +74,12 @@ def make_exported_model(
     task: str = "text-classification",
     char_ngram_buckets: int = 0,
     char_ngram_dim: int = 0,
+    char_ngram_min_count: int = 0,
+    char_ngram_sides: str = "sum",
 ) -> Path:
     """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary (and a
-    random bigram table of `char_ngram_buckets` rows, `char_ngram_dim` wide, where that is not 0)."""
+    random bigram table of `char_ngram_buckets` rows, `char_ngram_dim` wide, where that is not 0; with a vocabulary
+    of the corpus's bigrams where `char_ngram_min_count` is not 0)."""
     from paddle_mlops_core.config.inputs import ModelConfig
     from steps.runtime.data import labelled_text
     from steps.runtime.weights import ernie
@@ -95,12 +98,18 @@ def make_exported_model(
         max_seq_len=max_seq_len,
         char_ngram_buckets=char_ngram_buckets,
         char_ngram_dim=char_ngram_dim,
+        char_ngram_min_count=char_ngram_min_count,
+        char_ngram_sides=char_ngram_sides,  # type: ignore[arg-type]
     )
     tokenizer = ernie.load_tokenizer(vocab_file)
     model = ernie.build_model(cfg, len(tokenizer.vocab), len(labels), tokenizer.pad_token_id)
     if char_ngram_buckets:  # the table starts at zero; random rows make the bigrams change every logit
         table = model.ernie.embeddings.word_embeddings.bigrams.weight
-        table.set_value(np.random.default_rng(0).normal(0, 0.05, table.shape).astype("float32"))
+        rows = np.random.default_rng(0).normal(0, 0.05, table.shape).astype("float32")
+        if char_ngram_min_count:
+            rows[0] = 0  # the zero row of every bigram outside the vocabulary, as training leaves it
+            model.ernie.embeddings.word_embeddings.fit_vocabulary(ernie.encode(tokenizer, corpus, max_seq_len))
+        table.set_value(rows)
     ernie.export(model, tokenizer, dict(enumerate(labels)), cfg, directory)
     vocab_file.unlink()
     return directory

@@ -22,9 +22,12 @@ def row(a: int, b: int) -> int:
     return int(a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
 
 
-def model(buckets: int, task: str = "token-classification", seed: int = 3, dim: int = 0) -> ernie.ErnieHead:
+def model(
+    buckets: int, task: str = "token-classification", seed: int = 3, dim: int = 0, **table: object
+) -> ernie.ErnieHead:
     paddle.seed(seed)
-    return ernie.build_model(ModelConfig(task=task, char_ngram_buckets=buckets, char_ngram_dim=dim, **TINY), 20, 3)
+    cfg = ModelConfig(task=task, char_ngram_buckets=buckets, char_ngram_dim=dim, **TINY, **table)  # type: ignore[arg-type]
+    return ernie.build_model(cfg, 20, 3)
 
 
 def logits(m: ernie.ErnieHead, ids: np.ndarray = IDS) -> np.ndarray:
@@ -142,7 +145,120 @@ def test_the_converted_graph_hashes_large_token_ids_exactly(tmp_path: Path) -> N
 def test_a_pretrained_encoder_keeps_its_vocabulary(tmp_path: Path) -> None:
     m = model(0)
     m.save_pretrained(str(tmp_path / "weights"))
-    loaded = ernie.load_pretrained(tmp_path / "weights", 3, 0.0, "token-classification", char_ngram_buckets=500)
+    cfg = ModelConfig(task="token-classification", dropout=0.0, char_ngram_buckets=500)
+    loaded = ernie.load_pretrained(tmp_path / "weights", 3, cfg)
     word = loaded.ernie.embeddings.word_embeddings
     assert isinstance(word, char_ngrams.CharBigramEmbedding) and word.bigrams.weight.shape == [500, 16]
     assert np.array_equal(word.weight.numpy(), m.ernie.embeddings.word_embeddings.weight.numpy())
+
+
+# The train split of a table with a vocabulary: (7, 8) three times, (8, 9) twice, every other bigram once.
+TRAIN_IDS = [[1, 7, 8, 9, 2], [1, 7, 8, 9, 2], [1, 7, 8, 2]]
+
+
+def vocabulary_model(min_count: int = 2, dim: int = 4, sides: str = "sum") -> char_ngrams.CharBigramEmbedding:
+    layer = model(
+        1000, dim=dim, char_ngram_min_count=min_count, char_ngram_sides=sides
+    ).ernie.embeddings.word_embeddings
+    assert isinstance(layer, char_ngrams.CharBigramEmbedding)
+    return layer
+
+
+def slot_row(layer: char_ngrams.CharBigramEmbedding, a: int, b: int) -> int:
+    return int(layer.rows(paddle.to_tensor([[a]]), paddle.to_tensor([[b]])).numpy()[0, 0])
+
+
+def test_a_vocabulary_gives_frequent_bigrams_their_own_rows_and_every_other_the_zero_row() -> None:
+    layer = vocabulary_model(min_count=2)
+    counts = layer.fit_vocabulary(TRAIN_IDS)
+    # with padding: (0,1) x3, (1,7) x3, (7,8) x3, (8,9) x2, (9,2) x2, (2,0) x3, (8,2) x1
+    assert counts == {"distinct": 7, "frequent": 6, "rows": 6, "slot_clashes": 0}
+    frequent = [(0, 1), (1, 7), (7, 8), (8, 9), (9, 2), (2, 0)]
+    assert sorted(slot_row(layer, a, b) for a, b in frequent) == [1, 2, 3, 4, 5, 6]
+    assert slot_row(layer, 8, 9) in (4, 5) and slot_row(layer, 7, 8) <= 3  # most frequent first
+    assert slot_row(layer, 8, 2) == 0  # seen once: below min_count
+    assert slot_row(layer, 9, 8) == 0  # never seen (hashing alone puts it on some trained row)
+
+    # the zero row adds nothing, whatever the table holds elsewhere; a known bigram adds its row
+    table = np.random.default_rng(2).normal(size=(1000, 4)).astype("float32")
+    layer.bigrams.weight.set_value(table)
+    x = paddle.to_tensor([[9, 8, 8, 9]])
+    got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
+    project = layer.project.weight.numpy()
+    # token 8 at position 1: left bigram (9, 8) unseen, right bigram (8, 8) unseen
+    assert np.allclose(got[0, 1], 0, atol=1e-6)
+    # token 9 at position 3: left (8, 9) known, right (9, 0) unseen
+    assert np.allclose(got[0, 3], table[slot_row(layer, 8, 9)] @ project, atol=1e-5)
+
+
+def test_the_zero_row_gets_no_gradient_and_the_table_is_capped_at_its_size() -> None:
+    layer = vocabulary_model(min_count=1)
+    layer.fit_vocabulary(TRAIN_IDS)
+    x = paddle.to_tensor([[9, 8, 8, 9]])
+    layer(x).sum().backward()
+    assert np.abs(layer.bigrams.weight.grad.numpy()[0]).sum() == 0
+
+    small = model(4, dim=4, char_ngram_min_count=1).ernie.embeddings.word_embeddings
+    assert small.fit_vocabulary(TRAIN_IDS)["rows"] == 3  # rows 1..3 of 4: row 0 is the zero row
+
+
+def test_sides_concat_tells_a_left_bigram_from_a_right_one() -> None:
+    layer = vocabulary_model(min_count=1, dim=4, sides="concat")
+    assert layer.project.weight.shape == [8, 16]
+    layer.fit_vocabulary(TRAIN_IDS)
+    table = np.random.default_rng(3).normal(size=(1000, 4)).astype("float32")
+    layer.bigrams.weight.set_value(table)
+    x = paddle.to_tensor([[1, 7, 8, 2]])
+    got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
+    left, right = table[slot_row(layer, 7, 8)], table[slot_row(layer, 8, 2)]
+    assert np.allclose(got[0, 2], np.concatenate([left, right]) @ layer.project.weight.numpy(), atol=1e-5)
+    # the same two rows the other way round give another vector (summed they would not)
+    assert not np.allclose(got[0, 2], np.concatenate([right, left]) @ layer.project.weight.numpy(), atol=1e-3)
+    # full-width rows side by side are projected too
+    assert model(1000, dim=0, char_ngram_sides="concat").ernie.embeddings.word_embeddings.project is not None
+
+
+def test_the_vocabulary_is_part_of_the_state_a_checkpoint_restores() -> None:
+    trained = model(1000, dim=4, char_ngram_min_count=1)
+    trained.ernie.embeddings.word_embeddings.fit_vocabulary(TRAIN_IDS)
+    fresh = model(1000, dim=4, char_ngram_min_count=1)
+    assert "ernie.embeddings.word_embeddings.slots" in trained.state_dict()
+    fresh.set_state_dict(trained.state_dict())
+    assert np.array_equal(
+        fresh.ernie.embeddings.word_embeddings.slots.numpy(), trained.ernie.embeddings.word_embeddings.slots.numpy()
+    )
+    assert char_ngrams.fit_vocabulary(model(1000), TRAIN_IDS) is None  # no vocabulary: nothing to fit
+
+
+@pytest.mark.parametrize("sides", ["sum", "concat"])
+def test_the_export_and_its_onnx_graph_carry_the_vocabulary(tmp_path: Path, sides: str) -> None:
+    """The bigram -> row map is an int32 buffer gathered in the graph: the export (Paddle Inference) and the ONNX
+    graph every other engine is built from must read the rows the trained model reads."""
+    import onnxruntime as ort
+    from paddlenlp.transformers import ErnieTokenizer
+
+    from steps.runtime.serving.engines.convert import paddle_to_onnx
+
+    m = model(1000, dim=4, char_ngram_min_count=1, char_ngram_sides=sides)
+    layer = m.ernie.embeddings.word_embeddings
+    layer.fit_vocabulary(TRAIN_IDS)
+    table = np.random.default_rng(0).normal(size=(1000, 4)).astype("float32")
+    table[0] = 0  # as training leaves it
+    layer.bigrams.weight.set_value(table)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(
+        "\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", *"一二三四五六七八九十甲乙丙丁戊"]) + "\n"
+    )
+    cfg = ModelConfig(
+        task="token-classification", char_ngram_buckets=1000, char_ngram_dim=4, char_ngram_min_count=1,
+        char_ngram_sides=sides, **TINY,
+    )  # fmt: skip
+    out = ernie.export(m, ErnieTokenizer(str(vocab)), {0: "O", 1: "B-PER", 2: "I-PER"}, cfg, tmp_path / "export")
+    exported = ernie.ExportedModel(out)
+    assert exported.model_config["char_ngram_min_count"] == 1 and exported.model_config["char_ngram_sides"] == sides
+    ids = np.array([[1, 7, 8, 9, 2, 0], [1, 9, 8, 2, 0, 0]], dtype="int64")  # known and unseen bigrams
+    assert np.allclose(exported.logits(ids), logits(m, ids), atol=1e-5)
+    paddle_to_onnx(out / "inference.json", out / "inference.pdiparams", tmp_path / "model.onnx")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids)})[0]
+    np.testing.assert_allclose(got, logits(m, ids), atol=1e-5)

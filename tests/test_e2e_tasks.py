@@ -67,6 +67,10 @@ def test_ner_runs_end_to_end_and_serves_entities(tmp_path: Path) -> None:
         run = client.get_run(summary["mlflow_run_id"])
         assert client.get_experiment(run.info.experiment_id).name == "ernie-ner" and version.run_id == run.info.run_id
         assert "test_micro_f1" in run.data.metrics and run.data.tags["task"] == "ner"
+        # configs/tasks/ner.yaml decodes with tag transitions: chosen on dev, recorded, published with the model
+        assert "best_dev_micro_f1_decoded" in run.data.metrics
+        info = {a.path for a in client.list_artifacts(run.info.run_id, "model-info")}
+        assert "model-info/tag_transitions.json" in info
         assert {i.dataset.name for i in run.inputs.dataset_inputs} == {"train", "dev", "test"}
     finally:
         _stop(tmp_path)

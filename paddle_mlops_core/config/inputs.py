@@ -7,11 +7,13 @@ trained from scratch. A task's defaults (task_rules.py) fill in `data.source` wh
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from paddle_mlops_core.config import pretrained_names
 from paddle_mlops_core.config.strict import Strict
-from paddle_mlops_core.config.tasks import TEXT_CLASSIFICATION, TaskType
+from paddle_mlops_core.config.tasks import TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION, TaskType
 from paddle_mlops_core.contracts import pvc_location
 
 
@@ -92,6 +94,25 @@ class ModelConfig(Strict):
         description="width of the bigram table's rows, projected to the hidden size; 0 (or the hidden size or more): "
         "rows as wide as the hidden size, no projection. Narrow rows cost less per step (the table is updated densely)",
     )
+    char_ngram_min_count: int = Field(
+        0,
+        ge=0,
+        description="0: every bigram is hashed onto a row of the table, a bigram never seen in training onto some "
+        "other bigram's trained row; n >= 1: the table has a vocabulary, the train split's bigrams seen at least n "
+        "times (most frequent first, up to char_ngram_buckets - 1), and every other bigram reads a zero row, as a "
+        "CRF ignores a feature it never saw (char_ngrams.py)",
+    )
+    char_ngram_sides: Literal["sum", "concat"] = Field(
+        "sum",
+        description="how each token's left and right bigram rows are combined: sum, or concat (side by side before "
+        "the projection, so a bigram ending at a character and one starting there differ)",
+    )
+    tag_transitions: bool = Field(
+        False,
+        description="token-classification: decode with tag-transition scores counted on the train split, weighted "
+        "by the factor (0 included) that scores best on the dev split; written to the export's "
+        "tag_transitions.json, read by evaluation and the model server (steps/runtime/data/tag_transitions.py)",
+    )
 
     @field_validator("pretrained")
     @classmethod
@@ -112,4 +133,13 @@ class ModelConfig(Strict):
     def _heads_divide_hidden(self) -> ModelConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be divisible by num_attention_heads")
+        return self
+
+    @model_validator(mode="after")
+    def _transitions_tag(self) -> ModelConfig:
+        if self.tag_transitions and self.task != TOKEN_CLASSIFICATION:
+            raise ValueError(
+                f"tag_transitions decodes tag sequences (token-classification); this task is {self.task}: "
+                "set it to false"
+            )
         return self

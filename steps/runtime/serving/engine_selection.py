@@ -138,7 +138,8 @@ def _metrics(cfg: PipelineConfig, models: dict[str, Any], rows: list[dict[str, A
     out = {}
     for name, model in models.items():
         logits = tasks.run_rows(model.logits, encoded, METRIC_BATCH_ROWS, first.tokenizer.pad_token_id)
-        report = task.scores(rows, task.results(instances, encoded, logits, model.labels), model.labels)
+        answers = task.results(instances, encoded, logits, model.labels, model.transitions)
+        report = task.scores(rows, answers, model.labels)
         out[name] = float(report[cfg.gate.metric])
     return out
 

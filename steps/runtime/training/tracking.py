@@ -17,7 +17,7 @@ from typing import Any
 from paddle_mlops_core import contracts
 from paddle_mlops_core.config import PipelineConfig
 from steps.runtime import config_names
-from steps.runtime.data import tasks
+from steps.runtime.data import tag_transitions, tasks
 from steps.runtime.runner import StepStopped
 
 log = logging.getLogger("steps.train")
@@ -196,8 +196,9 @@ def log_best(
     import mlflow
 
     mlflow.log_metrics({f"best_{k}": v for k, v in best.items() if k.startswith("dev_")})
-    for name in ("label_map.json", "model_config.json", "training.json"):
-        mlflow.log_artifact(str(model_dir / name), artifact_path=MODEL_INFO)
+    for name in ("label_map.json", "model_config.json", "training.json", tag_transitions.FILE):
+        if (model_dir / name).is_file():  # tag_transitions.json: only where model.tag_transitions made one
+            mlflow.log_artifact(str(model_dir / name), artifact_path=MODEL_INFO)
     if (data_dir / "stats.json").is_file():
         mlflow.log_artifact(str(data_dir / "stats.json"), artifact_path=MODEL_INFO)
     if history:

@@ -8,7 +8,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,8 @@ import numpy as np
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CHECKPOINTS, PRETRAINED_RECORD
 from steps.runtime import config_names
-from steps.runtime.data import labelled_text, tasks
+from steps.runtime.data import labelled_text, tag_transitions, tasks
+from steps.runtime.data.tasks.ner import row_tags
 from steps.runtime.runner import StepError, StepFailed, StepStopped
 from steps.runtime.training import distillation, dygraph, graceful_stop, optimization, run_id
 from steps.runtime.training import snapshot as train_snapshot
@@ -85,9 +86,7 @@ class Trainer:
         mcfg = self.cfg.model
         directory = self._pretrained_dir()
         if directory is not None:
-            model = self.ernie.load_pretrained(
-                directory, len(self.labels), mcfg.dropout, mcfg.task, mcfg.char_ngram_buckets, mcfg.char_ngram_dim
-            )
+            model = self.ernie.load_pretrained(directory, len(self.labels), mcfg)
             pretrained.check_length(self.cfg, str(mcfg.pretrained), model.config.max_position_embeddings)
             return self.ernie.load_tokenizer(directory), model
         vocab = self.data_dir / "vocab.txt"
@@ -140,6 +139,11 @@ class Trainer:
 
     def evaluate(self, model: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
         """The task's metrics (`spec.metrics`) of `model` on `rows`, answered the way the exported model answers."""
+        return self._scorer(model, rows)(None)
+
+    def _scorer(self, model: Any, rows: list[dict[str, Any]]) -> Callable[[np.ndarray | None], dict[str, float]]:
+        """`model`'s logits of `rows`, computed once, and the task's metrics of the answers decoded from them with
+        the tag-transition scores given (None: without)."""
         import paddle
 
         def forward(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
@@ -152,8 +156,25 @@ class Trainer:
         with paddle.no_grad():
             logits = tasks.run_rows(forward, encoded, EVAL_BATCH_ROWS, self.tokenizer.pad_token_id)
         model.train()
-        report = self.task.scores(rows, self.task.results(instances, encoded, logits, self.labels), self.labels)
-        return {name: float(report[name]) for name in self.task.spec.metrics}
+
+        def metrics(transitions: np.ndarray | None) -> dict[str, float]:
+            answers = self.task.results(instances, encoded, logits, self.labels, transitions)
+            report = self.task.scores(rows, answers, self.labels)
+            return {name: float(report[name]) for name in self.task.spec.metrics}
+
+        return metrics
+
+    def _fit_transitions(self, model_dir: Path, best: dict[str, Any]) -> None:
+        """`model.tag_transitions`: count them on the train split, weigh them by what scores best on dev with the
+        exported parameters, write tag_transitions.json beside the export; the dev score decoded so into `best`."""
+        names = [self.labels[i] for i in sorted(self.labels)]
+        log_probs = tag_transitions.counted([row_tags(r) for r in self._rows("train")], names)
+        metric = config_names.gate_metric(self.cfg)
+        score = self._scorer(self.model, self._rows("dev"))
+        weight, dev = tag_transitions.choose(log_probs, lambda t: score(t)[metric])
+        tag_transitions.write(model_dir, names, log_probs, weight, dev)
+        best[f"dev_{metric}_decoded"] = dev[str(weight)]
+        log.info("tag transitions: weight %g (dev %s by weight: %s)", weight, metric, dev)
 
     def run(self) -> dict[str, Any]:
         """Train (resuming from the run's newest complete checkpoint), export the best epoch; the summary.
@@ -238,9 +259,15 @@ class Trainer:
     def _setup(self) -> Setup:
         import paddle
 
+        from steps.runtime.weights import char_ngrams
+
         tcfg = self.cfg.training
         rows = self._rows("train")
         train, train_targets = self.task.encode_training(self.tokenizer, rows, self.cfg.model.max_seq_len, self.labels)
+        vocabulary = char_ngrams.fit_vocabulary(self.model, train.input_ids)  # every rank: the same split, the same map
+        if vocabulary and self.rank == 0:
+            log.info("bigram table: %(rows)d rows for the %(frequent)d of %(distinct)d train bigrams seen at least "
+                     "char_ngram_min_count times (%(slot_clashes)d lost to slot clashes)", vocabulary)  # fmt: skip
         if tcfg.distill_weight > 0:
             teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
             train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)
@@ -362,6 +389,8 @@ class Trainer:
         if model_dir.exists():
             shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two
         self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir, self.provenance)
+        if self.cfg.model.tag_transitions:
+            self._fit_transitions(model_dir, best)
         dev = {k: v for k, v in best.items() if k.startswith("dev_")}
         training = {"mlflow_run_id": run_id, "task": self.cfg.task, "task_type": self.cfg.model.task,
                     "best_epoch": best["epoch"], **dev, "git_sha": self.git_sha, "run_id": self.run_id,

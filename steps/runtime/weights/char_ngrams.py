@@ -14,12 +14,29 @@ it unchanged); the table is new, initialised to zero so a fine-tune starts from 
 to the hidden size (no bias, so a zero table still adds nothing). The table is dense: AdamW updates and the data-
 parallel all-reduce move every row at every step, which is most of its cost on CPU (262,144 × 128 rows: ~0.19 s a
 step on 2 cores; 65,536 × 32: ~0.01 s; docs/benchmarks.md, "Quality").
+
+`sides: concat` (`model.char_ngram_sides`) projects the left and the right bigram's rows side by side instead of
+their sum, so the model tells a bigram ending at a character from one starting there (a CRF's features do: an
+entity's edge is exactly that difference).
+
+`min_count` (`model.char_ngram_min_count`) 1 or more gives the table a vocabulary: the train step counts the train
+split's bigrams (`fit_vocabulary`) and gives each one seen at least that often its own row, most frequent first;
+every other bigram reads row 0, which stays zero (padding_idx: no gradient), as a CRF ignores a feature it never
+saw. Hashing alone puts a bigram the training data never had on the row some other bigram trained (a 262,144-row
+table holding the NER train split's 246,561 bigrams is 61 % full), which is noise exactly where a rare name is. The
+bigram -> row map is an int32 buffer of SLOTS entries in the model (the export carries it; 16 MiB): a bigram hashes
+to a slot as above, modulo SLOTS, and the slot holds its row. Two bigrams of the vocabulary on one slot: the more
+frequent keeps it, the other reads row 0; an unseen bigram on a taken slot reads that row (SLOTS is 36 times
+the 114,000 NER bigrams seen twice, so about 3 % of them).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import paddle
 from paddle import nn
 
@@ -27,31 +44,72 @@ from paddle import nn
 # buckets below 2^31, so nothing overflows int64; OpenVINO's CPU plugin runs int64 as int32, which holds the sum
 # for token ids below 2^18 (every ERNIE vocabulary: 40,000 ids for ERNIE 3.0).
 FIRST, SECOND = 7919, 1000003
+SLOTS = 2**22  # entries of the bigram -> row map of a table with a vocabulary (min_count >= 1)
+SIDES = ("sum", "concat")
+
+
+def bigram_hash(first: int, second: int, modulus: int) -> int:
+    """What `CharBigramEmbedding.rows` computes in the graph, for one bigram in Python (fit_vocabulary)."""
+    return (first * FIRST + second + SECOND) % modulus
 
 
 class CharBigramEmbedding(nn.Embedding):
     """The token embedding plus the embeddings of the token's left and right bigrams (pad next to the edges)."""
 
-    def __init__(self, word: nn.Embedding, buckets: int, dim: int = 0) -> None:
+    def __init__(self, word: nn.Embedding, buckets: int, dim: int = 0, min_count: int = 0, sides: str = "sum") -> None:
+        if sides not in SIDES:
+            raise ValueError(f"sides must be one of {SIDES}, not {sides!r}")
         vocab, hidden = word.weight.shape
         super().__init__(vocab, hidden, padding_idx=word._padding_idx)
         self.weight.set_value(word.weight)
-        self.buckets = buckets
+        self.buckets, self.min_count, self.concat = buckets, min_count, sides == "concat"
         zero = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0))
         width = dim if 0 < dim < hidden else hidden
-        self.bigrams = nn.Embedding(buckets, width, weight_attr=zero)
-        self.project = nn.Linear(width, hidden, bias_attr=False) if width < hidden else None
+        # With a vocabulary, row 0 is every bigram outside it: zero, and no gradient reaches it.
+        self.bigrams = nn.Embedding(buckets, width, padding_idx=0 if min_count else None, weight_attr=zero)
+        inputs = 2 * width if self.concat else width
+        self.project = nn.Linear(inputs, hidden, bias_attr=False) if inputs != hidden else None
+        if min_count:
+            self.register_buffer("slots", paddle.zeros([SLOTS], dtype="int32"), persistable=True)
+
+    def fit_vocabulary(self, rows: Sequence[Sequence[int]]) -> dict[str, int]:
+        """Give the bigrams of `rows` (the train split's input_ids, unpadded) seen at least `min_count` times their
+        own rows, most frequent first, up to the table's size; the counts of what it did (logged and recorded)."""
+        pad = int(self._padding_idx or 0)
+        counts: Counter[tuple[int, int]] = Counter()
+        for ids in rows:
+            padded = [pad, *ids, pad]
+            counts.update(zip(padded[:-1], padded[1:], strict=False))
+        slots = np.zeros(SLOTS, dtype="int32")
+        row = clashes = 0
+        for (first, second), seen in counts.most_common():
+            if seen < self.min_count or row + 1 >= self.buckets:
+                break
+            slot = bigram_hash(first, second, SLOTS)
+            if slots[slot]:
+                clashes += 1
+                continue
+            row += 1
+            slots[slot] = row
+        self.slots.set_value(paddle.to_tensor(slots))
+        frequent = sum(1 for seen in counts.values() if seen >= self.min_count)
+        return {"distinct": len(counts), "frequent": frequent, "rows": row, "slot_clashes": clashes}
 
     def rows(self, first: paddle.Tensor, second: paddle.Tensor) -> paddle.Tensor:
         """The table rows of bigrams (first, second), in integer arithmetic throughout: a Python number times a
         tensor is Paddle's `scale` op, which paddle2onnx exports as a float32 multiply (exact only below 2^24, and
         in bf16 — OpenVINO's bf16 variant — not at all), and `full_like` as a float fill converted back; so each
-        constant is a one-element int64 tensor (an int64 Constant in ONNX and OpenVINO), broadcast."""
+        constant is a one-element int64 tensor (an int64 Constant in ONNX and OpenVINO), broadcast. With a
+        vocabulary, the hash picks a slot of the map and the slot holds the row (an integer gather)."""
 
         def const(value: int) -> paddle.Tensor:
             return paddle.full([1], value, dtype="int64")
 
-        return paddle.remainder(first * const(FIRST) + second + const(SECOND), const(self.buckets))
+        hashed = first * const(FIRST) + second + const(SECOND)
+        if not self.min_count:
+            return paddle.remainder(hashed, const(self.buckets))
+        slot = paddle.remainder(hashed, const(SLOTS))
+        return paddle.gather(self.slots, slot.flatten()).reshape(paddle.shape(slot)).astype("int64")
 
     def forward(self, input_ids: paddle.Tensor) -> paddle.Tensor:
         # The bigrams of the row padded on both sides, hashed and looked up once: position t's left bigram is pair
@@ -60,14 +118,27 @@ class CharBigramEmbedding(nn.Embedding):
         padded = paddle.concat([pad, input_ids, pad], axis=1)
         first, second = padded[:, :-1], padded[:, 1:]
         pairs = self.bigrams(self.rows(first, second))
-        around = pairs[:, :-1] + pairs[:, 1:]
+        left, right = pairs[:, :-1], pairs[:, 1:]
+        around = paddle.concat([left, right], axis=-1) if self.concat else left + right
         return super().forward(input_ids) + (self.project(around) if self.project is not None else around)
 
 
-def add_char_bigrams(model: Any, buckets: int, dim: int = 0) -> Any:
-    """`model` (a PaddleNLP ERNIE head) with CharBigramEmbedding in place of its word embeddings (rows `dim` wide,
-    0: the hidden size); unchanged when `buckets` is 0."""
-    if buckets:
+def add_char_bigrams(model: Any, model_cfg: Any) -> Any:
+    """`model` (a PaddleNLP ERNIE head) with CharBigramEmbedding in place of its word embeddings, as `model_cfg`
+    (ModelConfig: `char_ngram_buckets`, `_dim`, `_min_count`, `_sides`) says; unchanged when the buckets are 0."""
+    if model_cfg.char_ngram_buckets:
         embeddings = model.ernie.embeddings
-        embeddings.word_embeddings = CharBigramEmbedding(embeddings.word_embeddings, buckets, dim)
+        embeddings.word_embeddings = CharBigramEmbedding(
+            embeddings.word_embeddings, model_cfg.char_ngram_buckets, model_cfg.char_ngram_dim,
+            model_cfg.char_ngram_min_count, model_cfg.char_ngram_sides,
+        )  # fmt: skip
     return model
+
+
+def fit_vocabulary(model: Any, rows: Sequence[Sequence[int]]) -> dict[str, int] | None:
+    """The train step's part: fill the bigram table's vocabulary from the train split's input_ids where the table
+    has one (`model.char_ngram_min_count`); None where it has none."""
+    layer = model.ernie.embeddings.word_embeddings
+    if isinstance(layer, CharBigramEmbedding) and layer.min_count:
+        return layer.fit_vocabulary(rows)
+    return None

@@ -38,7 +38,7 @@ from paddlenlp.transformers import (  # noqa: E402
 from paddle_mlops_core.config.inputs import ModelConfig  # noqa: E402
 from paddle_mlops_core.config.tasks import TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION  # noqa: E402
 from paddle_mlops_core.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E402
-from steps.runtime.data import tasks  # noqa: E402
+from steps.runtime.data import tag_transitions, tasks  # noqa: E402
 from steps.runtime.serving.engines.runners import EngineUnavailable, open_engine  # noqa: E402
 from steps.runtime.serving.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS  # noqa: E402
 from steps.runtime.weights import char_ngrams  # noqa: E402
@@ -70,9 +70,7 @@ def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_to
     )
     # Fixed parameter names (the optimizer state is keyed by them), however many models this process built.
     with paddle.utils.unique_name.guard():
-        return char_ngrams.add_char_bigrams(
-            head_class(model_cfg.task)(config), model_cfg.char_ngram_buckets, model_cfg.char_ngram_dim
-        )
+        return char_ngrams.add_char_bigrams(head_class(model_cfg.task)(config), model_cfg)
 
 
 def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
@@ -101,19 +99,14 @@ def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
     return directory
 
 
-def load_pretrained(
-    directory: Path,
-    num_labels: int,
-    dropout: float,
-    task_type: str = TEXT_CLASSIFICATION,
-    char_ngram_buckets: int = 0,
-    char_ngram_dim: int = 0,
-) -> ErnieHead:
+def load_pretrained(directory: Path, num_labels: int, model_cfg: ModelConfig) -> ErnieHead:
     """PaddleNLP's own loading path, from a local directory only (a hub name would be a download); the task's
     head is new, on the pretrained encoder (and a new bigram table, `model.char_ngram_buckets`)."""
     with paddle.utils.unique_name.guard():
-        model = head_class(task_type).from_pretrained(str(directory), num_labels=num_labels, classifier_dropout=dropout)
-        return char_ngrams.add_char_bigrams(model, char_ngram_buckets, char_ngram_dim)
+        model = head_class(model_cfg.task).from_pretrained(
+            str(directory), num_labels=num_labels, classifier_dropout=model_cfg.dropout
+        )
+        return char_ngrams.add_char_bigrams(model, model_cfg)
 
 
 def load_tokenizer(path: Path) -> ErnieTokenizer:
@@ -173,6 +166,8 @@ def export(
                 "pad_token_id": tokenizer.pad_token_id,
                 "char_ngram_buckets": model_cfg.char_ngram_buckets,
                 "char_ngram_dim": model_cfg.char_ngram_dim,
+                "char_ngram_min_count": model_cfg.char_ngram_min_count,
+                "char_ngram_sides": model_cfg.char_ngram_sides,
                 "inputs": list(INPUT_NAMES),
                 "pretrained": model_cfg.pretrained,
                 **(provenance or {}),
@@ -227,6 +222,7 @@ class ExportedModel:
             int(k): v for k, v in json.loads((self.model_dir / "label_map.json").read_text(encoding="utf-8")).items()
         }
         self.max_seq_len = int(self.model_config["max_seq_len"])
+        self.transitions = tag_transitions.read(self.model_dir, self.labels)
         self.tokenizer = ErnieTokenizer.from_pretrained(str(self.model_dir))
         self.engine, self.engine_name, self.fallback = self._open_engine(engine, use_gpu, fall_back)
         self._lock = threading.Lock()
@@ -282,4 +278,4 @@ class ExportedModel:
             return []
         rows = self.task.encode(self.tokenizer, instances, self.max_seq_len)
         logits = tasks.run_rows(self.logits, rows, max(len(rows), 1), self.tokenizer.pad_token_id)
-        return self.task.results(instances, rows, logits, self.labels)
+        return self.task.results(instances, rows, logits, self.labels, self.transitions)

@@ -141,9 +141,15 @@ class Task(ABC):
 
     @abstractmethod
     def results(
-        self, instances: Sequence[Instance], rows: ModelRows, logits: list[np.ndarray], labels: dict[int, str]
+        self,
+        instances: Sequence[Instance],
+        rows: ModelRows,
+        logits: list[np.ndarray],
+        labels: dict[int, str],
+        transitions: np.ndarray | None = None,
     ) -> list[dict[str, Any]]:
-        """One answer per instance (the V1 `predictions` entries) from the logits of its rows."""
+        """One answer per instance (the V1 `predictions` entries) from the logits of its rows; `transitions`: the
+        export's tag-transition scores (token classification, steps/runtime/data/tag_transitions.py), or None."""
 
     @abstractmethod
     def scores(self, rows: Sequence[dict[str, Any]], answers: Sequence[dict[str, Any]], labels: dict[int, str]) -> dict:

@@ -56,7 +56,12 @@ class SequenceLabels(Task):
         return found.astype("float32") if found.ndim == 2 else found.astype("int64")
 
     def results(
-        self, instances: Sequence[Instance], rows: ModelRows, logits: list[np.ndarray], labels: dict[int, str]
+        self,
+        instances: Sequence[Instance],
+        rows: ModelRows,
+        logits: list[np.ndarray],
+        labels: dict[int, str],
+        transitions: np.ndarray | None = None,
     ) -> list[dict[str, Any]]:
         return label_answers(logits, labels) if len(instances) else []
 

@@ -82,17 +82,19 @@ def allowed_transitions(names: Sequence[str]) -> np.ndarray:
     return allowed
 
 
-def decode_tags(probs: np.ndarray, names: Sequence[str]) -> list[int]:
+def decode_tags(probs: np.ndarray, names: Sequence[str], transitions: np.ndarray | None = None) -> list[int]:
     """The most probable tag sequence that is valid BIO (Viterbi over log-probabilities with the invalid
-    transitions and a leading I-X forbidden). Per-character argmax would turn every stray I-X into a
+    transitions and a leading I-X forbidden), plus `transitions[from, to]` per step where given
+    (steps/runtime/data/tag_transitions.py). Per-character argmax would turn every stray I-X into a
     one-character entity of its own."""
     allowed = allowed_transitions(names)
+    step = np.where(allowed, 0.0 if transitions is None else transitions, -np.inf)  # [from, to]
     log_p = np.log(np.clip(probs, 1e-12, 1.0))
     start_ok = np.array([not n.startswith("I-") for n in names])
     score = np.where(start_ok, log_p[0], -np.inf)
     back = np.zeros((len(probs), len(names)), dtype="int64")
     for t in range(1, len(probs)):
-        candidates = np.where(allowed, score[:, None], -np.inf)  # [from, to]
+        candidates = score[:, None] + step
         back[t] = candidates.argmax(axis=0)
         score = candidates.max(axis=0) + log_p[t]
     best = [int(score.argmax())]
@@ -103,6 +105,11 @@ def decode_tags(probs: np.ndarray, names: Sequence[str]) -> list[int]:
 
 def row_spans(row: dict[str, Any]) -> list[Span]:
     return [Span(int(s), int(e), str(t)) for s, e, t in row["entities"]]
+
+
+def row_tags(row: dict[str, Any]) -> list[str]:
+    """The BIO tag of every character of a row (what the model is trained to predict)."""
+    return spans_to_tags(len(row["text"]), row_spans(row))
 
 
 def entity_types(labels: dict[int, str]) -> list[str]:
@@ -130,7 +137,7 @@ class TokenClassification(SingleText, Task):
     ) -> tuple[ModelRows, list[Any]]:
         encoded = self.encode(tokenizer, [r["text"] for r in rows], max_seq_len)
         tag_id = {name: i for i, name in labels.items()}
-        tags = [[_tag(tag_id, t, r) for t in spans_to_tags(len(r["text"]), row_spans(r))] for r in rows]
+        tags = [[_tag(tag_id, t, r) for t in row_tags(r)] for r in rows]
         targets = []
         for owner, offset, ids in zip(encoded.owner, encoded.offset, encoded.input_ids, strict=True):
             inner = tags[owner][offset : offset + len(ids) - 2]
@@ -141,16 +148,26 @@ class TokenClassification(SingleText, Task):
         return pad(targets, IGNORE_INDEX, width)
 
     def results(
-        self, instances: Sequence[Instance], rows: ModelRows, logits: list[np.ndarray], labels: dict[int, str]
+        self,
+        instances: Sequence[Instance],
+        rows: ModelRows,
+        logits: list[np.ndarray],
+        labels: dict[int, str],
+        transitions: np.ndarray | None = None,
     ) -> list[dict[str, Any]]:
         names = [labels[i] for i in sorted(labels)]
         windows_of: list[list[tuple[int, np.ndarray]]] = [[] for _ in instances]
         for owner, offset, row in zip(rows.owner, rows.offset, logits, strict=True):
             # the window's characters, without [CLS] and [SEP]
             windows_of[owner].append((offset, softmax(row[1:-1].astype("float64"))))
-        return [{"entities": self._entities(text, w, names)} for text, w in zip(instances, windows_of, strict=True)]
+        return [
+            {"entities": self._entities(text, w, names, transitions)}
+            for text, w in zip(instances, windows_of, strict=True)
+        ]
 
-    def _entities(self, text: str, windows_: list[tuple[int, np.ndarray]], names: list[str]) -> list[dict[str, Any]]:
+    def _entities(
+        self, text: str, windows_: list[tuple[int, np.ndarray]], names: list[str], transitions: np.ndarray | None
+    ) -> list[dict[str, Any]]:
         """One text's entities: each character's tag probabilities from the window that sees it best, then the
         best valid tag sequence over the whole text (an entity across a window edge stays whole)."""
         if not text or not windows_:
@@ -158,7 +175,7 @@ class TokenClassification(SingleText, Task):
         starts = [start for start, _ in windows_]
         size = max(len(p) for _, p in windows_)
         probs = np.stack([windows_[w][1][c - starts[w]] for c, w in enumerate(owners(len(text), starts, size))])
-        best = np.asarray(decode_tags(probs, names))
+        best = np.asarray(decode_tags(probs, names, transitions))
         out = []
         for span in tags_to_spans([names[int(t)] for t in best]):
             score = float(probs[np.arange(span.start, span.end), best[span.start : span.end]].mean())
