@@ -50,6 +50,10 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "mlm+distill": ["model.pretrained={pretrained}", "training.distill_weight=0.5"],
         # the 9th-11th sessions' default: hashed (no vocabulary), sides summed
         "hashed": ["model.char_ngram_min_count=0", "model.char_ngram_sides=sum"],
+        "min1": ["model.char_ngram_min_count=1"],
+        "min3": ["model.char_ngram_min_count=3"],
+        "d64": ["model.char_ngram_dim=64"],
+        "3ep": ["training.epochs=3"],
     },
     "ner": {
         # the local default (configs/tasks/ner.yaml) fine-tunes the staged ernie-mini-corpus-zh with 262,144 bigram
