@@ -49,7 +49,8 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "mlm": ["model.pretrained={pretrained}"],
         "mlm+distill": ["model.pretrained={pretrained}", "training.distill_weight=0.5"],
         # the 9th-11th sessions' default: hashed (no vocabulary), sides summed
-        "hashed": ["model.char_ngram_min_count=0", "model.char_ngram_sides=sum"],
+        "hashed": ["model.char_ngram_min_count=0", "model.char_ngram_sides=sum", "model.char_ngram_trigrams=false"],
+        "no-trigrams": ["model.char_ngram_trigrams=false"],
         "min1": ["model.char_ngram_min_count=1"],
         "min3": ["model.char_ngram_min_count=3"],
         "d64": ["model.char_ngram_dim=64"],

@@ -76,6 +76,7 @@ def make_exported_model(
     char_ngram_dim: int = 0,
     char_ngram_min_count: int = 0,
     char_ngram_sides: str = "sum",
+    char_ngram_trigrams: bool = False,
 ) -> Path:
     """Export a random-weight hidden-32, one-layer ERNIE of task type `task` with a character vocabulary (and a
     random bigram table of `char_ngram_buckets` rows, `char_ngram_dim` wide, where that is not 0; with a vocabulary
@@ -100,6 +101,7 @@ def make_exported_model(
         char_ngram_dim=char_ngram_dim,
         char_ngram_min_count=char_ngram_min_count,
         char_ngram_sides=char_ngram_sides,  # type: ignore[arg-type]
+        char_ngram_trigrams=char_ngram_trigrams,
     )
     tokenizer = ernie.load_tokenizer(vocab_file)
     model = ernie.build_model(cfg, len(tokenizer.vocab), len(labels), tokenizer.pad_token_id)
@@ -108,6 +110,11 @@ def make_exported_model(
         rows = np.random.default_rng(0).normal(0, 0.05, table.shape).astype("float32")
         if char_ngram_min_count:
             rows[0] = 0  # the zero row of every bigram outside the vocabulary, as training leaves it
+            if char_ngram_trigrams:
+                trigrams = model.ernie.embeddings.word_embeddings.trigrams.weight
+                grams = np.random.default_rng(1).normal(0, 0.05, trigrams.shape).astype("float32")
+                grams[0] = 0
+                trigrams.set_value(grams)
             model.ernie.embeddings.word_embeddings.fit_vocabulary(ernie.encode(tokenizer, corpus, max_seq_len))
         table.set_value(rows)
     ernie.export(model, tokenizer, dict(enumerate(labels)), cfg, directory)

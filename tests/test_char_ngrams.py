@@ -262,3 +262,51 @@ def test_the_export_and_its_onnx_graph_carry_the_vocabulary(tmp_path: Path, side
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids)})[0]
     np.testing.assert_allclose(got, logits(m, ids), atol=1e-5)
+
+
+def test_trigrams_get_rows_of_their_own_and_need_a_vocabulary(tmp_path: Path) -> None:
+    """Each token's centred trigram (previous, itself, next) reads its row of a second table: the same in dygraph,
+    the export and its ONNX graph; a trigram table without a vocabulary is refused."""
+    import onnxruntime as ort
+    from paddlenlp.transformers import ErnieTokenizer
+
+    from steps.runtime.serving.engines.convert import paddle_to_onnx
+
+    m = model(1000, dim=4, char_ngram_min_count=2, char_ngram_sides="concat", char_ngram_trigrams=True)
+    layer = m.ernie.embeddings.word_embeddings
+    assert layer.project.weight.shape == [12, 16]  # left, right, trigram
+    counts = layer.fit_vocabulary(TRAIN_IDS)
+    # with padding: (0,1,7) x3, (1,7,8) x3, (7,8,9) x2, (8,9,2) x2, (9,2,0) x2, (7,8,2) x1, (8,2,0) x1
+    assert counts["trigram_rows"] == 5 and counts["trigrams_distinct"] == 7
+    slots = layer.trigram_slots.numpy()
+    assert {slots[char_ngrams.trigram_slot(0, 1, 7)], slots[char_ngrams.trigram_slot(1, 7, 8)]} == {1, 2}
+    assert slots[char_ngrams.trigram_slot(7, 8, 2)] == 0  # seen once
+    table = np.random.default_rng(4).normal(size=(1000, 4)).astype("float32")
+    table[0] = 0
+    layer.trigrams.weight.set_value(table)
+    bigrams = np.zeros((1000, 4), dtype="float32")
+    layer.bigrams.weight.set_value(bigrams)  # only the trigrams add anything
+    x = paddle.to_tensor([[1, 7, 8, 9, 2]])
+    got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
+    project = layer.project.weight.numpy()
+    expected = table[slots[char_ngrams.trigram_slot(7, 8, 9)]] @ project[8:]
+    assert np.allclose(got[0, 2], expected, atol=1e-5) and np.abs(expected).sum() > 0
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(
+        "\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", *"一二三四五六七八九十甲乙丙丁戊"]) + "\n"
+    )
+    cfg = ModelConfig(
+        task="token-classification", char_ngram_buckets=1000, char_ngram_dim=4, char_ngram_min_count=2,
+        char_ngram_sides="concat", char_ngram_trigrams=True, **TINY,
+    )  # fmt: skip
+    out = ernie.export(m, ErnieTokenizer(str(vocab)), {0: "O", 1: "B-PER", 2: "I-PER"}, cfg, tmp_path / "export")
+    ids = np.array([[1, 7, 8, 9, 2, 0], [1, 9, 8, 2, 0, 0]], dtype="int64")
+    assert np.allclose(ernie.ExportedModel(out).logits(ids), logits(m, ids), atol=1e-5)
+    paddle_to_onnx(out / "inference.json", out / "inference.pdiparams", tmp_path / "model.onnx")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids)})[0]
+    np.testing.assert_allclose(got, logits(m, ids), atol=1e-5)
+
+    with pytest.raises(ValueError, match="char_ngram_trigrams needs the table on with a vocabulary"):
+        ModelConfig(char_ngram_buckets=1000, char_ngram_trigrams=True)

@@ -87,11 +87,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     classifier = make_exported_model(base / "classifier")
     token = _export_token_classifier(base / "token", classifier)
     bigrams = make_exported_model(base / "bigrams", char_ngram_buckets=1000, char_ngram_dim=8)
-    # the NER default's table: a vocabulary (an int32 bigram -> row map gathered in the graph), sides concatenated,
-    # on a token classifier
+    # the defaults' tables: a vocabulary (an int32 bigram -> row map gathered in the graph), sides concatenated, and
+    # sentiment's trigram table (a second map, hashed in two int32-safe steps), on a token classifier
     vocabulary = make_exported_model(
         base / "bigram-vocabulary", labels=("O", "B-PER", "I-PER"), task="token-classification",
         char_ngram_buckets=1000, char_ngram_dim=8, char_ngram_min_count=2, char_ngram_sides="concat",
+        char_ngram_trigrams=True,
     )  # fmt: skip
     for directory in (classifier, token, bigrams, vocabulary):
         built = build_variants(directory, calibration=calibration(classifier))

@@ -107,6 +107,12 @@ class ModelConfig(Strict):
         description="how each token's left and right bigram rows are combined: sum, or concat (side by side before "
         "the projection, so a bigram ending at a character and one starting there differ)",
     )
+    char_ngram_trigrams: bool = Field(
+        False,
+        description="a second table of each character's centred trigram (the train split's trigrams seen "
+        "char_ngram_min_count times, a zero row for the rest), concatenated before the projection; needs "
+        "char_ngram_min_count >= 1",
+    )
     tag_transitions: bool = Field(
         False,
         description="token-classification: decode with tag-transition scores counted on the train split, weighted "
@@ -133,6 +139,15 @@ class ModelConfig(Strict):
     def _heads_divide_hidden(self) -> ModelConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be divisible by num_attention_heads")
+        return self
+
+    @model_validator(mode="after")
+    def _trigrams_counted(self) -> ModelConfig:
+        if self.char_ngram_trigrams and not (self.char_ngram_buckets and self.char_ngram_min_count):
+            raise ValueError(
+                "char_ngram_trigrams needs the table on with a vocabulary: set char_ngram_buckets and "
+                "char_ngram_min_count >= 1, or char_ngram_trigrams to false"
+            )
         return self
 
     @model_validator(mode="after")

@@ -268,6 +268,9 @@ class Trainer:
         if vocabulary and self.rank == 0:
             log.info("bigram table: %(rows)d rows for the %(frequent)d of %(distinct)d train bigrams seen at least "
                      "char_ngram_min_count times (%(slot_clashes)d lost to slot clashes)", vocabulary)  # fmt: skip
+            if "trigram_rows" in vocabulary:
+                log.info("trigram table: %(trigram_rows)d rows of %(trigrams_distinct)d train trigrams (%(trigram_"
+                         "slot_clashes)d lost to slot clashes)", vocabulary)  # fmt: skip
         if tcfg.distill_weight > 0:
             teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
             train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)

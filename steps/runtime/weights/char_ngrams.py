@@ -28,6 +28,13 @@ bigram -> row map is an int32 buffer of SLOTS entries in the model (the export c
 to a slot as above, modulo SLOTS, and the slot holds its row. Two bigrams of the vocabulary on one slot: the more
 frequent keeps it, the other reads row 0; an unseen bigram on a taken slot reads that row (SLOTS is 36 times
 the 114,000 NER bigrams seen twice, so about 3 % of them).
+
+`trigrams` (`model.char_ngram_trigrams`, with a vocabulary only) adds a second table of the same size for each
+character's centred trigram (previous, itself, next), with its own map and the same min_count, its row concatenated
+before the projection (the TF-IDF baseline reads 1-3-grams). A trigram's slot is (a·FIRST mod SLOTS + b·THIRD mod
+SLOTS + c) mod SLOTS: each product of a token id and a constant stays below 2^31 as the bigram hash's does, the sum
+below 2^24. Multiplying a computed slot by a constant made OpenVINO read other rows than Paddle (tests/test_engines.py),
+and adding 3·c to the bigram's slot clashed 10 times as often (7,300 of the 65,535 sentiment trigrams kept).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from paddle import nn
 # for token ids below 2^18 (every ERNIE vocabulary: 40,000 ids for ERNIE 3.0).
 FIRST, SECOND = 7919, 1000003
 SLOTS = 2**22  # entries of the bigram -> row map of a table with a vocabulary (min_count >= 1)
+THIRD = 6151  # the second id's multiplier in a trigram's slot (a prime below 2^13: id x THIRD < 2^31)
 SIDES = ("sum", "concat")
 
 
@@ -53,12 +61,44 @@ def bigram_hash(first: int, second: int, modulus: int) -> int:
     return (first * FIRST + second + SECOND) % modulus
 
 
+def trigram_slot(first: int, second: int, third: int) -> int:
+    """What `CharBigramEmbedding.forward` computes in the graph for one trigram's slot, in Python."""
+    return ((first * FIRST) % SLOTS + (second * THIRD) % SLOTS + third) % SLOTS
+
+
+def _fill(counts: Counter[Any], min_count: int, size: int, slot_of: Any) -> tuple[np.ndarray, int, int]:
+    """A map of SLOTS entries giving the n-grams of `counts` seen at least `min_count` times rows 1.. (most
+    frequent first, below `size`); the map, the rows given and the n-grams lost to a taken slot."""
+    slots = np.zeros(SLOTS, dtype="int32")
+    row = clashes = 0
+    for gram, seen in counts.most_common():
+        if seen < min_count or row + 1 >= size:
+            break
+        slot = slot_of(*gram)
+        if slots[slot]:
+            clashes += 1
+            continue
+        row += 1
+        slots[slot] = row
+    return slots, row, clashes
+
+
 class CharBigramEmbedding(nn.Embedding):
     """The token embedding plus the embeddings of the token's left and right bigrams (pad next to the edges)."""
 
-    def __init__(self, word: nn.Embedding, buckets: int, dim: int = 0, min_count: int = 0, sides: str = "sum") -> None:
+    def __init__(
+        self,
+        word: nn.Embedding,
+        buckets: int,
+        dim: int = 0,
+        min_count: int = 0,
+        sides: str = "sum",
+        trigrams: bool = False,
+    ) -> None:
         if sides not in SIDES:
             raise ValueError(f"sides must be one of {SIDES}, not {sides!r}")
+        if trigrams and not min_count:
+            raise ValueError("trigrams need a vocabulary (min_count >= 1)")
         vocab, hidden = word.weight.shape
         super().__init__(vocab, hidden, padding_idx=word._padding_idx)
         self.weight.set_value(word.weight)
@@ -67,33 +107,34 @@ class CharBigramEmbedding(nn.Embedding):
         width = dim if 0 < dim < hidden else hidden
         # With a vocabulary, row 0 is every bigram outside it: zero, and no gradient reaches it.
         self.bigrams = nn.Embedding(buckets, width, padding_idx=0 if min_count else None, weight_attr=zero)
-        inputs = 2 * width if self.concat else width
+        inputs = (2 * width if self.concat else width) + (width if trigrams else 0)
         self.project = nn.Linear(inputs, hidden, bias_attr=False) if inputs != hidden else None
         if min_count:
             self.register_buffer("slots", paddle.zeros([SLOTS], dtype="int32"), persistable=True)
+        self.trigrams = nn.Embedding(buckets, width, padding_idx=0, weight_attr=zero) if trigrams else None
+        if trigrams:
+            self.register_buffer("trigram_slots", paddle.zeros([SLOTS], dtype="int32"), persistable=True)
 
     def fit_vocabulary(self, rows: Sequence[Sequence[int]]) -> dict[str, int]:
         """Give the bigrams of `rows` (the train split's input_ids, unpadded) seen at least `min_count` times their
         own rows, most frequent first, up to the table's size; the counts of what it did (logged and recorded)."""
         pad = int(self._padding_idx or 0)
         counts: Counter[tuple[int, int]] = Counter()
+        triples: Counter[tuple[int, int, int]] = Counter()
         for ids in rows:
             padded = [pad, *ids, pad]
             counts.update(zip(padded[:-1], padded[1:], strict=False))
-        slots = np.zeros(SLOTS, dtype="int32")
-        row = clashes = 0
-        for (first, second), seen in counts.most_common():
-            if seen < self.min_count or row + 1 >= self.buckets:
-                break
-            slot = bigram_hash(first, second, SLOTS)
-            if slots[slot]:
-                clashes += 1
-                continue
-            row += 1
-            slots[slot] = row
+            if self.trigrams is not None:
+                triples.update(zip(padded[:-2], padded[1:-1], padded[2:], strict=False))
+        slots, row, clashes = _fill(counts, self.min_count, self.buckets, lambda a, b: bigram_hash(a, b, SLOTS))
         self.slots.set_value(paddle.to_tensor(slots))
         frequent = sum(1 for seen in counts.values() if seen >= self.min_count)
-        return {"distinct": len(counts), "frequent": frequent, "rows": row, "slot_clashes": clashes}
+        out = {"distinct": len(counts), "frequent": frequent, "rows": row, "slot_clashes": clashes}
+        if self.trigrams is not None:
+            slots, row, clashes = _fill(triples, self.min_count, self.buckets, trigram_slot)
+            self.trigram_slots.set_value(paddle.to_tensor(slots))
+            out |= {"trigrams_distinct": len(triples), "trigram_rows": row, "trigram_slot_clashes": clashes}
+        return out
 
     def rows(self, first: paddle.Tensor, second: paddle.Tensor) -> paddle.Tensor:
         """The table rows of bigrams (first, second), in integer arithmetic throughout: a Python number times a
@@ -108,8 +149,12 @@ class CharBigramEmbedding(nn.Embedding):
         hashed = first * const(FIRST) + second + const(SECOND)
         if not self.min_count:
             return paddle.remainder(hashed, const(self.buckets))
-        slot = paddle.remainder(hashed, const(SLOTS))
-        return paddle.gather(self.slots, slot.flatten()).reshape(paddle.shape(slot)).astype("int64")
+        return self.lookup(self.slots, paddle.remainder(hashed, const(SLOTS)))
+
+    @staticmethod
+    def lookup(slots: paddle.Tensor, slot: paddle.Tensor) -> paddle.Tensor:
+        """The rows a map holds at `slot` (an integer gather, shaped as `slot`)."""
+        return paddle.gather(slots, slot.flatten()).reshape(paddle.shape(slot)).astype("int64")
 
     def forward(self, input_ids: paddle.Tensor) -> paddle.Tensor:
         # The bigrams of the row padded on both sides, hashed and looked up once: position t's left bigram is pair
@@ -120,6 +165,17 @@ class CharBigramEmbedding(nn.Embedding):
         pairs = self.bigrams(self.rows(first, second))
         left, right = pairs[:, :-1], pairs[:, 1:]
         around = paddle.concat([left, right], axis=-1) if self.concat else left + right
+        if self.trigrams is not None:
+            # position t's trigram (previous, token, next), as trigram_slot computes it
+            def const(value: int) -> paddle.Tensor:
+                return paddle.full([1], value, dtype="int64")
+
+            a, b, c = padded[:, :-2], padded[:, 1:-1], padded[:, 2:]
+            slots = const(SLOTS)
+            slot = paddle.remainder(
+                paddle.remainder(a * const(FIRST), slots) + paddle.remainder(b * const(THIRD), slots) + c, slots
+            )
+            around = paddle.concat([around, self.trigrams(self.lookup(self.trigram_slots, slot))], axis=-1)
         return super().forward(input_ids) + (self.project(around) if self.project is not None else around)
 
 
@@ -130,7 +186,7 @@ def add_char_bigrams(model: Any, model_cfg: Any) -> Any:
         embeddings = model.ernie.embeddings
         embeddings.word_embeddings = CharBigramEmbedding(
             embeddings.word_embeddings, model_cfg.char_ngram_buckets, model_cfg.char_ngram_dim,
-            model_cfg.char_ngram_min_count, model_cfg.char_ngram_sides,
+            model_cfg.char_ngram_min_count, model_cfg.char_ngram_sides, model_cfg.char_ngram_trigrams,
         )  # fmt: skip
     return model
 

@@ -168,6 +168,7 @@ def export(
                 "char_ngram_dim": model_cfg.char_ngram_dim,
                 "char_ngram_min_count": model_cfg.char_ngram_min_count,
                 "char_ngram_sides": model_cfg.char_ngram_sides,
+                "char_ngram_trigrams": model_cfg.char_ngram_trigrams,
                 "inputs": list(INPUT_NAMES),
                 "pretrained": model_cfg.pretrained,
                 **(provenance or {}),
