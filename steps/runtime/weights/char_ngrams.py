@@ -56,6 +56,11 @@ THIRD = 6151  # the second id's multiplier in a trigram's slot (a prime below 2^
 SIDES = ("sum", "concat")
 
 
+def _const(value: int) -> paddle.Tensor:
+    """A one-element int64 tensor, broadcast: the graph's integer constants (CharBigramEmbedding.rows says why)."""
+    return paddle.full([1], value, dtype="int64")
+
+
 def bigram_hash(first: int, second: int, modulus: int) -> int:
     """What `CharBigramEmbedding.rows` computes in the graph, for one bigram in Python (fit_vocabulary)."""
     return (first * FIRST + second + SECOND) % modulus
@@ -142,14 +147,16 @@ class CharBigramEmbedding(nn.Embedding):
         in bf16 — OpenVINO's bf16 variant — not at all), and `full_like` as a float fill converted back; so each
         constant is a one-element int64 tensor (an int64 Constant in ONNX and OpenVINO), broadcast. With a
         vocabulary, the hash picks a slot of the map and the slot holds the row (an integer gather)."""
-
-        def const(value: int) -> paddle.Tensor:
-            return paddle.full([1], value, dtype="int64")
-
-        hashed = first * const(FIRST) + second + const(SECOND)
+        hashed = first * _const(FIRST) + second + _const(SECOND)
         if not self.min_count:
-            return paddle.remainder(hashed, const(self.buckets))
-        return self.lookup(self.slots, paddle.remainder(hashed, const(SLOTS)))
+            return paddle.remainder(hashed, _const(self.buckets))
+        return self.lookup(self.slots, paddle.remainder(hashed, _const(SLOTS)))
+
+    def trigram_rows(self, first: paddle.Tensor, second: paddle.Tensor, third: paddle.Tensor) -> paddle.Tensor:
+        """The trigram table's rows of (first, second, third): the slot trigram_slot computes, looked up."""
+        slots = _const(SLOTS)
+        products = paddle.remainder(first * _const(FIRST), slots) + paddle.remainder(second * _const(THIRD), slots)
+        return self.lookup(self.trigram_slots, paddle.remainder(products + third, slots))
 
     @staticmethod
     def lookup(slots: paddle.Tensor, slot: paddle.Tensor) -> paddle.Tensor:
@@ -159,29 +166,22 @@ class CharBigramEmbedding(nn.Embedding):
     def forward(self, input_ids: paddle.Tensor) -> paddle.Tensor:
         # The bigrams of the row padded on both sides, hashed and looked up once: position t's left bigram is pair
         # t, its right bigram pair t + 1.
-        pad = input_ids[:, :1] * 0 + paddle.full([1], self._padding_idx or 0, dtype="int64")  # integer, as rows()
+        pad = input_ids[:, :1] * 0 + _const(int(self._padding_idx or 0))  # integer, as rows()
         padded = paddle.concat([pad, input_ids, pad], axis=1)
         first, second = padded[:, :-1], padded[:, 1:]
         pairs = self.bigrams(self.rows(first, second))
         left, right = pairs[:, :-1], pairs[:, 1:]
         around = paddle.concat([left, right], axis=-1) if self.concat else left + right
-        if self.trigrams is not None:
-            # position t's trigram (previous, token, next), as trigram_slot computes it
-            def const(value: int) -> paddle.Tensor:
-                return paddle.full([1], value, dtype="int64")
-
-            a, b, c = padded[:, :-2], padded[:, 1:-1], padded[:, 2:]
-            slots = const(SLOTS)
-            slot = paddle.remainder(
-                paddle.remainder(a * const(FIRST), slots) + paddle.remainder(b * const(THIRD), slots) + c, slots
-            )
-            around = paddle.concat([around, self.trigrams(self.lookup(self.trigram_slots, slot))], axis=-1)
+        if self.trigrams is not None:  # position t's trigram: (previous, token, next)
+            grams = self.trigrams(self.trigram_rows(padded[:, :-2], padded[:, 1:-1], padded[:, 2:]))
+            around = paddle.concat([around, grams], axis=-1)
         return super().forward(input_ids) + (self.project(around) if self.project is not None else around)
 
 
 def add_char_bigrams(model: Any, model_cfg: Any) -> Any:
     """`model` (a PaddleNLP ERNIE head) with CharBigramEmbedding in place of its word embeddings, as `model_cfg`
-    (ModelConfig: `char_ngram_buckets`, `_dim`, `_min_count`, `_sides`) says; unchanged when the buckets are 0."""
+    (ModelConfig: `char_ngram_buckets`, `_dim`, `_min_count`, `_sides`, `_trigrams`) says; unchanged when the
+    buckets are 0."""
     if model_cfg.char_ngram_buckets:
         embeddings = model.ernie.embeddings
         embeddings.word_embeddings = CharBigramEmbedding(
