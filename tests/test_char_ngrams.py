@@ -17,9 +17,12 @@ TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "in
 IDS = np.array([[1, 7, 8, 9, 2, 0], [1, 9, 8, 2, 0, 0]], dtype="int64")
 
 
+CODES = char_ngrams.codes(20, 1000)  # the codes of the 20 token ids of model(1000)
+
+
 def row(a: int, b: int) -> int:
-    """The table row of bigram (a, b) in a 1000-row table."""
-    return int(a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
+    """The table row of bigram (a, b) in a 1000-row table: the first's first code plus the second's second code."""
+    return int(CODES[0, a] + CODES[1, b]) % 1000
 
 
 def model(
@@ -113,33 +116,63 @@ def test_export_computes_the_bigrams_from_input_ids(tmp_path: Path, dim: int) ->
     assert np.allclose(exported.logits(IDS), logits(m), atol=1e-5)
 
 
-def test_the_converted_graph_hashes_large_token_ids_exactly(tmp_path: Path) -> None:
-    """A token id of 40,000 (ERNIE 3.0's vocabulary) times FIRST is above 2^24: hashed in float32, as paddle2onnx
-    exports a tensor times a Python number, it lands in another row; the ONNX graph every engine variant is
-    built from (steps/runtime/serving/engines/convert.py) from the export (ernie.export, what training writes) must
-    compute the rows Paddle does."""
+LARGE_IDS = np.array([[1, 39_991, 39_989, 2_117, 39_999, 38_004, 2]], dtype="int64")
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {},  # hashed
+        {"char_ngram_min_count": 1, "char_ngram_sides": "concat", "char_ngram_trigrams": True},  # vocabulary maps
+    ],
+    ids=["hashed", "vocabulary-trigrams"],
+)
+def test_the_converted_graphs_hash_large_token_ids_exactly(tmp_path: Path, table: dict) -> None:
+    """Token ids up to 40,000 (ERNIE 3.0's vocabulary): the hash before the codes, (a × 7919 + b + 1000003) mod
+    buckets, passed ONNX but OpenVINO computed its FloorMod in float32 (exact only below 2^24, so above id 2,117) and
+    read other rows (Max absolute difference 0.19 here). The ONNX graph every engine variant is built
+    from (steps/runtime/serving/engines/convert.py) from the export (ernie.export, what training writes), and the
+    OpenVINO IR converted from it (the openvino-bf16 variant's; OpenVINO's CPU plugin has its own integer
+    arithmetic: a trigram slot computed as slot × 509 read other rows there, docs/benchmarks.md), must compute the
+    rows Paddle does, for the hashed table and for the vocabulary maps with the trigram table."""
     import onnxruntime as ort
+    import openvino as ov
+    import openvino.properties.hint as hints
     from paddlenlp.transformers import ErnieTokenizer
 
-    from steps.runtime.serving.engines.convert import paddle_to_onnx
+    from steps.runtime.serving.engines.convert import onnx_to_openvino, paddle_to_onnx
 
     vocab = tmp_path / "vocab.txt"  # 40,000 ids, as ERNIE 3.0's: the specials, then made-up tokens
     vocab.write_text(
         "\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", *(f"t{i}" for i in range(39_995))]) + "\n"
     )
-    cfg = ModelConfig(task="text-classification", char_ngram_buckets=65_536, **TINY)
+    cfg = ModelConfig(task="token-classification", char_ngram_buckets=65_536, **TINY, **table)
     paddle.seed(0)
-    m = ernie.build_model(cfg, 40_000, 2)
-    table = m.ernie.embeddings.word_embeddings.bigrams.weight
-    table.set_value(np.random.default_rng(0).normal(size=table.shape).astype("float32"))
-    out = ernie.export(m, ErnieTokenizer(str(vocab)), {0: "negative", 1: "positive"}, cfg, tmp_path / "export")
+    m = ernie.build_model(cfg, 40_000, 3)  # a token classifier: each token's logits read its own rows
+    layer = m.ernie.embeddings.word_embeddings
+    if cfg.char_ngram_min_count:
+        # every bigram and trigram of the ids below has a row of its own (and a shuffled copy makes other rows used)
+        layer.fit_vocabulary([LARGE_IDS[0].tolist(), LARGE_IDS[0, ::-1].tolist()])
+    rng = np.random.default_rng(0)
+    for weights in (layer.bigrams.weight, *([layer.trigrams.weight] if cfg.char_ngram_trigrams else [])):
+        weights.set_value(rng.normal(size=weights.shape).astype("float32"))
+    labels = {0: "O", 1: "B-PER", 2: "I-PER"}
+    out = ernie.export(m, ErnieTokenizer(str(vocab)), labels, cfg, tmp_path / "export")
     paddle_to_onnx(out / "inference.json", out / "inference.pdiparams", tmp_path / "model.onnx")
+    onnx_to_openvino(tmp_path / "model.onnx", tmp_path / "openvino" / "model.xml")
 
-    ids = np.array([[1, 39_991, 39_989, 2_117, 39_999, 2]], dtype="int64")
-    assert int(ids.max()) * char_ngrams.FIRST > 2**24
+    assert int(LARGE_IDS.max()) * 7919 > 2**24
+    want = logits(m, LARGE_IDS)
+    feeds = {"input_ids": LARGE_IDS, "token_type_ids": np.zeros_like(LARGE_IDS)}
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
-    got = session.run(None, {"input_ids": ids, "token_type_ids": np.zeros_like(ids)})[0]
-    np.testing.assert_allclose(got, logits(m, ids), atol=1e-5)
+    np.testing.assert_allclose(session.run(None, feeds)[0], want, atol=1e-5)
+    core, xml = ov.Core(), str(tmp_path / "openvino" / "model.xml")
+    f32 = core.compile_model(xml, "CPU", {hints.inference_precision: ov.Type.f32})
+    np.testing.assert_allclose(f32(feeds)[0], want, atol=1e-4)
+    # bf16 where the CPU has it (the served variant; elsewhere the plugin runs f32): rounding noise of a few per cent
+    # of the largest logit, where a wrong row moves the logits by about their own size
+    bf16 = core.compile_model(xml, "CPU", {hints.inference_precision: ov.Type.bf16})
+    assert np.abs(bf16(feeds)[0] - want).max() < 0.05 * np.abs(want).max()
 
 
 def test_a_pretrained_encoder_keeps_its_vocabulary(tmp_path: Path) -> None:
@@ -279,8 +312,8 @@ def test_trigrams_get_rows_of_their_own_and_need_a_vocabulary(tmp_path: Path) ->
     # with padding: (0,1,7) x3, (1,7,8) x3, (7,8,9) x2, (8,9,2) x2, (9,2,0) x2, (7,8,2) x1, (8,2,0) x1
     assert counts["trigram_rows"] == 5 and counts["trigrams_distinct"] == 7
     slots = layer.trigram_slots.numpy()
-    assert {slots[char_ngrams.trigram_slot(0, 1, 7)], slots[char_ngrams.trigram_slot(1, 7, 8)]} == {1, 2}
-    assert slots[char_ngrams.trigram_slot(7, 8, 2)] == 0  # seen once
+    assert {slots[layer.slot(0, 1, 7)], slots[layer.slot(1, 7, 8)]} == {1, 2}
+    assert slots[layer.slot(7, 8, 2)] == 0  # seen once
     table = np.random.default_rng(4).normal(size=(1000, 4)).astype("float32")
     table[0] = 0
     layer.trigrams.weight.set_value(table)
@@ -289,7 +322,7 @@ def test_trigrams_get_rows_of_their_own_and_need_a_vocabulary(tmp_path: Path) ->
     x = paddle.to_tensor([[1, 7, 8, 9, 2]])
     got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
     project = layer.project.weight.numpy()
-    expected = table[slots[char_ngrams.trigram_slot(7, 8, 9)]] @ project[8:]
+    expected = table[slots[layer.slot(7, 8, 9)]] @ project[8:]
     assert np.allclose(got[0, 2], expected, atol=1e-5) and np.abs(expected).sum() > 0
 
     vocab = tmp_path / "vocab.txt"

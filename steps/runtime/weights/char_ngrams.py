@@ -25,50 +25,55 @@ every other bigram reads row 0, which stays zero (padding_idx: no gradient), as 
 saw. Hashing alone puts a bigram the training data never had on the row some other bigram trained (a 262,144-row
 table holding the NER train split's 246,561 bigrams is 61 % full), which is noise exactly where a rare name is. The
 bigram -> row map is an int32 buffer of SLOTS entries in the model (the export carries it; 16 MiB): a bigram hashes
-to a slot as above, modulo SLOTS, and the slot holds its row. Two bigrams of the vocabulary on one slot: the more
+to a slot (below), and the slot holds its row. Two bigrams of the vocabulary on one slot: the more
 frequent keeps it, the other reads row 0; an unseen bigram on a taken slot reads that row (SLOTS is 36 times
 the 114,000 NER bigrams seen twice, so about 3 % of them).
 
 `trigrams` (`model.char_ngram_trigrams`, with a vocabulary only) adds a second table of the same size for each
 character's centred trigram (previous, itself, next), with its own map and the same min_count, its row concatenated
-before the projection (the TF-IDF baseline reads 1-3-grams). A trigram's slot is (a·FIRST mod SLOTS + b·THIRD mod
-SLOTS + c) mod SLOTS: each product of a token id and a constant stays below 2^31 as the bigram hash's does, the sum
-below 2^24. Multiplying a computed slot by a constant made OpenVINO read other rows than Paddle (tests/test_engines.py),
-and adding 3·c to the bigram's slot clashed 10 times as often (7,300 of the 65,535 sentiment trigrams kept).
+before the projection (the TF-IDF baseline reads 1-3-grams). How an n-gram hashes (the constants below): from
+per-token codes, summed, so that every engine computes it exactly. Two earlier hashes that multiplied (a trigram
+slot times a constant, then a token id times 7919 reduced with a Mod) made OpenVINO read other rows than Paddle.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import paddle
 from paddle import nn
 
-# Two primes: the bigram (a, b) hashes to (a * FIRST + b + SECOND) mod buckets. Token ids are below 2^20 and
-# buckets below 2^31, so nothing overflows int64; OpenVINO's CPU plugin runs int64 as int32, which holds the sum
-# for token ids below 2^18 (every ERNIE vocabulary: 40,000 ids for ERNIE 3.0).
-FIRST, SECOND = 7919, 1000003
-SLOTS = 2**22  # entries of the bigram -> row map of a table with a vocabulary (min_count >= 1)
-THIRD = 6151  # the second id's multiplier in a trigram's slot (a prime below 2^13: id x THIRD < 2^31)
+# Hashing without integer division or large products: every token id has three codes, uniform in [0, modulus)
+# from a fixed seed (the same in every process, and a buffer of the model, so the export carries them): its code as
+# an n-gram's first, second and third member. A bigram (a, b) goes to (c1[a] + c2[b]) mod modulus, a trigram (a, b, c)
+# to (c1[a] + c2[b] + c3[c]) mod modulus, the modulus taken by subtracting it while the sum is above (no Mod op). The
+# earlier hash, (a * 7919 + b + 1000003) mod buckets, made OpenVINO's CPU plugin read other rows than Paddle for a
+# token id above 2,117: it computes FloorMod in float32, exact only below 2^24 (tests/test_char_ngrams.py
+# `test_the_converted_graphs_hash_large_token_ids_exactly`). Here every value stays below 3 x 2^24 and no op divides.
+CODE_SEED = 7919
+SLOTS = 2**22  # entries of the n-gram -> row map of a table with a vocabulary (min_count >= 1)
 SIDES = ("sum", "concat")
 
 
-def _const(value: int) -> paddle.Tensor:
-    """A one-element int64 tensor, broadcast: the graph's integer constants (CharBigramEmbedding.rows says why)."""
-    return paddle.full([1], value, dtype="int64")
+def _const(value: int, dtype: Literal["int32", "int64"] = "int64") -> paddle.Tensor:
+    """A one-element integer tensor, broadcast: the graph's integer constants (CharBigramEmbedding.rows says why)."""
+    return paddle.full([1], value, dtype=dtype)
 
 
-def bigram_hash(first: int, second: int, modulus: int) -> int:
-    """What `CharBigramEmbedding.rows` computes in the graph, for one bigram in Python (fit_vocabulary)."""
-    return (first * FIRST + second + SECOND) % modulus
+def codes(vocab: int, modulus: int) -> np.ndarray:
+    """[3, vocab] int32: each token id's code as an n-gram's first, second and third member, in [0, modulus)."""
+    return np.random.default_rng(CODE_SEED).integers(0, modulus, size=(3, vocab)).astype("int32")
 
 
-def trigram_slot(first: int, second: int, third: int) -> int:
-    """What `CharBigramEmbedding.forward` computes in the graph for one trigram's slot, in Python."""
-    return ((first * FIRST) % SLOTS + (second * THIRD) % SLOTS + third) % SLOTS
+def _wrap(value: paddle.Tensor, modulus: int, times: int) -> paddle.Tensor:
+    """`value` mod `modulus` for a `value` below (times + 1) x modulus: `modulus` subtracted while it is above."""
+    m = _const(modulus, "int32")
+    for _ in range(times):
+        value = paddle.where(value >= m, value - m, value)
+    return value
 
 
 def _fill(counts: Counter[Any], min_count: int, size: int, slot_of: Any) -> tuple[np.ndarray, int, int]:
@@ -114,6 +119,8 @@ class CharBigramEmbedding(nn.Embedding):
         self.bigrams = nn.Embedding(buckets, width, padding_idx=0 if min_count else None, weight_attr=zero)
         inputs = (2 * width if self.concat else width) + (width if trigrams else 0)
         self.project = nn.Linear(inputs, hidden, bias_attr=False) if inputs != hidden else None
+        self.modulus = SLOTS if min_count else buckets
+        self.register_buffer("codes", paddle.to_tensor(codes(vocab, self.modulus)), persistable=True)
         if min_count:
             self.register_buffer("slots", paddle.zeros([SLOTS], dtype="int32"), persistable=True)
         self.trigrams = nn.Embedding(buckets, width, padding_idx=0, weight_attr=zero) if trigrams else None
@@ -131,32 +138,44 @@ class CharBigramEmbedding(nn.Embedding):
             counts.update(zip(padded[:-1], padded[1:], strict=False))
             if self.trigrams is not None:
                 triples.update(zip(padded[:-2], padded[1:-1], padded[2:], strict=False))
-        slots, row, clashes = _fill(counts, self.min_count, self.buckets, lambda a, b: bigram_hash(a, b, SLOTS))
+        slots, row, clashes = _fill(counts, self.min_count, self.buckets, self.slotter())
         self.slots.set_value(paddle.to_tensor(slots))
         frequent = sum(1 for seen in counts.values() if seen >= self.min_count)
         out = {"distinct": len(counts), "frequent": frequent, "rows": row, "slot_clashes": clashes}
         if self.trigrams is not None:
-            slots, row, clashes = _fill(triples, self.min_count, self.buckets, trigram_slot)
+            slots, row, clashes = _fill(triples, self.min_count, self.buckets, self.slotter())
             self.trigram_slots.set_value(paddle.to_tensor(slots))
             out |= {"trigrams_distinct": len(triples), "trigram_rows": row, "trigram_slot_clashes": clashes}
         return out
 
+    def slot(self, *ids: int) -> int:
+        """What the graph computes for one bigram or trigram of token ids, in Python: its hash (the table's row
+        without a vocabulary, the map's slot with one)."""
+        return self.slotter()(*ids)
+
+    def slotter(self) -> Callable[..., int]:
+        """`slot` with the codes read once (fit_vocabulary hashes every n-gram of the train split)."""
+        table, modulus = self.codes.numpy(), self.modulus
+        return lambda *ids: sum(int(table[part, token]) for part, token in enumerate(ids)) % modulus
+
+    def hashed(self, *ids: paddle.Tensor) -> paddle.Tensor:
+        """The hash of the n-grams (ids[0][i], ids[1][i], …) in the graph, as `slot`: the codes gathered and summed,
+        the modulus subtracted (int32 throughout, below 3 x 2^24). No op divides or multiplies: paddle2onnx exports
+        a Python number times a tensor as a float32 multiply, and OpenVINO's CPU plugin computes FloorMod in float32,
+        both exact only below 2^24."""
+        parts = [
+            paddle.gather(self.codes[i], token.flatten()).reshape(paddle.shape(token)) for i, token in enumerate(ids)
+        ]
+        return _wrap(paddle.add_n(parts), self.modulus, len(ids) - 1)
+
     def rows(self, first: paddle.Tensor, second: paddle.Tensor) -> paddle.Tensor:
-        """The table rows of bigrams (first, second), in integer arithmetic throughout: a Python number times a
-        tensor is Paddle's `scale` op, which paddle2onnx exports as a float32 multiply (exact only below 2^24, and
-        in bf16 — OpenVINO's bf16 variant — not at all), and `full_like` as a float fill converted back; so each
-        constant is a one-element int64 tensor (an int64 Constant in ONNX and OpenVINO), broadcast. With a
-        vocabulary, the hash picks a slot of the map and the slot holds the row (an integer gather)."""
-        hashed = first * _const(FIRST) + second + _const(SECOND)
-        if not self.min_count:
-            return paddle.remainder(hashed, _const(self.buckets))
-        return self.lookup(self.slots, paddle.remainder(hashed, _const(SLOTS)))
+        """The table rows of bigrams (first, second): the hash, or with a vocabulary the row the map holds there."""
+        hashed = self.hashed(first, second)
+        return hashed.astype("int64") if not self.min_count else self.lookup(self.slots, hashed)
 
     def trigram_rows(self, first: paddle.Tensor, second: paddle.Tensor, third: paddle.Tensor) -> paddle.Tensor:
-        """The trigram table's rows of (first, second, third): the slot trigram_slot computes, looked up."""
-        slots = _const(SLOTS)
-        products = paddle.remainder(first * _const(FIRST), slots) + paddle.remainder(second * _const(THIRD), slots)
-        return self.lookup(self.trigram_slots, paddle.remainder(products + third, slots))
+        """The trigram table's rows of (first, second, third): the map's row at the trigram's slot."""
+        return self.lookup(self.trigram_slots, self.hashed(first, second, third))
 
     @staticmethod
     def lookup(slots: paddle.Tensor, slot: paddle.Tensor) -> paddle.Tensor:
