@@ -119,6 +119,13 @@ class ModelConfig(Strict):
         "by the factor (0 included) that scores best on the dev split; written to the export's "
         "tag_transitions.json, read by evaluation and the model server (steps/runtime/data/tag_transitions.py)",
     )
+    crf_head: bool = Field(
+        False,
+        description="token-classification: an ERNIE-CRF head, a linear-chain CRF loss (PaddleNLP LinearChainCrf) "
+        "that learns the tag-transition scores together with the encoder; the learned scores go to the export's "
+        "tag_transitions.json like tag_transitions' counted ones (steps/runtime/weights/crf_head.py); replaces "
+        "tag_transitions",
+    )
 
     @field_validator("pretrained")
     @classmethod
@@ -156,5 +163,14 @@ class ModelConfig(Strict):
             raise ValueError(
                 f"tag_transitions decodes tag sequences (token-classification); this task is {self.task}: "
                 "set it to false"
+            )
+        if self.crf_head and self.task != TOKEN_CLASSIFICATION:
+            raise ValueError(
+                f"crf_head scores tag sequences (token-classification); this task is {self.task}: set it to false"
+            )
+        if self.crf_head and self.tag_transitions:
+            raise ValueError(
+                "crf_head learns the tag-transition scores that tag_transitions counts; set tag_transitions to false "
+                "(the CRF's learned scores are written to tag_transitions.json and decoded with in its place)"
             )
         return self

@@ -44,11 +44,25 @@ def choose(log_probs: np.ndarray, score: Callable[[np.ndarray | None], float]) -
     return best, {str(w): round(s, 6) for w, s in scores.items()}
 
 
-def write(model_dir: Path, names: Sequence[str], log_probs: np.ndarray, weight: float, dev: dict[str, float]) -> Path:
-    """`tag_transitions.json` beside the export: the tags in label order, the counted log-probabilities, the chosen
+def write(
+    model_dir: Path,
+    names: Sequence[str],
+    log_probs: np.ndarray,
+    weight: float,
+    dev: dict[str, float],
+    source: str = "counted",
+) -> Path:
+    """`tag_transitions.json` beside the export: the tags in label order, the [from, to] scores (`source` counted:
+    log-probabilities from the train split; learned: a CRF head's, steps/runtime/weights/crf_head.py), the chosen
     weight and every weight's dev score."""
     path = Path(model_dir) / FILE
-    record = {"labels": list(names), "log_probs": np.round(log_probs, 6).tolist(), "weight": weight, "dev": dev}
+    record = {
+        "labels": list(names),
+        "log_probs": np.round(log_probs, 6).tolist(),
+        "source": source,
+        "weight": weight,
+        "dev": dev,
+    }
     path.write_text(json.dumps(record, ensure_ascii=False, indent=1), encoding="utf-8")
     return path
 

@@ -79,7 +79,10 @@ def step_gradients(
     step's mean loss, still on the device."""
     import paddle
 
+    from steps.runtime.weights import crf_head
+
     distributed = isinstance(model, paddle.DataParallel)
+    crf = crf_head.of(model)
     step_loss = None
     for i, (micro, (input_ids, token_type_ids, targets)) in enumerate(batches):
         # DataParallel all-reduces on backward; once per step (the last micro-batch) is enough.
@@ -87,7 +90,8 @@ def step_gradients(
         with sync:
             with paddle.amp.auto_cast(dtype=amp) if amp else nullcontext():
                 logits = model(input_ids, token_type_ids=token_type_ids)
-                loss = loss_of(logits.astype("float32"), targets)
+                logits = logits.astype("float32")
+                loss = crf_head.loss(crf, logits, targets) if crf is not None else loss_of(logits, targets)
             # weighted by its share of the step's examples, so the step's gradient is the mean over all of them
             scaled = loss * (len(micro) / total)
             (scaler.scale(scaled) if scaler else scaled).backward()

@@ -31,7 +31,7 @@ from steps.runtime.training.progress import LiveProgress
 from steps.runtime.training.sampler import LengthGroupedBatchSampler
 from steps.runtime.training.state import Setup, TrainState, seed_everything, summary
 from steps.runtime.training.trace import StepTrace
-from steps.runtime.weights import pretrained
+from steps.runtime.weights import crf_head, pretrained
 
 EVAL_BATCH_ROWS = 128
 
@@ -138,8 +138,9 @@ class Trainer:
         return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(targets)
 
     def evaluate(self, model: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
-        """The task's metrics (`spec.metrics`) of `model` on `rows`, answered the way the exported model answers."""
-        return self._scorer(model, rows)(None)
+        """The task's metrics (`spec.metrics`) of `model` on `rows`, answered the way the exported model answers
+        (with a CRF head: decoded with its transition scores as they are now)."""
+        return self._scorer(model, rows)(crf_head.transitions(model))
 
     def _scorer(self, model: Any, rows: list[dict[str, Any]]) -> Callable[[np.ndarray | None], dict[str, float]]:
         """`model`'s logits of `rows`, computed once, and the task's metrics of the answers decoded from them with
@@ -165,16 +166,21 @@ class Trainer:
         return metrics
 
     def _fit_transitions(self, model_dir: Path, best: dict[str, Any]) -> None:
-        """`model.tag_transitions`: count them on the train split, weigh them by what scores best on dev with the
-        exported parameters, write tag_transitions.json beside the export; the dev score decoded so into `best`."""
+        """`model.tag_transitions`: count them on the train split (`model.crf_head`: the CRF's, learned), weigh them
+        by what scores best on dev with the exported parameters, write tag_transitions.json beside the export; the
+        dev score decoded so into `best`."""
         names = [self.labels[i] for i in sorted(self.labels)]
-        log_probs = tag_transitions.counted([row_tags(r) for r in self._rows("train")], names)
+        learned = crf_head.transitions(self.model)
+        if learned is not None:
+            log_probs, source = learned, "learned"
+        else:
+            log_probs, source = tag_transitions.counted([row_tags(r) for r in self._rows("train")], names), "counted"
         metric = config_names.gate_metric(self.cfg)
         score = self._scorer(self.model, self._rows("dev"))
         weight, dev = tag_transitions.choose(log_probs, lambda t: score(t)[metric])
-        tag_transitions.write(model_dir, names, log_probs, weight, dev)
+        tag_transitions.write(model_dir, names, log_probs, weight, dev, source)
         best[f"dev_{metric}_decoded"] = dev[str(weight)]
-        log.info("tag transitions: weight %g (dev %s by weight: %s)", weight, metric, dev)
+        log.info("tag transitions (%s): weight %g (dev %s by weight: %s)", source, weight, metric, dev)
 
     def run(self) -> dict[str, Any]:
         """Train (resuming from the run's newest complete checkpoint), export the best epoch; the summary.
@@ -392,7 +398,7 @@ class Trainer:
         if model_dir.exists():
             shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two
         self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir, self.provenance)
-        if self.cfg.model.tag_transitions:
+        if self.cfg.model.tag_transitions or self.cfg.model.crf_head:
             self._fit_transitions(model_dir, best)
         dev = {k: v for k, v in best.items() if k.startswith("dev_")}
         training = {"mlflow_run_id": run_id, "task": self.cfg.task, "task_type": self.cfg.model.task,

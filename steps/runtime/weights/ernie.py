@@ -41,7 +41,7 @@ from paddle_mlops_core.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E40
 from steps.runtime.data import tag_transitions, tasks  # noqa: E402
 from steps.runtime.serving.engines.runners import EngineUnavailable, open_engine  # noqa: E402
 from steps.runtime.serving.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS  # noqa: E402
-from steps.runtime.weights import char_ngrams  # noqa: E402
+from steps.runtime.weights import char_ngrams, crf_head  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 log = logging.getLogger("steps.engines")
@@ -70,7 +70,14 @@ def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_to
     )
     # Fixed parameter names (the optimizer state is keyed by them), however many models this process built.
     with paddle.utils.unique_name.guard():
-        return char_ngrams.add_char_bigrams(head_class(model_cfg.task)(config), model_cfg)
+        return _heads(
+            char_ngrams.add_char_bigrams(head_class(model_cfg.task)(config), model_cfg), num_labels, model_cfg
+        )
+
+
+def _heads(model: ErnieHead, num_labels: int, model_cfg: ModelConfig) -> ErnieHead:
+    """The model with the CRF head where `model.crf_head` asks for it."""
+    return crf_head.attach(model, num_labels) if model_cfg.crf_head else model
 
 
 def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
@@ -101,12 +108,13 @@ def stage_pretrained(location: str, endpoint_url: str | None = None) -> Path:
 
 def load_pretrained(directory: Path, num_labels: int, model_cfg: ModelConfig) -> ErnieHead:
     """PaddleNLP's own loading path, from a local directory only (a hub name would be a download); the task's
-    head is new, on the pretrained encoder (and a new bigram table, `model.char_ngram_buckets`)."""
+    head is new, on the pretrained encoder (and a new bigram table, `model.char_ngram_buckets`, and CRF head,
+    `model.crf_head`)."""
     with paddle.utils.unique_name.guard():
         model = head_class(model_cfg.task).from_pretrained(
             str(directory), num_labels=num_labels, classifier_dropout=model_cfg.dropout
         )
-        return char_ngrams.add_char_bigrams(model, model_cfg)
+        return _heads(char_ngrams.add_char_bigrams(model, model_cfg), num_labels, model_cfg)
 
 
 def load_tokenizer(path: Path) -> ErnieTokenizer:

@@ -1,0 +1,86 @@
+"""The ERNIE-CRF head for token classification (`model.crf_head`): a linear-chain CRF on the model's per-character
+scores, trained with them.
+
+PaddleNLP's `LinearChainCrf` holds the [from, to] transition scores (no start and stop tags, so a sequence's score
+is Σ emission + Σ transition, exactly what `decode_tags` in steps/runtime/data/tasks/ner.py maximises) and scores
+the gold tag sequence (`gold_score`). The loss is its negative log-likelihood: the log of the sum over every tag
+sequence (the normaliser, the forward algorithm below) minus the gold score. The normaliser is computed here, not by
+`LinearChainCrf.forward`: in paddlenlp 2.8.1 (paddlenlp/layers/crf.py) that one adds `transitions[to, from]` where
+`gold_score` and `ViterbiDecoder` read `transitions[from, to]` (PaddlePaddle/PaddleNLP#1401), so its
+`LinearChainCrfLoss` is not a likelihood unless the matrix is symmetric (tests/test_crf_head.py shows both). The
+layer is a sublayer of the model (`model.crf`), so the optimizer, DataParallel, the checkpoints and a
+resumed run carry the transitions like any other parameter. The exported graph stays the encoder's: its logits are
+the emissions, and the learned matrix goes into the export's tag_transitions.json (steps/runtime/data/
+tag_transitions.py), which every decode reads.
+
+A window is [CLS] + characters + [SEP] + padding with targets IGNORE_INDEX at [CLS], [SEP] and padding; the CRF sees
+the characters only (positions 1 … n), so no transition is learned into or out of [CLS] and [SEP].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from steps.runtime.data.tasks.base import IGNORE_INDEX
+
+# The transitions' learning rate as a multiple of the encoder's (ParamAttr learning_rate): 7 × 7 scores that every
+# character of every window updates learn faster than the encoder's weights need to. PaddleNLP's ERNIE-CRF example
+# sets 100 on a 5e-5 encoder rate; the local tasks train at 3e-3.
+CRF_LR = 10.0
+
+
+def attach(model: Any, num_labels: int) -> Any:
+    """`model` with a CRF sublayer `crf` whose transition scores start at 0 (decoding starts as without)."""
+    import paddle
+    from paddlenlp.layers import LinearChainCrf
+
+    crf = LinearChainCrf(num_labels, crf_lr=CRF_LR, with_start_stop_tag=False)
+    crf.transitions.set_value(paddle.zeros([num_labels, num_labels], dtype="float32"))
+    model.crf = crf
+    return model
+
+
+def of(model: Any) -> Any | None:
+    """The CRF sublayer of `model` (through DataParallel), None when it has none."""
+    import paddle
+
+    inner = model._layers if isinstance(model, paddle.DataParallel) else model
+    return getattr(inner, "crf", None)
+
+
+def loss(crf: Any, logits: Any, targets: Any) -> Any:
+    """The gold sequences' negative log-likelihood per tagged character (so the scale, and the learning rate that
+    suits it, stay those of the per-character cross-entropy): logits [batch, seq, tags] float32, targets [batch, seq]
+    with IGNORE_INDEX outside the characters, whose tags run from position 1 without a gap."""
+    import paddle
+
+    valid = targets != IGNORE_INDEX
+    lengths = valid.astype("int64").sum(axis=1)
+    emissions = logits[:, 1:]
+    labels = paddle.where(valid, targets, paddle.zeros_like(targets))[:, 1:]  # gathered before masking: in range
+    keep = lengths > 0
+    if not bool(keep.all()):  # a window without characters has nothing to score (and the CRF needs length >= 1)
+        emissions, labels, lengths = emissions[keep], labels[keep], lengths[keep]
+    nll = normaliser(crf.transitions, emissions, lengths) - crf.gold_score(emissions, labels, lengths)
+    return nll.sum() / lengths.sum().astype("float32").clip(min=1.0)
+
+
+def normaliser(transitions: Any, emissions: Any, lengths: Any) -> Any:
+    """log Σ over every tag sequence of exp(Σ_t emissions[t, tag_t] + Σ_t transitions[tag_t−1, tag_t]), per
+    sequence of `lengths[b]` (>= 1) positions (the forward algorithm): [batch]."""
+    import paddle
+
+    alpha = emissions[:, 0]  # [batch, to]
+    for t in range(1, emissions.shape[1]):
+        # [batch, from, 1] + [from, to] -> log-sum over from
+        step = paddle.logsumexp(alpha.unsqueeze(2) + transitions, axis=1) + emissions[:, t]
+        alpha = paddle.where((lengths > t).unsqueeze(1), step, alpha)  # a finished sequence keeps its last alpha
+    return paddle.logsumexp(alpha, axis=1)
+
+
+def transitions(model: Any) -> np.ndarray | None:
+    """The learned [from, to] scores as float64, None when the model has no CRF head."""
+    crf = of(model)
+    return None if crf is None else crf.transitions.numpy().astype("float64")
