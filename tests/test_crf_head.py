@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,8 @@ from pydantic import ValidationError
 from paddle_mlops_core.config.inputs import ModelConfig
 from steps.runtime.data.tasks.base import IGNORE_INDEX
 from steps.runtime.data.tasks.ner import decode_tags
+
+ROOT = Path(__file__).resolve().parents[1]
 
 paddle = pytest.importorskip("paddle")
 from steps.runtime.weights import crf_head  # noqa: E402
@@ -106,10 +111,12 @@ def test_a_crf_head_is_for_token_classification_only_and_replaces_counted_transi
 
 @pytest.mark.slow
 def test_the_train_step_learns_and_exports_the_crf_s_transitions(tmp_path: Path) -> None:
-    """steps.train on a tiny People's Daily file: the CRF's parameters are the model's (so checkpoints and the
-    optimizer carry them), the export's tag_transitions.json holds the learned scores, and a name's B-PER → I-PER
-    scores above a jump from O into its middle."""
-    from steps import prepare_data, train
+    """steps/train.py on a tiny People's Daily file in two processes under paddle.distributed.launch (DataParallel:
+    the CRF loss is computed inside the module it wraps, crf_head.WithLoss; computed after its forward, the reducer
+    had marked the transitions unused and both ranks failed at the first backward). The export's
+    tag_transitions.json holds the learned scores, and a name's B-PER → I-PER scores above a jump from O into its
+    middle."""
+    from steps import prepare_data
 
     source = ner_corpus(tmp_path / "pd.txt")
     overrides = [
@@ -120,11 +127,19 @@ def test_the_train_step_learns_and_exports_the_crf_s_transitions(tmp_path: Path)
         "model.crf_head=true",
         "training.epochs=3",
         "training.learning_rate=0.01",
+        "training.nproc=2",
     ]
     args = ["--config", CONFIG, "--env", "local", "--task", "ner", "--overrides", json.dumps(overrides)]
     ws = tmp_path / "ws"
     assert prepare_data.main([*args, "--output", str(ws / "data")]) == 0
-    assert train.main([*args, "--workspace", str(ws)]) == 0
+    launcher = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    cmd = [*launcher, "steps/train.py", *args, "--workspace", str(ws)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    logs = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("workerlog.*")))
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs[-3000:]
+    assert json.loads((ws / "model" / "training.json").read_text())["world_size"] == 2
     record = json.loads((ws / "model" / "tag_transitions.json").read_text(encoding="utf-8"))
     assert record["source"] == "learned" and set(record["dev"]) == {"0.0", "0.25", "0.5", "0.75", "1.0"}
     names, scores = record["labels"], np.asarray(record["log_probs"])

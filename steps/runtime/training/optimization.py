@@ -82,16 +82,17 @@ def step_gradients(
     from steps.runtime.weights import crf_head
 
     distributed = isinstance(model, paddle.DataParallel)
-    crf = crf_head.of(model)
+    with_loss = isinstance(model._layers if distributed else model, crf_head.WithLoss)  # it computes its own loss
     step_loss = None
     for i, (micro, (input_ids, token_type_ids, targets)) in enumerate(batches):
         # DataParallel all-reduces on backward; once per step (the last micro-batch) is enough.
         sync = model.no_sync() if distributed and i < len(batches) - 1 else nullcontext()
         with sync:
             with paddle.amp.auto_cast(dtype=amp) if amp else nullcontext():
-                logits = model(input_ids, token_type_ids=token_type_ids)
-                logits = logits.astype("float32")
-                loss = crf_head.loss(crf, logits, targets) if crf is not None else loss_of(logits, targets)
+                if with_loss:
+                    loss = model(input_ids, token_type_ids, targets)
+                else:
+                    loss = loss_of(model(input_ids, token_type_ids=token_type_ids).astype("float32"), targets)
             # weighted by its share of the step's examples, so the step's gradient is the mean over all of them
             scaled = loss * (len(micro) / total)
             (scaler.scale(scaled) if scaler else scaled).backward()

@@ -31,7 +31,7 @@ from steps.runtime.training.progress import LiveProgress
 from steps.runtime.training.sampler import LengthGroupedBatchSampler
 from steps.runtime.training.state import Setup, TrainState, seed_everything, summary
 from steps.runtime.training.trace import StepTrace
-from steps.runtime.weights import crf_head, pretrained
+from steps.runtime.weights import pretrained
 
 EVAL_BATCH_ROWS = 128
 
@@ -140,6 +140,8 @@ class Trainer:
     def evaluate(self, model: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
         """The task's metrics (`spec.metrics`) of `model` on `rows`, answered the way the exported model answers
         (with a CRF head: decoded with its transition scores as they are now)."""
+        from steps.runtime.weights import crf_head
+
         return self._scorer(model, rows)(crf_head.transitions(model))
 
     def _scorer(self, model: Any, rows: list[dict[str, Any]]) -> Callable[[np.ndarray | None], dict[str, float]]:
@@ -169,6 +171,8 @@ class Trainer:
         """`model.tag_transitions`: count them on the train split (`model.crf_head`: the CRF's, learned), weigh them
         by what scores best on dev with the exported parameters, write tag_transitions.json beside the export; the
         dev score decoded so into `best`."""
+        from steps.runtime.weights import crf_head
+
         names = [self.labels[i] for i in sorted(self.labels)]
         learned = crf_head.transitions(self.model)
         if learned is not None:
@@ -265,7 +269,7 @@ class Trainer:
     def _setup(self) -> Setup:
         import paddle
 
-        from steps.runtime.weights import char_ngrams
+        from steps.runtime.weights import char_ngrams, crf_head
 
         tcfg = self.cfg.training
         rows = self._rows("train")
@@ -291,7 +295,8 @@ class Trainer:
         if tcfg.max_steps:
             total_steps = min(total_steps, tcfg.max_steps)
         optimizer, scheduler = optimization.make_optimizer(self.cfg, self.model, total_steps)
-        model = paddle.DataParallel(self.model) if self.world > 1 else self.model
+        trained = crf_head.training_module(self.model)
+        model = paddle.DataParallel(trained) if self.world > 1 else trained
         amp = optimization.amp_dtype(tcfg.amp, self.use_gpu)
         scaler = paddle.amp.GradScaler() if amp == "float16" else None
         return Setup(train, train_targets, dev, sampler, total_steps, optimizer, scheduler, model,

@@ -22,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import paddle
+from paddle import nn
 
 from steps.runtime.data.tasks.base import IGNORE_INDEX
 
@@ -33,7 +35,6 @@ CRF_LR = 10.0
 
 def attach(model: Any, num_labels: int) -> Any:
     """`model` with a CRF sublayer `crf` whose transition scores start at 0 (decoding starts as without)."""
-    import paddle
     from paddlenlp.layers import LinearChainCrf
 
     crf = LinearChainCrf(num_labels, crf_lr=CRF_LR, with_start_stop_tag=False)
@@ -43,19 +44,36 @@ def attach(model: Any, num_labels: int) -> Any:
 
 
 def of(model: Any) -> Any | None:
-    """The CRF sublayer of `model` (through DataParallel), None when it has none."""
-    import paddle
-
+    """The CRF sublayer of `model` (through DataParallel and WithLoss), None when it has none."""
     inner = model._layers if isinstance(model, paddle.DataParallel) else model
+    inner = inner.model if isinstance(inner, WithLoss) else inner
     return getattr(inner, "crf", None)
+
+
+class WithLoss(nn.Layer):
+    """The module the train step runs (and DataParallel wraps): the model's forward and the CRF loss in one forward.
+    DataParallel's reducer finds the parameters a step uses by walking back from what forward returns; transitions
+    used only in a loss computed after it would be marked unused, and their gradient arriving in backward stops
+    every rank ("parameter … has been ready before")."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Any, token_type_ids: Any, targets: Any) -> Any:
+        logits = self.model(input_ids, token_type_ids=token_type_ids)
+        return loss(self.model.crf, logits.astype("float32"), targets)
+
+
+def training_module(model: Any) -> Any:
+    """What the train step runs for `model`: WithLoss where it has a CRF head, else the model itself."""
+    return WithLoss(model) if getattr(model, "crf", None) is not None else model
 
 
 def loss(crf: Any, logits: Any, targets: Any) -> Any:
     """The gold sequences' negative log-likelihood per tagged character (so the scale, and the learning rate that
     suits it, stay those of the per-character cross-entropy): logits [batch, seq, tags] float32, targets [batch, seq]
     with IGNORE_INDEX outside the characters, whose tags run from position 1 without a gap."""
-    import paddle
-
     valid = targets != IGNORE_INDEX
     lengths = valid.astype("int64").sum(axis=1)
     emissions = logits[:, 1:]
@@ -70,8 +88,6 @@ def loss(crf: Any, logits: Any, targets: Any) -> Any:
 def normaliser(transitions: Any, emissions: Any, lengths: Any) -> Any:
     """log Σ over every tag sequence of exp(Σ_t emissions[t, tag_t] + Σ_t transitions[tag_t−1, tag_t]), per
     sequence of `lengths[b]` (>= 1) positions (the forward algorithm): [batch]."""
-    import paddle
-
     alpha = emissions[:, 0]  # [batch, to]
     for t in range(1, emissions.shape[1]):
         # [batch, from, 1] + [from, to] -> log-sum over from
