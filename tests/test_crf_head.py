@@ -101,6 +101,24 @@ def test_learned_transitions_decode_what_the_characters_alone_cannot() -> None:
     assert decode_tags(np.exp(emissions), names, learned) == gold
 
 
+@pytest.mark.parametrize("encoder_rate", [3e-3, 5e-5])
+def test_the_transitions_learn_at_their_own_rate_whatever_the_encoder_s(encoder_rate: float) -> None:
+    """AdamW's first step moves a parameter by its learning rate: the transitions by CRF_RATE, the encoder's
+    weights by the schedule's rate (a fine-tune of ERNIE 3.0 runs at 5e-5)."""
+    model = crf_head.attach(paddle.nn.Linear(3, 3), 3)
+    crf_head.set_rate(model, encoder_rate)
+    optimizer = paddle.optimizer.AdamW(learning_rate=encoder_rate, parameters=model.parameters(), weight_decay=0.0)
+    before = model.crf.transitions.numpy().copy(), model.weight.numpy().copy()
+    logits = model(paddle.to_tensor(np.eye(3, dtype="float32")))[None]
+    crf_head.loss(
+        model.crf, paddle.concat([paddle.zeros([1, 1, 3]), logits], axis=1), paddle.to_tensor([[IGNORE_INDEX, 0, 1, 2]])
+    ).backward()
+    optimizer.step()
+    moved = np.abs(model.crf.transitions.numpy() - before[0]).max(), np.abs(model.weight.numpy() - before[1]).max()
+    assert moved[0] == pytest.approx(crf_head.CRF_RATE, rel=1e-3)
+    assert moved[1] == pytest.approx(encoder_rate, rel=1e-3)
+
+
 def test_a_crf_head_is_for_token_classification_only_and_replaces_counted_transitions() -> None:
     with pytest.raises(ValidationError, match="crf_head scores tag sequences"):
         ModelConfig(task="text-classification", crf_head=True)

@@ -27,17 +27,17 @@ from paddle import nn
 
 from steps.runtime.data.tasks.base import IGNORE_INDEX
 
-# The transitions' learning rate as a multiple of the encoder's (ParamAttr learning_rate): 7 × 7 scores that every
-# character of every window updates learn faster than the encoder's weights need to. PaddleNLP's ERNIE-CRF example
-# sets 100 on a 5e-5 encoder rate; the local tasks train at 3e-3.
-CRF_LR = 10.0
+# The transitions' peak learning rate, whatever the encoder's: 7 × 7 scores that every character of every window
+# updates need a rate of their own, and a fine-tune of ERNIE 3.0 runs its encoder at 5e-5 (PaddleNLP's ERNIE-CRF
+# example multiplies its 5e-5 by 100). 0.03 is 10 × the local tasks' 3e-3, the rate measured (docs/benchmarks.md).
+CRF_RATE = 0.03
 
 
 def attach(model: Any, num_labels: int) -> Any:
     """`model` with a CRF sublayer `crf` whose transition scores start at 0 (decoding starts as without)."""
     from paddlenlp.layers import LinearChainCrf
 
-    crf = LinearChainCrf(num_labels, crf_lr=CRF_LR, with_start_stop_tag=False)
+    crf = LinearChainCrf(num_labels, crf_lr=1.0, with_start_stop_tag=False)  # the rate: set_rate
     crf.transitions.set_value(paddle.zeros([num_labels, num_labels], dtype="float32"))
     model.crf = crf
     return model
@@ -48,6 +48,14 @@ def of(model: Any) -> Any | None:
     inner = model._layers if isinstance(model, paddle.DataParallel) else model
     inner = inner.model if isinstance(inner, WithLoss) else inner
     return getattr(inner, "crf", None)
+
+
+def set_rate(model: Any, learning_rate: float) -> None:
+    """Scale the transitions' learning rate (a multiple of the schedule's, which the optimizer reads from the
+    parameter) so that it peaks at CRF_RATE when the schedule peaks at `learning_rate`."""
+    crf = of(model)
+    if crf is not None:
+        crf.transitions.optimize_attr["learning_rate"] = CRF_RATE / learning_rate
 
 
 class WithLoss(nn.Layer):
