@@ -17,12 +17,14 @@ TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "in
 IDS = np.array([[1, 7, 8, 9, 2, 0], [1, 9, 8, 2, 0, 0]], dtype="int64")
 
 
-CODES = char_ngrams.codes(20, 1000)  # the codes of the 20 token ids of model(1000)
-
-
 def row(a: int, b: int) -> int:
-    """The table row of bigram (a, b) in a 1000-row table: the first's first code plus the second's second code."""
-    return int(CODES[0, a] + CODES[1, b]) % 1000
+    """The table row of bigram (a, b) in a 1000-row table."""
+    return int(a * char_ngrams.FIRST + b + char_ngrams.SECOND) % 1000
+
+
+def trigram_slot(a: int, b: int, c: int) -> int:
+    """The map slot of trigram (a, b, c)."""
+    return int(a * char_ngrams.FIRST + char_ngrams.SECOND + b * char_ngrams.THIRD + c) % char_ngrams.SLOTS
 
 
 def model(
@@ -161,7 +163,7 @@ def test_the_converted_graphs_hash_large_token_ids_exactly(tmp_path: Path, table
     paddle_to_onnx(out / "inference.json", out / "inference.pdiparams", tmp_path / "model.onnx")
     onnx_to_openvino(tmp_path / "model.onnx", tmp_path / "openvino" / "model.xml")
 
-    assert int(LARGE_IDS.max()) * 7919 > 2**24
+    assert int(LARGE_IDS.max()) * char_ngrams.FIRST + char_ngrams.SECOND > 2**24
     want = logits(m, LARGE_IDS)
     feeds = {"input_ids": LARGE_IDS, "token_type_ids": np.zeros_like(LARGE_IDS)}
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
@@ -312,8 +314,8 @@ def test_trigrams_get_rows_of_their_own_and_need_a_vocabulary(tmp_path: Path) ->
     # with padding: (0,1,7) x3, (1,7,8) x3, (7,8,9) x2, (8,9,2) x2, (9,2,0) x2, (7,8,2) x1, (8,2,0) x1
     assert counts["trigram_rows"] == 5 and counts["trigrams_distinct"] == 7
     slots = layer.trigram_slots.numpy()
-    assert {slots[layer.slot(0, 1, 7)], slots[layer.slot(1, 7, 8)]} == {1, 2}
-    assert slots[layer.slot(7, 8, 2)] == 0  # seen once
+    assert {slots[trigram_slot(0, 1, 7)], slots[trigram_slot(1, 7, 8)]} == {1, 2}
+    assert slots[trigram_slot(7, 8, 2)] == 0  # seen once
     table = np.random.default_rng(4).normal(size=(1000, 4)).astype("float32")
     table[0] = 0
     layer.trigrams.weight.set_value(table)
@@ -322,7 +324,7 @@ def test_trigrams_get_rows_of_their_own_and_need_a_vocabulary(tmp_path: Path) ->
     x = paddle.to_tensor([[1, 7, 8, 9, 2]])
     got = (layer(x) - paddle.nn.Embedding.forward(layer, x)).numpy()
     project = layer.project.weight.numpy()
-    expected = table[slots[layer.slot(7, 8, 9)]] @ project[8:]
+    expected = table[slots[trigram_slot(7, 8, 9)]] @ project[8:]
     assert np.allclose(got[0, 2], expected, atol=1e-5) and np.abs(expected).sum() > 0
 
     vocab = tmp_path / "vocab.txt"

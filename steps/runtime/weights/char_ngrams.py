@@ -46,14 +46,19 @@ import numpy as np
 import paddle
 from paddle import nn
 
-# Hashing without integer division or large products: every token id has three codes, uniform in [0, modulus)
-# from a fixed seed (the same in every process, and a buffer of the model, so the export carries them): its code as
-# an n-gram's first, second and third member. A bigram (a, b) goes to (c1[a] + c2[b]) mod modulus, a trigram (a, b, c)
-# to (c1[a] + c2[b] + c3[c]) mod modulus, the modulus taken by subtracting it while the sum is above (no Mod op). The
-# earlier hash, (a * 7919 + b + 1000003) mod buckets, made OpenVINO's CPU plugin read other rows than Paddle for a
-# token id above 2,117: it computes FloorMod in float32, exact only below 2^24 (tests/test_char_ngrams.py
-# `test_the_converted_graphs_hash_large_token_ids_exactly`). Here every value stays below 3 x 2^24 and no op divides.
-CODE_SEED = 7919
+# The hash: a bigram (a, b) goes to (a * FIRST + b + SECOND) mod modulus, a trigram (a, b, c) to
+# (a * FIRST + SECOND + b * THIRD + c) mod modulus: two primes and a prime below 2^13. The graph computes neither
+# product nor the Mod: OpenVINO's CPU plugin computes FloorMod in float32, exact only below 2^24, so with the hash
+# computed in the graph its variants read other rows than Paddle for every token id above 2,117 (tests/
+# test_char_ngrams.py `test_the_converted_graphs_hash_large_token_ids_exactly`), and paddle2onnx exports a Python
+# number times a tensor as a float32 multiply. Instead every token id has its codes, computed here in Python and held
+# by the model (a buffer: the export carries them): (id * FIRST + SECOND), id, (id * THIRD) and id, each mod modulus,
+# for its place in a bigram (first, second) or a trigram (first, second, third). The graph gathers an n-gram's codes,
+# sums them and subtracts the modulus while the sum is above it: integer gathers, adds and compares of values below
+# 3 x modulus.
+FIRST, SECOND = 7919, 1000003
+THIRD = 6151
+BIGRAM, TRIGRAM = (0, 1), (0, 2, 3)  # the rows of `codes` each member of an n-gram reads
 SLOTS = 2**22  # entries of the n-gram -> row map of a table with a vocabulary (min_count >= 1)
 SIDES = ("sum", "concat")
 
@@ -64,8 +69,10 @@ def _const(value: int, dtype: Literal["int32", "int64"] = "int64") -> paddle.Ten
 
 
 def codes(vocab: int, modulus: int) -> np.ndarray:
-    """[3, vocab] int32: each token id's code as an n-gram's first, second and third member, in [0, modulus)."""
-    return np.random.default_rng(CODE_SEED).integers(0, modulus, size=(3, vocab)).astype("int32")
+    """[4, vocab] int32: each token id's code as an n-gram's member, in [0, modulus): first (of a bigram or a
+    trigram), second of a bigram, second of a trigram, third of a trigram (BIGRAM, TRIGRAM)."""
+    ids = np.arange(vocab, dtype="int64")
+    return (np.stack([ids * FIRST + SECOND, ids, ids * THIRD, ids]) % modulus).astype("int32")
 
 
 def _wrap(value: paddle.Tensor, modulus: int, times: int) -> paddle.Tensor:
@@ -138,12 +145,12 @@ class CharBigramEmbedding(nn.Embedding):
             counts.update(zip(padded[:-1], padded[1:], strict=False))
             if self.trigrams is not None:
                 triples.update(zip(padded[:-2], padded[1:-1], padded[2:], strict=False))
-        slots, row, clashes = _fill(counts, self.min_count, self.buckets, self.slotter())
+        slots, row, clashes = _fill(counts, self.min_count, self.buckets, self.slotter(BIGRAM))
         self.slots.set_value(paddle.to_tensor(slots))
         frequent = sum(1 for seen in counts.values() if seen >= self.min_count)
         out = {"distinct": len(counts), "frequent": frequent, "rows": row, "slot_clashes": clashes}
         if self.trigrams is not None:
-            slots, row, clashes = _fill(triples, self.min_count, self.buckets, self.slotter())
+            slots, row, clashes = _fill(triples, self.min_count, self.buckets, self.slotter(TRIGRAM))
             self.trigram_slots.set_value(paddle.to_tensor(slots))
             out |= {"trigrams_distinct": len(triples), "trigram_rows": row, "trigram_slot_clashes": clashes}
         return out
@@ -151,31 +158,32 @@ class CharBigramEmbedding(nn.Embedding):
     def slot(self, *ids: int) -> int:
         """What the graph computes for one bigram or trigram of token ids, in Python: its hash (the table's row
         without a vocabulary, the map's slot with one)."""
-        return self.slotter()(*ids)
+        return self.slotter(BIGRAM if len(ids) == 2 else TRIGRAM)(*ids)
 
-    def slotter(self) -> Callable[..., int]:
-        """`slot` with the codes read once (fit_vocabulary hashes every n-gram of the train split)."""
+    def slotter(self, parts: Sequence[int]) -> Callable[..., int]:
+        """`slot` for the n-grams whose members read the code rows `parts`, the codes read once (fit_vocabulary
+        hashes every n-gram of the train split)."""
         table, modulus = self.codes.numpy(), self.modulus
-        return lambda *ids: sum(int(table[part, token]) for part, token in enumerate(ids)) % modulus
+        return lambda *ids: sum(int(table[part, token]) for part, token in zip(parts, ids, strict=True)) % modulus
 
-    def hashed(self, *ids: paddle.Tensor) -> paddle.Tensor:
-        """The hash of the n-grams (ids[0][i], ids[1][i], …) in the graph, as `slot`: the codes gathered and summed,
-        the modulus subtracted (int32 throughout, below 3 x 2^24). No op divides or multiplies: paddle2onnx exports
-        a Python number times a tensor as a float32 multiply, and OpenVINO's CPU plugin computes FloorMod in float32,
-        both exact only below 2^24."""
-        parts = [
-            paddle.gather(self.codes[i], token.flatten()).reshape(paddle.shape(token)) for i, token in enumerate(ids)
+    def hashed(self, parts: Sequence[int], *ids: paddle.Tensor) -> paddle.Tensor:
+        """The hash of the n-grams (ids[0][i], ids[1][i], …) in the graph, as `slot`: the codes of rows `parts`
+        gathered and summed, the modulus subtracted (int32 throughout, below 3 x modulus; no Mod, no multiply)."""
+        # (enumerate, not zip(..., strict=True): the export's dy2static has no strict)
+        codes_ = [
+            paddle.gather(self.codes[parts[i]], token.flatten()).reshape(paddle.shape(token))
+            for i, token in enumerate(ids)
         ]
-        return _wrap(paddle.add_n(parts), self.modulus, len(ids) - 1)
+        return _wrap(paddle.add_n(codes_), self.modulus, len(ids) - 1)
 
     def rows(self, first: paddle.Tensor, second: paddle.Tensor) -> paddle.Tensor:
         """The table rows of bigrams (first, second): the hash, or with a vocabulary the row the map holds there."""
-        hashed = self.hashed(first, second)
+        hashed = self.hashed(BIGRAM, first, second)
         return hashed.astype("int64") if not self.min_count else self.lookup(self.slots, hashed)
 
     def trigram_rows(self, first: paddle.Tensor, second: paddle.Tensor, third: paddle.Tensor) -> paddle.Tensor:
         """The trigram table's rows of (first, second, third): the map's row at the trigram's slot."""
-        return self.lookup(self.trigram_slots, self.hashed(first, second, third))
+        return self.lookup(self.trigram_slots, self.hashed(TRIGRAM, first, second, third))
 
     @staticmethod
     def lookup(slots: paddle.Tensor, slot: paddle.Tensor) -> paddle.Tensor:
