@@ -81,6 +81,18 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "mlm+bigrams-dropout": ["model.pretrained={pretrained}", "model.dropout=0.1"],
         # the ERNIE-CRF head: a CRF loss learns the transitions with the encoder, in place of the counted ones
         "mlm+bigrams-crf": ["model.pretrained={pretrained}", "model.tag_transitions=false", "model.crf_head=true"],
+        "mlm+bigrams-crf-2ep": [
+            "model.pretrained={pretrained}",
+            "model.tag_transitions=false",
+            "model.crf_head=true",
+            "training.epochs=2",
+        ],
+        "mlm+bigrams-crf-dropout": [
+            "model.pretrained={pretrained}",
+            "model.tag_transitions=false",
+            "model.crf_head=true",
+            "model.dropout=0.1",
+        ],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
         "mlm+bigrams-lr5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.005"],
         "mlm+bigrams-lr1.5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.0015"],
