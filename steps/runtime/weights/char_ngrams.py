@@ -168,13 +168,18 @@ class CharBigramEmbedding(nn.Embedding):
 
     def hashed(self, parts: Sequence[int], *ids: paddle.Tensor) -> paddle.Tensor:
         """The hash of the n-grams (ids[0][i], ids[1][i], …) in the graph, as `slot`: the codes of rows `parts`
-        gathered and summed, the modulus subtracted (int32 throughout, below 3 x modulus; no Mod, no multiply)."""
+        gathered and added, the modulus subtracted (int32 throughout, below 3 x modulus; no Mod, no multiply)."""
         # (enumerate, not zip(..., strict=True): the export's dy2static has no strict)
         codes_ = [
             paddle.gather(self.codes[parts[i]], token.flatten()).reshape(paddle.shape(token))
             for i, token in enumerate(ids)
         ]
-        return _wrap(paddle.add_n(codes_), self.modulus, len(ids) - 1)
+        # Added pairwise, not by add_n: paddle2onnx exports add_n as ONNX Sum, which is float-only, so the codes went
+        # through a float cast, exact in float32 but not in the bfloat16 the openvino-bf16 variant runs it in.
+        total = codes_[0]
+        for code in codes_[1:]:
+            total = total + code
+        return _wrap(total, self.modulus, len(ids) - 1)
 
     def rows(self, first: paddle.Tensor, second: paddle.Tensor) -> paddle.Tensor:
         """The table rows of bigrams (first, second): the hash, or with a vocabulary the row the map holds there."""
