@@ -55,13 +55,18 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "min3": ["model.char_ngram_min_count=3"],
         "d64": ["model.char_ngram_dim=64"],
         "3ep": ["training.epochs=3"],
+        # the wide half (a wide-and-deep classifier: the text's bag of n-grams, the TF-IDF baseline's features, as
+        # per-label weights beside the encoder's score); `mlm+wide` on the pre-trained encoder
+        "wide": ["model.wide_scores=true"],
+        "mlm+wide": ["model.pretrained={pretrained}", "model.wide_scores=true"],
     },
     "ner": {
         # the local default (configs/tasks/ner.yaml) fine-tunes the staged ernie-mini-corpus-zh with 262,144 bigram
-        # rows, 32 wide: `mlm+bigrams`, the same weights read from --pretrained; each other row takes one part away
-        # or changes the table (the config's 32-wide rows unless a row says otherwise)
-        "scratch": ["model.pretrained=null", "model.char_ngram_buckets=0"],
-        "mlm": ["model.pretrained={pretrained}", "model.char_ngram_buckets=0"],
+        # rows, 32 wide, the CRF head and the wide half: `mlm+bigrams` (and `mlm+bigrams-crf-wide`), the same weights
+        # read from --pretrained; each other row takes one part away or changes the table (the config's 32-wide rows
+        # unless a row says otherwise); without the table there is no wide half
+        "scratch": ["model.pretrained=null", "model.char_ngram_buckets=0", "model.wide_scores=false"],
+        "mlm": ["model.pretrained={pretrained}", "model.char_ngram_buckets=0", "model.wide_scores=false"],
         "bigrams": ["model.pretrained=null"],
         "mlm+bigrams": ["model.pretrained={pretrained}"],
         # the table's vocabulary, its sides and the tag transitions, each taken away; `-hashed` all three (the
@@ -79,18 +84,56 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "mlm+bigrams-min3": ["model.pretrained={pretrained}", "model.char_ngram_min_count=3"],
         "mlm+bigrams-d64": ["model.pretrained={pretrained}", "model.char_ngram_dim=64"],
         "mlm+bigrams-dropout": ["model.pretrained={pretrained}", "model.dropout=0.1"],
-        # the ERNIE-CRF head: a CRF loss learns the transitions with the encoder, in place of the counted ones
-        "mlm+bigrams-crf": ["model.pretrained={pretrained}", "model.tag_transitions=false", "model.crf_head=true"],
+        # the ERNIE-CRF head: a CRF loss learns the transitions with the encoder, in place of the counted ones (the
+        # 13th session's default: no wide half)
+        "mlm+bigrams-crf": [
+            "model.pretrained={pretrained}",
+            "model.tag_transitions=false",
+            "model.crf_head=true",
+            "model.wide_scores=false",
+        ],
         "mlm+bigrams-crf-2ep": [
             "model.pretrained={pretrained}",
             "model.tag_transitions=false",
             "model.crf_head=true",
+            "model.wide_scores=false",
             "training.epochs=2",
         ],
         "mlm+bigrams-crf-dropout": [
             "model.pretrained={pretrained}",
             "model.tag_transitions=false",
             "model.crf_head=true",
+            "model.wide_scores=false",
+            "model.dropout=0.1",
+        ],
+        # the wide half (a wide-and-deep tagger: the CRF baseline's window features as per-tag weights beside the
+        # encoder's scores), on the CRF head: the default since the 14th session; `-trigrams` adds the centred
+        # trigram (and the trigram table)
+        "mlm+bigrams-crf-wide": [
+            "model.pretrained={pretrained}",
+            "model.tag_transitions=false",
+            "model.crf_head=true",
+            "model.wide_scores=true",
+        ],
+        "mlm+bigrams-crf-wide-2ep": [
+            "model.pretrained={pretrained}",
+            "model.tag_transitions=false",
+            "model.crf_head=true",
+            "model.wide_scores=true",
+            "training.epochs=2",
+        ],
+        "mlm+bigrams-crf-wide-trigrams": [
+            "model.pretrained={pretrained}",
+            "model.tag_transitions=false",
+            "model.crf_head=true",
+            "model.wide_scores=true",
+            "model.char_ngram_trigrams=true",
+        ],
+        "mlm+bigrams-crf-wide-dropout": [
+            "model.pretrained={pretrained}",
+            "model.tag_transitions=false",
+            "model.crf_head=true",
+            "model.wide_scores=true",
             "model.dropout=0.1",
         ],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives

@@ -139,17 +139,6 @@ def test_the_converted_graphs_hash_large_token_ids_exactly(tmp_path: Path, table
     rows Paddle does, for the hashed table and for the vocabulary maps with the trigram table. The bf16 branch
     failed on a bf16 CPU while the codes were summed with add_n: paddle2onnx exports it as ONNX Sum (float-only), and
     OpenVINO ran that float island in bfloat16."""
-    import onnxruntime as ort
-    import openvino as ov
-    import openvino.properties.hint as hints
-    from paddlenlp.transformers import ErnieTokenizer
-
-    from steps.runtime.serving.engines.convert import onnx_to_openvino, paddle_to_onnx
-
-    vocab = tmp_path / "vocab.txt"  # 40,000 ids, as ERNIE 3.0's: the specials, then made-up tokens
-    vocab.write_text(
-        "\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", *(f"t{i}" for i in range(39_995))]) + "\n"
-    )
     cfg = ModelConfig(task="token-classification", char_ngram_buckets=65_536, **TINY, **table)
     paddle.seed(0)
     m = ernie.build_model(cfg, 40_000, 3)  # a token classifier: each token's logits read its own rows
@@ -160,16 +149,37 @@ def test_the_converted_graphs_hash_large_token_ids_exactly(tmp_path: Path, table
     rng = np.random.default_rng(0)
     for weights in (layer.bigrams.weight, *([layer.trigrams.weight] if cfg.char_ngram_trigrams else [])):
         weights.set_value(rng.normal(size=weights.shape).astype("float32"))
-    labels = {0: "O", 1: "B-PER", 2: "I-PER"}
+    assert_every_engine_gives(tmp_path, m, cfg, LARGE_IDS, onnx_atol=1e-5)
+
+
+def assert_every_engine_gives(
+    tmp_path: Path, m: ernie.ErnieHead, cfg: ModelConfig, ids: np.ndarray, **tol: float
+) -> None:
+    """The export of `m` (what training writes; a 40,000-id vocabulary, as ERNIE 3.0's: the specials, then made-up
+    tokens), its ONNX graph (every engine variant is built from it) and OpenVINO's IR from that at f32 and at bf16
+    answer `ids` with `m`'s own logits."""
+    import onnxruntime as ort
+    import openvino as ov
+    import openvino.properties.hint as hints
+    from paddlenlp.transformers import ErnieTokenizer
+
+    from steps.runtime.serving.engines.convert import onnx_to_openvino, paddle_to_onnx
+
+    assert int(ids.max()) * char_ngrams.FIRST + char_ngrams.SECOND > 2**24
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(
+        "\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", *(f"t{i}" for i in range(39_995))]) + "\n"
+    )
+    want = logits(m, ids)
+    labels = {i: label for i, label in enumerate(["O", "B-PER", "I-PER"][: want.shape[-1]])}
     out = ernie.export(m, ErnieTokenizer(str(vocab)), labels, cfg, tmp_path / "export")
+    np.testing.assert_allclose(ernie.ExportedModel(out).logits(ids), want, atol=1e-4)
     paddle_to_onnx(out / "inference.json", out / "inference.pdiparams", tmp_path / "model.onnx")
     onnx_to_openvino(tmp_path / "model.onnx", tmp_path / "openvino" / "model.xml")
 
-    assert int(LARGE_IDS.max()) * char_ngrams.FIRST + char_ngrams.SECOND > 2**24
-    want = logits(m, LARGE_IDS)
-    feeds = {"input_ids": LARGE_IDS, "token_type_ids": np.zeros_like(LARGE_IDS)}
+    feeds = {"input_ids": ids, "token_type_ids": np.zeros_like(ids)}
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(session.run(None, feeds)[0], want, atol=1e-5)
+    np.testing.assert_allclose(session.run(None, feeds)[0], want, atol=tol.get("onnx_atol", 1e-4))
     core, xml = ov.Core(), str(tmp_path / "openvino" / "model.xml")
     f32 = core.compile_model(xml, "CPU", {hints.inference_precision: ov.Type.f32})
     np.testing.assert_allclose(f32(feeds)[0], want, atol=1e-4)

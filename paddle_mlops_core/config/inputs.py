@@ -126,6 +126,14 @@ class ModelConfig(Strict):
         "tag_transitions.json like tag_transitions' counted ones (steps/runtime/weights/crf_head.py); replaces "
         "tag_transitions",
     )
+    wide_scores: bool = Field(
+        False,
+        description="the wide half of a wide-and-deep model (steps/runtime/weights/wide_scores.py): per-label weights "
+        "of character n-grams read from the ids, added to the encoder's scores; token-classification: each "
+        "character's ±2 window (its characters, bigrams and, with char_ngram_trigrams, its centred trigram: the CRF "
+        "baseline's features); text-classification: the text's bag of characters, bigrams and trigrams (the TF-IDF "
+        "baseline's). Reads the n-gram table's rows, so needs char_ngram_buckets",
+    )
 
     @field_validator("pretrained")
     @classmethod
@@ -167,6 +175,16 @@ class ModelConfig(Strict):
         if self.crf_head and self.task != TOKEN_CLASSIFICATION:
             raise ValueError(
                 f"crf_head scores tag sequences (token-classification); this task is {self.task}: set it to false"
+            )
+        if self.wide_scores and self.task not in (TOKEN_CLASSIFICATION, TEXT_CLASSIFICATION):
+            raise ValueError(
+                f"wide_scores scores one text's n-grams (token- or text-classification); this task is {self.task}: set "
+                "it to false"
+            )
+        if self.wide_scores and not self.char_ngram_buckets:
+            raise ValueError(
+                "wide_scores reads the character n-gram table's rows: set char_ngram_buckets (the NER default: "
+                "262144, with char_ngram_min_count 2), or wide_scores to false"
             )
         if self.crf_head and self.tag_transitions:
             raise ValueError(

@@ -63,7 +63,7 @@ SLOTS = 2**22  # entries of the n-gram -> row map of a table with a vocabulary (
 SIDES = ("sum", "concat")
 
 
-def _const(value: int, dtype: Literal["int32", "int64"] = "int64") -> paddle.Tensor:
+def const(value: int, dtype: Literal["int32", "int64"] = "int64") -> paddle.Tensor:
     """A one-element integer tensor, broadcast: the graph's integer constants (CharBigramEmbedding.rows says why)."""
     return paddle.full([1], value, dtype=dtype)
 
@@ -77,7 +77,7 @@ def codes(vocab: int, modulus: int) -> np.ndarray:
 
 def _wrap(value: paddle.Tensor, modulus: int, times: int) -> paddle.Tensor:
     """`value` mod `modulus` for a `value` below (times + 1) x modulus: `modulus` subtracted while it is above."""
-    m = _const(modulus, "int32")
+    m = const(modulus, "int32")
     for _ in range(times):
         value = paddle.where(value >= m, value - m, value)
     return value
@@ -198,7 +198,7 @@ class CharBigramEmbedding(nn.Embedding):
     def forward(self, input_ids: paddle.Tensor) -> paddle.Tensor:
         # The bigrams of the row padded on both sides, hashed and looked up once: position t's left bigram is pair
         # t, its right bigram pair t + 1.
-        pad = input_ids[:, :1] * 0 + _const(int(self._padding_idx or 0))  # integer, as rows()
+        pad = input_ids[:, :1] * 0 + const(int(self._padding_idx or 0))  # integer, as rows()
         padded = paddle.concat([pad, input_ids, pad], axis=1)
         first, second = padded[:, :-1], padded[:, 1:]
         pairs = self.bigrams(self.rows(first, second))

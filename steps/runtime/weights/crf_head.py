@@ -43,11 +43,15 @@ def attach(model: Any, num_labels: int) -> Any:
     return model
 
 
+def unwrapped(model: Any) -> Any:
+    """The model inside DataParallel and WithLoss (the one the heads are attached to)."""
+    inner = model._layers if isinstance(model, paddle.DataParallel) else model
+    return inner.model if isinstance(inner, WithLoss) else inner
+
+
 def of(model: Any) -> Any | None:
     """The CRF sublayer of `model` (through DataParallel and WithLoss), None when it has none."""
-    inner = model._layers if isinstance(model, paddle.DataParallel) else model
-    inner = inner.model if isinstance(inner, WithLoss) else inner
-    return getattr(inner, "crf", None)
+    return getattr(unwrapped(model), "crf", None)
 
 
 def set_rate(model: Any, learning_rate: float) -> None:

@@ -41,7 +41,7 @@ from paddle_mlops_core.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E40
 from steps.runtime.data import tag_transitions, tasks  # noqa: E402
 from steps.runtime.serving.engines.runners import EngineUnavailable, open_engine  # noqa: E402
 from steps.runtime.serving.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS  # noqa: E402
-from steps.runtime.weights import char_ngrams, crf_head  # noqa: E402
+from steps.runtime.weights import char_ngrams, crf_head, wide_scores  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 log = logging.getLogger("steps.engines")
@@ -76,7 +76,10 @@ def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_to
 
 
 def _heads(model: ErnieHead, num_labels: int, model_cfg: ModelConfig) -> ErnieHead:
-    """The model with the CRF head where `model.crf_head` asks for it."""
+    """The model with the window's scores and the CRF head where `model.wide_scores` and `model.crf_head` ask for
+    them."""
+    if model_cfg.wide_scores:
+        model = wide_scores.attach(model)
     return crf_head.attach(model, num_labels) if model_cfg.crf_head else model
 
 
@@ -177,6 +180,8 @@ def export(
                 "char_ngram_min_count": model_cfg.char_ngram_min_count,
                 "char_ngram_sides": model_cfg.char_ngram_sides,
                 "char_ngram_trigrams": model_cfg.char_ngram_trigrams,
+                "wide_scores": model_cfg.wide_scores,
+                "crf_head": model_cfg.crf_head,
                 "inputs": list(INPUT_NAMES),
                 "pretrained": model_cfg.pretrained,
                 **(provenance or {}),
