@@ -78,7 +78,21 @@ class ModelConfig(Strict):
     intermediate_size: int = Field(256, gt=0)
     # As long as the texts (data.max_text_chars): a shorter sequence cuts them and costs accuracy.
     max_seq_len: int = Field(128, ge=8, le=2048)
-    dropout: float = Field(0.1, ge=0, lt=1)
+    dropout: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="dropout of a small ERNIE built from scratch (hidden, attention and, unless classifier_dropout "
+        "says otherwise, the classifier's); on a pretrained encoder, whose own dropouts come from its config.json, "
+        "the classifier's only",
+    )
+    classifier_dropout: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="dropout of the encoder's output before the task's classifier (PaddleNLP's classifier_dropout); "
+        "null: dropout",
+    )
     char_ngram_buckets: int = Field(
         0,
         ge=0,

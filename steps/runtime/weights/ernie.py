@@ -53,6 +53,11 @@ def head_class(task_type: str) -> type[ErnieHead]:
     return ErnieForTokenClassification if task_type == TOKEN_CLASSIFICATION else ErnieForSequenceClassification
 
 
+def classifier_dropout(model_cfg: ModelConfig) -> float:
+    """The dropout before the task's classifier: `model.classifier_dropout`, else `model.dropout`."""
+    return model_cfg.dropout if model_cfg.classifier_dropout is None else model_cfg.classifier_dropout
+
+
 def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_token_id: int = 0) -> ErnieHead:
     """A small ERNIE of the task's head initialised from scratch (local runs and tests)."""
     config = ErnieConfig(
@@ -64,6 +69,7 @@ def build_model(model_cfg: ModelConfig, vocab_size: int, num_labels: int, pad_to
         max_position_embeddings=model_cfg.max_seq_len,
         hidden_dropout_prob=model_cfg.dropout,
         attention_probs_dropout_prob=model_cfg.dropout,
+        classifier_dropout=classifier_dropout(model_cfg),
         type_vocab_size=2,
         pad_token_id=pad_token_id,
         num_labels=num_labels,
@@ -115,7 +121,7 @@ def load_pretrained(directory: Path, num_labels: int, model_cfg: ModelConfig) ->
     `model.crf_head`)."""
     with paddle.utils.unique_name.guard():
         model = head_class(model_cfg.task).from_pretrained(
-            str(directory), num_labels=num_labels, classifier_dropout=model_cfg.dropout
+            str(directory), num_labels=num_labels, classifier_dropout=classifier_dropout(model_cfg)
         )
         return _heads(char_ngrams.add_char_bigrams(model, model_cfg), num_labels, model_cfg)
 
