@@ -62,11 +62,22 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
     },
     "ner": {
         # the local default (configs/tasks/ner.yaml) fine-tunes the staged ernie-mini-corpus-zh with 262,144 bigram
-        # rows, 32 wide, the CRF head and the wide half: `mlm+bigrams` (and `mlm+bigrams-crf-wide`), the same weights
-        # read from --pretrained; each other row takes one part away or changes the table (the config's 32-wide rows
-        # unless a row says otherwise); without the table there is no wide half
-        "scratch": ["model.pretrained=null", "model.char_ngram_buckets=0", "model.wide_scores=false"],
-        "mlm": ["model.pretrained={pretrained}", "model.char_ngram_buckets=0", "model.wide_scores=false"],
+        # rows, 32 wide, the CRF head, the wide half and the classifier's dropout: `mlm+bigrams` (and
+        # `mlm+bigrams-crf-wide-dropout`), the same weights read from --pretrained; each other row takes one part away
+        # or changes the table (the config's 32-wide rows unless a row says otherwise); without the table there is no
+        # wide half
+        "scratch": [
+            "model.pretrained=null",
+            "model.char_ngram_buckets=0",
+            "model.wide_scores=false",
+            "model.classifier_dropout=null",
+        ],
+        "mlm": [
+            "model.pretrained={pretrained}",
+            "model.char_ngram_buckets=0",
+            "model.wide_scores=false",
+            "model.classifier_dropout=null",
+        ],
         "bigrams": ["model.pretrained=null"],
         "mlm+bigrams": ["model.pretrained={pretrained}"],
         # the table's vocabulary, its sides and the tag transitions, each taken away; `-hashed` all three (the
@@ -91,12 +102,14 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
             "model.tag_transitions=false",
             "model.crf_head=true",
             "model.wide_scores=false",
+            "model.classifier_dropout=null",
         ],
         "mlm+bigrams-crf-2ep": [
             "model.pretrained={pretrained}",
             "model.tag_transitions=false",
             "model.crf_head=true",
             "model.wide_scores=false",
+            "model.classifier_dropout=null",
             "training.epochs=2",
         ],
         "mlm+bigrams-crf-dropout": [
@@ -104,22 +117,26 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
             "model.tag_transitions=false",
             "model.crf_head=true",
             "model.wide_scores=false",
+            "model.classifier_dropout=null",
             "model.dropout=0.1",
         ],
         # the wide half (a wide-and-deep tagger: the CRF baseline's window features as per-tag weights beside the
-        # encoder's scores), on the CRF head: the default since the 14th session; `-trigrams` adds the centred
-        # trigram (and the trigram table)
+        # encoder's scores), on the CRF head, without the classifier's dropout; `-trigrams` adds the centred trigram
+        # (and the trigram table); `-dropout` is the default since the 14th session (`model.classifier_dropout 0.1`;
+        # the same model as `model.dropout=0.1` on the pre-trained encoder, whose own dropouts are 0)
         "mlm+bigrams-crf-wide": [
             "model.pretrained={pretrained}",
             "model.tag_transitions=false",
             "model.crf_head=true",
             "model.wide_scores=true",
+            "model.classifier_dropout=null",
         ],
         "mlm+bigrams-crf-wide-2ep": [
             "model.pretrained={pretrained}",
             "model.tag_transitions=false",
             "model.crf_head=true",
             "model.wide_scores=true",
+            "model.classifier_dropout=null",
             "training.epochs=2",
         ],
         "mlm+bigrams-crf-wide-trigrams": [
@@ -127,6 +144,7 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
             "model.tag_transitions=false",
             "model.crf_head=true",
             "model.wide_scores=true",
+            "model.classifier_dropout=null",
             "model.char_ngram_trigrams=true",
         ],
         "mlm+bigrams-crf-wide-dropout": [
@@ -134,7 +152,7 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
             "model.tag_transitions=false",
             "model.crf_head=true",
             "model.wide_scores=true",
-            "model.dropout=0.1",
+            "model.classifier_dropout=0.1",
         ],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
         "mlm+bigrams-lr5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.005"],
