@@ -154,6 +154,8 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
             "model.wide_scores=true",
             "model.classifier_dropout=0.1",
         ],
+        # the classifier's dropout at 0.2 (the default's 0.1 doubled)
+        "mlm+bigrams-crf-wide-cd0.2": ["model.pretrained={pretrained}", "model.classifier_dropout=0.2"],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
         "mlm+bigrams-lr5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.005"],
         "mlm+bigrams-lr1.5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.0015"],
