@@ -22,6 +22,7 @@ from steps.runtime.data.tasks.ner import decode_tags
 ROOT = Path(__file__).resolve().parents[1]
 
 paddle = pytest.importorskip("paddle")
+from steps.runtime.training import optimization  # noqa: E402
 from steps.runtime.weights import crf_head  # noqa: E402
 
 
@@ -106,7 +107,7 @@ def test_the_transitions_learn_at_their_own_rate_whatever_the_encoder_s(encoder_
     """AdamW's first step moves a parameter by its learning rate: the transitions by CRF_RATE, the encoder's
     weights by the schedule's rate (a fine-tune of ERNIE 3.0 runs at 5e-5)."""
     model = crf_head.attach(paddle.nn.Linear(3, 3), 3)
-    crf_head.set_rate(model, encoder_rate)
+    optimization.set_peak_rates(model, encoder_rate)
     optimizer = paddle.optimizer.AdamW(learning_rate=encoder_rate, parameters=model.parameters(), weight_decay=0.0)
     before = model.crf.transitions.numpy().copy(), model.weight.numpy().copy()
     logits = model(paddle.to_tensor(np.eye(3, dtype="float32")))[None]

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from test_char_ngrams import IDS, LARGE_IDS, TINY, TRAIN_IDS, assert_every_engine_gives, logits
 
 from paddle_mlops_core.config.inputs import ModelConfig
+from steps.runtime.training import optimization
 from steps.runtime.weights import crf_head, ernie, wide_scores
 
 LABELS = {0: "O", 1: "B-PER", 2: "I-PER"}
@@ -130,7 +131,7 @@ def test_the_window_learns_at_its_own_rate_whatever_the_encoder_s(encoder_rate: 
     """AdamW's first step moves a parameter by its learning rate: the window's weights by WIDE_RATE (through
     the CRF head's loss wrapper, as the trainer sets it up), the encoder's by the schedule's."""
     m = build(config(crf_head=True, tag_transitions=False))
-    wide_scores.set_rate(crf_head.training_module(m), encoder_rate)
+    optimization.set_peak_rates(crf_head.training_module(m), encoder_rate)
     optimizer = paddle.optimizer.AdamW(learning_rate=encoder_rate, parameters=m.parameters(), weight_decay=0.0)
     before = m.wide.unigrams[2].weight.numpy().copy(), m.classifier.weight.numpy().copy()
     m.train()

@@ -26,6 +26,7 @@ def make_optimizer(cfg: PipelineConfig, model: Any, total_steps: int) -> tuple[A
     from paddlenlp.transformers import LinearDecayWithWarmup
 
     tcfg = cfg.training
+    set_peak_rates(model, tcfg.learning_rate)
     scheduler = LinearDecayWithWarmup(tcfg.learning_rate, total_steps, tcfg.warmup_ratio)
     # Standard transformer recipe: no weight decay on biases and LayerNorm.
     decay = {p.name for n, p in model.named_parameters() if not any(k in n for k in ("bias", "norm"))}
@@ -37,6 +38,17 @@ def make_optimizer(cfg: PipelineConfig, model: Any, total_steps: int) -> tuple[A
         grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
     )
     return optimizer, scheduler
+
+
+def set_peak_rates(model: Any, learning_rate: float) -> None:
+    """The heads' parameters that learn at a peak rate of their own, whatever the encoder's (the CRF's transitions,
+    the wide half's weights): each one's rate as a multiple of the schedule's, which the optimizer reads from the
+    parameter, so that it peaks at the head's rate when the schedule peaks at `learning_rate`."""
+    from steps.runtime.weights import crf_head, wide_scores
+
+    for parameters, rate in (crf_head.own_rate(model), wide_scores.own_rate(model)):
+        for parameter in parameters:
+            parameter.optimize_attr["learning_rate"] = rate / learning_rate
 
 
 def amp_dtype(mode: str, use_gpu: bool) -> AmpDtype | None:

@@ -269,7 +269,7 @@ class Trainer:
     def _setup(self) -> Setup:
         import paddle
 
-        from steps.runtime.weights import char_ngrams, crf_head, wide_scores
+        from steps.runtime.weights import char_ngrams, crf_head
 
         tcfg = self.cfg.training
         rows = self._rows("train")
@@ -294,8 +294,6 @@ class Trainer:
         total_steps = max(1, tcfg.epochs * len(sampler))
         if tcfg.max_steps:
             total_steps = min(total_steps, tcfg.max_steps)
-        crf_head.set_rate(self.model, tcfg.learning_rate)
-        wide_scores.set_rate(self.model, tcfg.learning_rate)
         optimizer, scheduler = optimization.make_optimizer(self.cfg, self.model, total_steps)
         trained = crf_head.training_module(self.model)
         model = paddle.DataParallel(trained) if self.world > 1 else trained

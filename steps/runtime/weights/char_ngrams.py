@@ -195,11 +195,15 @@ class CharBigramEmbedding(nn.Embedding):
         """The rows a map holds at `slot` (an integer gather, shaped as `slot`)."""
         return paddle.gather(slots, slot.flatten()).reshape(paddle.shape(slot)).astype("int64")
 
+    def padded(self, input_ids: paddle.Tensor, width: int) -> paddle.Tensor:
+        """The rows with `width` padding ids on each side, integers as the ids (as rows() needs)."""
+        pad = input_ids[:, :width] * 0 + const(int(self._padding_idx or 0))
+        return paddle.concat([pad, input_ids, pad], axis=1)
+
     def forward(self, input_ids: paddle.Tensor) -> paddle.Tensor:
         # The bigrams of the row padded on both sides, hashed and looked up once: position t's left bigram is pair
         # t, its right bigram pair t + 1.
-        pad = input_ids[:, :1] * 0 + const(int(self._padding_idx or 0))  # integer, as rows()
-        padded = paddle.concat([pad, input_ids, pad], axis=1)
+        padded = self.padded(input_ids, 1)
         first, second = padded[:, :-1], padded[:, 1:]
         pairs = self.bigrams(self.rows(first, second))
         left, right = pairs[:, :-1], pairs[:, 1:]

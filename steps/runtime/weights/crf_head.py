@@ -37,7 +37,7 @@ def attach(model: Any, num_labels: int) -> Any:
     """`model` with a CRF sublayer `crf` whose transition scores start at 0 (decoding starts as without)."""
     from paddlenlp.layers import LinearChainCrf
 
-    crf = LinearChainCrf(num_labels, crf_lr=1.0, with_start_stop_tag=False)  # the rate: set_rate
+    crf = LinearChainCrf(num_labels, crf_lr=1.0, with_start_stop_tag=False)  # the rate: own_rate
     crf.transitions.set_value(paddle.zeros([num_labels, num_labels], dtype="float32"))
     model.crf = crf
     return model
@@ -54,12 +54,11 @@ def of(model: Any) -> Any | None:
     return getattr(unwrapped(model), "crf", None)
 
 
-def set_rate(model: Any, learning_rate: float) -> None:
-    """Scale the transitions' learning rate (a multiple of the schedule's, which the optimizer reads from the
-    parameter) so that it peaks at CRF_RATE when the schedule peaks at `learning_rate`."""
+def own_rate(model: Any) -> tuple[list[Any], float]:
+    """The parameters that learn at a peak rate of their own (the transitions; none without a CRF), and that rate
+    (optimization.make_optimizer applies it)."""
     crf = of(model)
-    if crf is not None:
-        crf.transitions.optimize_attr["learning_rate"] = CRF_RATE / learning_rate
+    return ([crf.transitions] if crf is not None else []), CRF_RATE
 
 
 class WithLoss(nn.Layer):

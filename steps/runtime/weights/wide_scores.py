@@ -61,8 +61,7 @@ class WindowScores(nn.Layer):
         """`ngrams` is the model's CharBigramEmbedding (passed, not held, so its weights are not a second time in the
         state dict): its rows for the bigrams and trigrams of the padded row."""
         length = paddle.shape(input_ids)[1]
-        pad = input_ids[:, :2] * 0 + char_ngrams.const(int(ngrams._padding_idx or 0))  # integer, as char_ngrams
-        padded = paddle.concat([pad, input_ids, pad], axis=1)  # position t is padded[t + 2]
+        padded = ngrams.padded(input_ids, 2)  # position t is padded[t + 2]
         scores = [self.unigrams[i](padded[:, k + 2 : k + 2 + length]) for i, k in enumerate(UNIGRAMS)]
         pairs = ngrams.rows(padded[:, :-1], padded[:, 1:])  # pair j: (padded[j], padded[j + 1])
         scores += [self.bigrams[i](pairs[:, k + 2 : k + 2 + length]) for i, k in enumerate(BIGRAMS)]
@@ -130,10 +129,8 @@ def attach(model: Any) -> Any:
     return model
 
 
-def set_rate(model: Any, learning_rate: float) -> None:
-    """Scale the wide half's learning rate (a multiple of the schedule's) so that it peaks at WIDE_RATE when the
-    schedule peaks at `learning_rate`; nothing where the model has none."""
+def own_rate(model: Any) -> tuple[list[Any], float]:
+    """The parameters that learn at a peak rate of their own (the wide half's; none without one), and that rate
+    (optimization.make_optimizer applies it)."""
     wide = getattr(crf_head.unwrapped(model), "wide", None)
-    if wide is not None:
-        for parameter in wide.parameters():
-            parameter.optimize_attr["learning_rate"] = WIDE_RATE / learning_rate
+    return (wide.parameters() if wide is not None else []), WIDE_RATE
