@@ -35,6 +35,18 @@ from paddle_mlops_core.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "pipeline.yaml"
+# The NER rows' common parts: the pre-trained copy, the ERNIE-CRF head in place of the counted transitions, and that
+# head without the wide half and the classifier's dropout (the 13th session's default) or with the wide half alone.
+PRETRAINED = "model.pretrained={pretrained}"
+CRF_HEAD = [PRETRAINED, "model.tag_transitions=false", "model.crf_head=true"]
+CRF = [*CRF_HEAD, "model.wide_scores=false", "model.classifier_dropout=null"]
+CRF_WIDE = [*CRF_HEAD, "model.wide_scores=true", "model.classifier_dropout=null"]
+# What the rows measured before the CRF head take away from today's defaults: the CRF head, the wide half and the
+# classifier's own dropout; with the transitions counted on the train split (the 12th session's decoding, which the
+# `mlm+bigrams-*` rows' last figures were measured with) or without (the from-scratch `bigrams*` rows, 10th session)
+BEFORE_CRF = ["model.crf_head=false", "model.wide_scores=false", "model.classifier_dropout=null"]
+COUNTED = [*BEFORE_CRF, "model.tag_transitions=true"]
+UNCOUNTED = [*BEFORE_CRF, "model.tag_transitions=false"]
 # Each ingredient alone on top of the task's local settings, and the combinations worth a row.
 VARIANTS: dict[str, dict[str, list[str]]] = {
     "sentiment": {
@@ -42,12 +54,12 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         # 32 wide, a vocabulary of the bigrams seen twice, both sides side by side; `no-bigrams` is the model the
         # table replaced
         "default": [],
-        "no-bigrams": ["model.char_ngram_buckets=0"],
+        "no-bigrams": ["model.char_ngram_buckets=0", "model.char_ngram_trigrams=false"],
         "distill": ["training.distill_weight=0.5"],
         "bigrams128": ["model.char_ngram_dim=0"],
         "bigrams256k": ["model.char_ngram_buckets=262144", "model.char_ngram_dim=0"],
-        "mlm": ["model.pretrained={pretrained}"],
-        "mlm+distill": ["model.pretrained={pretrained}", "training.distill_weight=0.5"],
+        "mlm": [PRETRAINED],
+        "mlm+distill": [PRETRAINED, "training.distill_weight=0.5"],
         # the 9th-11th sessions' default: hashed (no vocabulary), sides summed
         "hashed": ["model.char_ngram_min_count=0", "model.char_ngram_sides=sum", "model.char_ngram_trigrams=false"],
         "no-trigrams": ["model.char_ngram_trigrams=false"],
@@ -58,113 +70,67 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         # the wide half (a wide-and-deep classifier: the text's bag of n-grams, the TF-IDF baseline's features, as
         # per-label weights beside the encoder's score); `mlm+wide` on the pre-trained encoder
         "wide": ["model.wide_scores=true"],
-        "mlm+wide": ["model.pretrained={pretrained}", "model.wide_scores=true"],
+        "mlm+wide": [PRETRAINED, "model.wide_scores=true"],
     },
     "ner": {
         # the local default (configs/tasks/ner.yaml) fine-tunes the staged ernie-mini-corpus-zh with 262,144 bigram
-        # rows, 32 wide, the CRF head, the wide half and the classifier's dropout: `mlm+bigrams` (and
-        # `mlm+bigrams-crf-wide-dropout`), the same weights read from --pretrained; each other row takes one part away
-        # or changes the table (the config's 32-wide rows unless a row says otherwise); without the table there is no
-        # wide half
-        "scratch": [
-            "model.pretrained=null",
-            "model.char_ngram_buckets=0",
-            "model.wide_scores=false",
-            "model.classifier_dropout=null",
-        ],
-        "mlm": [
-            "model.pretrained={pretrained}",
-            "model.char_ngram_buckets=0",
-            "model.wide_scores=false",
-            "model.classifier_dropout=null",
-        ],
-        "bigrams": ["model.pretrained=null"],
-        "mlm+bigrams": ["model.pretrained={pretrained}"],
+        # rows, 32 wide, the CRF head, the wide half and the classifier's dropout: `mlm+bigrams-crf-wide-dropout`, the
+        # same weights read from --pretrained. Each row names the model it measured (docs/benchmarks.md has its
+        # figures): `mlm+bigrams` is the 12th session's default (counted transitions, no CRF head, no wide half),
+        # which its `-*` rows change one part of; `bigrams*` the 10th session's from-scratch rows; without the table
+        # there is no wide half
+        "scratch": ["model.pretrained=null", "model.char_ngram_buckets=0", *UNCOUNTED],
+        "mlm": [PRETRAINED, "model.char_ngram_buckets=0", *UNCOUNTED],
+        "bigrams": ["model.pretrained=null", *UNCOUNTED],
+        "mlm+bigrams": [PRETRAINED, *COUNTED],
         # the table's vocabulary, its sides and the tag transitions, each taken away; `-hashed` all three (the
         # default of the 10th and 11th sessions)
         "mlm+bigrams-hashed": [
-            "model.pretrained={pretrained}",
+            PRETRAINED,
+            *COUNTED,
             "model.char_ngram_min_count=0",
             "model.char_ngram_sides=sum",
             "model.tag_transitions=false",
         ],
-        "mlm+bigrams-no-transitions": ["model.pretrained={pretrained}", "model.tag_transitions=false"],
-        "mlm+bigrams-sum": ["model.pretrained={pretrained}", "model.char_ngram_sides=sum"],
-        "mlm+bigrams-min0": ["model.pretrained={pretrained}", "model.char_ngram_min_count=0"],
-        "mlm+bigrams-min1": ["model.pretrained={pretrained}", "model.char_ngram_min_count=1"],
-        "mlm+bigrams-min3": ["model.pretrained={pretrained}", "model.char_ngram_min_count=3"],
-        "mlm+bigrams-d64": ["model.pretrained={pretrained}", "model.char_ngram_dim=64"],
-        "mlm+bigrams-dropout": ["model.pretrained={pretrained}", "model.dropout=0.1"],
+        "mlm+bigrams-no-transitions": [PRETRAINED, *COUNTED, "model.tag_transitions=false"],
+        "mlm+bigrams-sum": [PRETRAINED, *COUNTED, "model.char_ngram_sides=sum"],
+        "mlm+bigrams-min0": [PRETRAINED, *COUNTED, "model.char_ngram_min_count=0"],
+        "mlm+bigrams-min1": [PRETRAINED, *COUNTED, "model.char_ngram_min_count=1"],
+        "mlm+bigrams-min3": [PRETRAINED, *COUNTED, "model.char_ngram_min_count=3"],
+        "mlm+bigrams-d64": [PRETRAINED, *COUNTED, "model.char_ngram_dim=64"],
+        "mlm+bigrams-dropout": [PRETRAINED, *COUNTED, "model.dropout=0.1"],
         # the ERNIE-CRF head: a CRF loss learns the transitions with the encoder, in place of the counted ones (the
         # 13th session's default: no wide half)
-        "mlm+bigrams-crf": [
-            "model.pretrained={pretrained}",
-            "model.tag_transitions=false",
-            "model.crf_head=true",
-            "model.wide_scores=false",
-            "model.classifier_dropout=null",
-        ],
-        "mlm+bigrams-crf-2ep": [
-            "model.pretrained={pretrained}",
-            "model.tag_transitions=false",
-            "model.crf_head=true",
-            "model.wide_scores=false",
-            "model.classifier_dropout=null",
-            "training.epochs=2",
-        ],
-        "mlm+bigrams-crf-dropout": [
-            "model.pretrained={pretrained}",
-            "model.tag_transitions=false",
-            "model.crf_head=true",
-            "model.wide_scores=false",
-            "model.classifier_dropout=null",
-            "model.dropout=0.1",
-        ],
+        "mlm+bigrams-crf": CRF,
+        "mlm+bigrams-crf-2ep": [*CRF, "training.epochs=2"],
+        "mlm+bigrams-crf-dropout": [*CRF, "model.dropout=0.1"],
         # the wide half (a wide-and-deep tagger: the CRF baseline's window features as per-tag weights beside the
         # encoder's scores), on the CRF head, without the classifier's dropout; `-trigrams` adds the centred trigram
         # (and the trigram table); `-dropout` is the default since the 14th session (`model.classifier_dropout 0.1`;
         # the same model as `model.dropout=0.1` on the pre-trained encoder, whose own dropouts are 0)
-        "mlm+bigrams-crf-wide": [
-            "model.pretrained={pretrained}",
-            "model.tag_transitions=false",
-            "model.crf_head=true",
-            "model.wide_scores=true",
-            "model.classifier_dropout=null",
-        ],
-        "mlm+bigrams-crf-wide-2ep": [
-            "model.pretrained={pretrained}",
-            "model.tag_transitions=false",
-            "model.crf_head=true",
-            "model.wide_scores=true",
-            "model.classifier_dropout=null",
-            "training.epochs=2",
-        ],
-        "mlm+bigrams-crf-wide-trigrams": [
-            "model.pretrained={pretrained}",
-            "model.tag_transitions=false",
-            "model.crf_head=true",
-            "model.wide_scores=true",
-            "model.classifier_dropout=null",
-            "model.char_ngram_trigrams=true",
-        ],
-        "mlm+bigrams-crf-wide-dropout": [
-            "model.pretrained={pretrained}",
-            "model.tag_transitions=false",
-            "model.crf_head=true",
-            "model.wide_scores=true",
-            "model.classifier_dropout=0.1",
-        ],
+        "mlm+bigrams-crf-wide": CRF_WIDE,
+        "mlm+bigrams-crf-wide-2ep": [*CRF_WIDE, "training.epochs=2"],
+        "mlm+bigrams-crf-wide-trigrams": [*CRF_WIDE, "model.char_ngram_trigrams=true"],
+        "mlm+bigrams-crf-wide-dropout": [*CRF_HEAD, "model.wide_scores=true", "model.classifier_dropout=0.1"],
         # the classifier's dropout at 0.2 (the default's 0.1 doubled)
-        "mlm+bigrams-crf-wide-cd0.2": ["model.pretrained={pretrained}", "model.classifier_dropout=0.2"],
+        "mlm+bigrams-crf-wide-cd0.2": [PRETRAINED, "model.classifier_dropout=0.2"],
+        # AdamW's decoupled weight decay, the default's 0.01 times 10 (the wide half's and the bigram table's rows
+        # memorise the train split by the second epoch: train loss 0.003, dev falling after it)
+        "mlm+bigrams-crf-wide-wd0.1": [PRETRAINED, "training.weight_decay=0.1"],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
-        "mlm+bigrams-lr5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.005"],
-        "mlm+bigrams-lr1.5e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.0015"],
-        "mlm+bigrams-lr1e-3": ["model.pretrained={pretrained}", "training.learning_rate=0.001"],
-        "mlm+bigrams-lr7.5e-4": ["model.pretrained={pretrained}", "training.learning_rate=0.00075"],
-        "mlm+bigrams-5ep": ["model.pretrained={pretrained}", "training.epochs=5"],
-        "bigrams128": ["model.pretrained=null", "model.char_ngram_dim=0"],
-        "bigrams+dropout": ["model.pretrained=null", "model.dropout=0.1"],
-        "bigrams64k+dropout": ["model.pretrained=null", "model.char_ngram_buckets=65536", "model.dropout=0.1"],
+        "mlm+bigrams-lr5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.005"],
+        "mlm+bigrams-lr1.5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.0015"],
+        "mlm+bigrams-lr1e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.001"],
+        "mlm+bigrams-lr7.5e-4": [PRETRAINED, *COUNTED, "training.learning_rate=0.00075"],
+        "mlm+bigrams-5ep": [PRETRAINED, *COUNTED, "training.epochs=5"],
+        "bigrams128": ["model.pretrained=null", *UNCOUNTED, "model.char_ngram_dim=0"],
+        "bigrams+dropout": ["model.pretrained=null", *UNCOUNTED, "model.dropout=0.1"],
+        "bigrams64k+dropout": [
+            "model.pretrained=null",
+            *UNCOUNTED,
+            "model.char_ngram_buckets=65536",
+            "model.dropout=0.1",
+        ],
     },
     "text-matching": {
         "default": [],
