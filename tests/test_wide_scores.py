@@ -172,3 +172,17 @@ def test_every_engine_computes_the_wide_half_from_large_token_ids(tmp_path: Path
     ids = np.concatenate([LARGE_IDS, np.where(np.arange(LARGE_IDS.shape[1]) < 4, LARGE_IDS, 0)])  # one padded
     assert_every_engine_gives(tmp_path, m, cfg, ids)
     assert ernie.ExportedModel(tmp_path / "export").model_config["wide_scores"] is True
+
+
+def test_the_optimizer_the_trainer_makes_gives_each_head_its_own_peak_rate() -> None:
+    """optimization.make_optimizer (the train step's) sets the window's and the transitions' rates as multiples of the
+    schedule's, so that they peak at WIDE_RATE and CRF_RATE; the encoder keeps the schedule's."""
+    from paddle_mlops_core.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml", "local",
+                      ["training.learning_rate=0.0005"], task="ner")  # fmt: skip
+    m = build(config(crf_head=True, tag_transitions=False))
+    optimization.make_optimizer(cfg, m, total_steps=10)
+    assert {p.optimize_attr["learning_rate"] for p in m.wide.parameters()} == {wide_scores.WIDE_RATE / 0.0005}
+    assert m.crf.transitions.optimize_attr["learning_rate"] == crf_head.CRF_RATE / 0.0005
+    assert m.classifier.weight.optimize_attr["learning_rate"] == 1.0
