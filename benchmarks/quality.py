@@ -117,6 +117,10 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         # AdamW's decoupled weight decay, the default's 0.01 times 10 (the wide half's and the bigram table's rows
         # memorise the train split by the second epoch: train loss 0.003, dev falling after it)
         "mlm+bigrams-crf-wide-wd0.1": [PRETRAINED, "training.weight_decay=0.1"],
+        # the encoder's peak rate lowered (the wide half's and the transitions' stay 0.03: their rates are their own),
+        # and a fourth epoch
+        "mlm+bigrams-crf-wide-lr2e-3": [PRETRAINED, "training.learning_rate=0.002"],
+        "mlm+bigrams-crf-wide-4ep": [PRETRAINED, "training.epochs=4"],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
         "mlm+bigrams-lr5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.005"],
         "mlm+bigrams-lr1.5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.0015"],
