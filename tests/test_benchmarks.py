@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import checkpoint_cost, engines, quality, serving, serving_path, upload
 from benchmarks.serving_contenders import Result
-from paddle_mlops_core.config import load_config
+from paddle_mlops_core.config import PipelineConfig, load_config
 from steps.runtime.serving.engines.variants import VARIANTS
 
 pytestmark = pytest.mark.slow
@@ -126,12 +126,17 @@ def test_quality_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert not stale.exists()
 
 
+def row_config(task: str, variant: str) -> PipelineConfig:
+    """The configuration a quality row trains (its overrides on the task's local configuration, a copy named)."""
+    sets = [o.format(pretrained="/a/copy") for o in quality.VARIANTS[task][variant]]
+    return load_config(quality.CONFIG, "local", sets, task=task)
+
+
 @pytest.mark.parametrize(("task", "variant"), [(t, v) for t, rows in quality.VARIANTS.items() for v in rows])
 def test_every_quality_variant_is_a_valid_configuration(task: str, variant: str) -> None:
     """Each row's overrides on the task's local configuration validate (`no-bigrams` once did not: the trigrams
     turned on later need the table it turns off), before a run spends minutes reaching it."""
-    sets = [o.format(pretrained="/a/pretrained/copy") for o in quality.VARIANTS[task][variant]]
-    assert load_config(quality.CONFIG, "local", sets, task=task).task == task
+    assert row_config(task, variant).task == task
 
 
 def test_the_ner_rows_measure_the_models_they_are_named_for() -> None:
@@ -139,8 +144,7 @@ def test_the_ner_rows_measure_the_models_they_are_named_for() -> None:
     before the CRF head pin what later defaults added, so they still measure their own model."""
 
     def model(variant: str) -> dict[str, object]:
-        sets = [o.format(pretrained="/a/copy") for o in quality.VARIANTS["ner"][variant]]
-        return load_config(quality.CONFIG, "local", sets, task="ner").model.model_dump()
+        return row_config("ner", variant).model.model_dump()
 
     default = load_config(quality.CONFIG, "local", ["model.pretrained=/a/copy"], task="ner").model.model_dump()
     assert model("mlm+bigrams-crf-wide-dropout") == default

@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import paddle
 import pytest
+from fixtures_ernie import CONFIG
 from pydantic import ValidationError
 from test_char_ngrams import IDS, LARGE_IDS, TINY, TRAIN_IDS, assert_every_engine_gives, logits
 
+from paddle_mlops_core.config import load_config
 from paddle_mlops_core.config.inputs import ModelConfig
 from steps.runtime.training import optimization
 from steps.runtime.weights import crf_head, ernie, wide_scores
@@ -177,10 +179,7 @@ def test_every_engine_computes_the_wide_half_from_large_token_ids(tmp_path: Path
 def test_the_optimizer_the_trainer_makes_gives_each_head_its_own_peak_rate() -> None:
     """optimization.make_optimizer (the train step's) sets the window's and the transitions' rates as multiples of the
     schedule's, so that they peak at WIDE_RATE and CRF_RATE; the encoder keeps the schedule's."""
-    from paddle_mlops_core.config import load_config
-
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "pipeline.yaml", "local",
-                      ["training.learning_rate=0.0005"], task="ner")  # fmt: skip
+    cfg = load_config(CONFIG, "local", ["training.learning_rate=0.0005"], task="ner")
     m = build(config(crf_head=True, tag_transitions=False))
     optimization.make_optimizer(cfg, m, total_steps=10)
     assert {p.optimize_attr["learning_rate"] for p in m.wide.parameters()} == {wide_scores.WIDE_RATE / 0.0005}
