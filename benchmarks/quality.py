@@ -69,6 +69,11 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "min3": ["model.char_ngram_min_count=3"],
         "d64": ["model.char_ngram_dim=64"],
         "3ep": ["training.epochs=3"],
+        # the from-scratch schedule's peak rate (the default's 1e-3) doubled and halved, and dropout before the
+        # classifier alone (the encoder's hidden and attention dropouts 0 instead of 0.1; 16th session)
+        "lr2e-3": ["training.learning_rate=0.002"],
+        "lr5e-4": ["training.learning_rate=0.0005"],
+        "classifier-dropout": ["model.dropout=0.0", "model.classifier_dropout=0.1"],
         # the wide half (a wide-and-deep classifier: the text's bag of n-grams, the TF-IDF baseline's features, as
         # per-label weights beside the encoder's score); `mlm+wide` on the pre-trained encoder
         "wide": ["model.wide_scores=true"],
