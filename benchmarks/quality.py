@@ -122,6 +122,8 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         # and a fourth epoch
         "mlm+bigrams-crf-wide-lr2e-3": [*CRF_WIDE_DROPOUT, "training.learning_rate=0.002"],
         "mlm+bigrams-crf-wide-4ep": [*CRF_WIDE_DROPOUT, "training.epochs=4"],
+        # half the batch per process (32, twice the optimizer steps; 16th session)
+        "mlm+bigrams-crf-wide-b32": [*CRF_WIDE_DROPOUT, "training.batch_size=32"],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
         "mlm+bigrams-lr5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.005"],
         "mlm+bigrams-lr1.5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.0015"],
