@@ -92,7 +92,7 @@ def test_text_baseline_learns_the_tiny_reviews() -> None:
         k: [r for i, r in enumerate(rows) if i // 2 % 4 in ks]
         for k, ks in (("train", (0, 1)), ("dev", (2,)), ("test", (3,)))
     }
-    answers, settings = text.fit_predict(part["train"], part["dev"], part["test"], labels)
+    answers, settings, _ = text.fit_predict(part["train"], part["dev"], part["test"], labels)
     assert settings["C"] in text.C_GRID and settings["features"] > 50
     accuracy = np.mean([a["label"] == labels[r["label"]] for a, r in zip(answers, part["test"], strict=True)])
     assert accuracy >= 0.9  # one sentiment word per review decides it
@@ -108,7 +108,7 @@ def test_pair_baseline_tells_paraphrases_from_unrelated_pairs(tmp_path: Path) ->
         for p in read_pairs(source.read_bytes(), str(source))
     ]
     labels = {0: "0", 1: "1"}
-    answers, settings = pairs.fit_predict(rows, rows, rows, labels)
+    answers, settings, _ = pairs.fit_predict(rows, rows, rows, labels)
     accuracy = np.mean([a["label"] == labels[r["label"]] for a, r in zip(answers, rows, strict=True)])
     assert accuracy >= 0.8 and settings["features"] > 3
 
@@ -121,11 +121,14 @@ def test_crf_baseline_tags_names_it_was_trained_on() -> None:
         text_ = f"{a}昨天去了{b}"
         rows.append({"text": text_, "entities": [[0, len(a), ta], [len(a) + 4, len(a) + 4 + len(b), tb]]})
     labels = dict(enumerate(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]))
-    answers, settings = crf.fit_predict(rows * 4, [], rows, labels, iterations=30)
+    answers, settings, weights = crf.fit_predict(rows * 4, [], rows, labels, iterations=30)
     report = tasks.for_type("token-classification").scores(rows, answers, labels)
     assert report["micro_f1"] == 1.0 and settings["iterations"] == 30
     assert answers[0]["entities"][0] == {"type": "PER", "text": "李鹏", "start": 0, "end": 2}
     assert len(crf.features("李鹏")[0]) == 11  # bias, 5 characters, 4 bigrams, a trigram
+    # its weights, as JSON holds them (what model.baseline_product folds into a model): "李" begins a name
+    assert weights["state"]["c0=李"]["B-PER"] > 0 and weights["transitions"]["B-PER"]["I-PER"] > 0
+    assert json.loads(json.dumps(weights)) == weights
 
 
 @pytest.fixture(scope="module")

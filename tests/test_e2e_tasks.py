@@ -71,6 +71,13 @@ def test_ner_runs_end_to_end_and_serves_entities(tmp_path: Path) -> None:
         assert "best_dev_micro_f1_decoded" in run.data.metrics
         info = {a.path for a in client.list_artifacts(run.info.run_id, "model-info")}
         assert "model-info/tag_transitions.json" in info
+        # configs/tasks/ner.yaml folds the baseline's CRF into the model (model.baseline_product): the train step fitted
+        # it on the same split, and training.json says what it folded and what dev said about it
+        training_file = client.download_artifacts(run.info.run_id, "model-info/training.json", str(tmp_path))
+        training = json.loads(Path(training_file).read_text(encoding="utf-8"))
+        product = training["baseline_product"]
+        assert product["weight"] == 1.0 and product["folded"] > 0 and isinstance(product["kept"], bool)
+        assert product["kept"] == (product["dev_after"] > product["dev_before"])
         assert {i.dataset.name for i in run.inputs.dataset_inputs} == {"train", "dev", "test"}
     finally:
         _stop(tmp_path)

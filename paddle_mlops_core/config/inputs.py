@@ -148,6 +148,15 @@ class ModelConfig(Strict):
         "baseline's features); text-classification: the text's bag of characters, bigrams and trigrams (the TF-IDF "
         "baseline's). Reads the n-gram table's rows, so needs char_ngram_buckets",
     )
+    baseline_product: float = Field(
+        0.0,
+        ge=0,
+        description="token-classification: after training, add this weight times the NER baseline's CRF (fitted on "
+        "the same train split, or read from the store) to the model's wide half, classifier bias and CRF "
+        "transitions, so the export is the product of the two CRFs; kept only where it scores better on the dev "
+        "split (steps/runtime/weights/baseline_product.py). 0: off. Needs wide_scores, crf_head and "
+        "char_ngram_min_count",
+    )
 
     @field_validator("pretrained")
     @classmethod
@@ -199,6 +208,14 @@ class ModelConfig(Strict):
             raise ValueError(
                 "wide_scores reads the character n-gram table's rows: set char_ngram_buckets (the NER default: "
                 "262144, with char_ngram_min_count 2), or wide_scores to false"
+            )
+        if self.baseline_product and not (
+            self.task == TOKEN_CLASSIFICATION and self.wide_scores and self.crf_head and self.char_ngram_min_count
+        ):
+            raise ValueError(
+                "baseline_product folds the NER baseline's CRF into the wide half and the CRF head of a "
+                "token-classification model: set wide_scores and crf_head to true and char_ngram_min_count >= 1, "
+                "or baseline_product to 0"
             )
         if self.crf_head and self.tag_transitions:
             raise ValueError(

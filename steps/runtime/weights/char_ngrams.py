@@ -83,21 +83,22 @@ def _wrap(value: paddle.Tensor, modulus: int, times: int) -> paddle.Tensor:
     return value
 
 
-def _fill(counts: Counter[Any], min_count: int, size: int, slot_of: Any) -> tuple[np.ndarray, int, int]:
+def _fill(counts: Counter[Any], min_count: int, size: int, slot_of: Any) -> tuple[np.ndarray, dict[Any, int], int]:
     """A map of SLOTS entries giving the n-grams of `counts` seen at least `min_count` times rows 1.. (most
-    frequent first, below `size`); the map, the rows given and the n-grams lost to a taken slot."""
+    frequent first, below `size`); the map, each n-gram given a row with its row, and the n-grams lost to a taken
+    slot."""
     slots = np.zeros(SLOTS, dtype="int32")
-    row = clashes = 0
+    given: dict[Any, int] = {}
+    clashes = 0
     for gram, seen in counts.most_common():
-        if seen < min_count or row + 1 >= size:
+        if seen < min_count or len(given) + 1 >= size:
             break
         slot = slot_of(*gram)
         if slots[slot]:
             clashes += 1
             continue
-        row += 1
-        slots[slot] = row
-    return slots, row, clashes
+        given[gram] = slots[slot] = len(given) + 1
+    return slots, given, clashes
 
 
 class CharBigramEmbedding(nn.Embedding):
@@ -131,6 +132,9 @@ class CharBigramEmbedding(nn.Embedding):
         if min_count:
             self.register_buffer("slots", paddle.zeros([SLOTS], dtype="int32"), persistable=True)
         self.trigrams = nn.Embedding(buckets, width, padding_idx=0, weight_attr=zero) if trigrams else None
+        # fit_vocabulary's n-grams of token ids and the rows they own, per kind (BIGRAM, TRIGRAM): what a weight
+        # learned outside the model for one n-gram may be written to (steps/runtime/weights/baseline_product.py)
+        self.vocabulary: dict[tuple[int, ...], dict[tuple[int, ...], int]] = {}
         if trigrams:
             self.register_buffer("trigram_slots", paddle.zeros([SLOTS], dtype="int32"), persistable=True)
 
@@ -145,14 +149,18 @@ class CharBigramEmbedding(nn.Embedding):
             counts.update(zip(padded[:-1], padded[1:], strict=False))
             if self.trigrams is not None:
                 triples.update(zip(padded[:-2], padded[1:-1], padded[2:], strict=False))
-        slots, row, clashes = _fill(counts, self.min_count, self.buckets, self.slotter(BIGRAM))
+        slots, self.vocabulary[BIGRAM], clashes = _fill(counts, self.min_count, self.buckets, self.slotter(BIGRAM))
         self.slots.set_value(paddle.to_tensor(slots))
         frequent = sum(1 for seen in counts.values() if seen >= self.min_count)
-        out = {"distinct": len(counts), "frequent": frequent, "rows": row, "slot_clashes": clashes}
+        rows_ = len(self.vocabulary[BIGRAM])
+        out = {"distinct": len(counts), "frequent": frequent, "rows": rows_, "slot_clashes": clashes}
         if self.trigrams is not None:
-            slots, row, clashes = _fill(triples, self.min_count, self.buckets, self.slotter(TRIGRAM))
+            slots, self.vocabulary[TRIGRAM], clashes = _fill(
+                triples, self.min_count, self.buckets, self.slotter(TRIGRAM)
+            )
             self.trigram_slots.set_value(paddle.to_tensor(slots))
-            out |= {"trigrams_distinct": len(triples), "trigram_rows": row, "trigram_slot_clashes": clashes}
+            rows_ = len(self.vocabulary[TRIGRAM])
+            out |= {"trigrams_distinct": len(triples), "trigram_rows": rows_, "trigram_slot_clashes": clashes}
         return out
 
     def slot(self, *ids: int) -> int:

@@ -91,5 +91,6 @@ def fit_in_process(task_type: str, data_dir: Path, crf_iterations: int = 100) ->
     labels = read_label_map(data_dir / "label_map.json")
     started = time.monotonic()
     extra = {"iterations": crf_iterations} if task_type == TOKEN_CLASSIFICATION else {}
-    answers, settings = module.fit_predict(rows["train"], rows["dev"], rows["test"], labels, **extra)
-    return Fitted(module.KIND, module.DESCRIPTION, answers, settings, round(time.monotonic() - started, 1))
+    answers, settings, weights = module.fit_predict(rows["train"], rows["dev"], rows["test"], labels, **extra)
+    seconds = round(time.monotonic() - started, 1)
+    return Fitted(module.KIND, module.DESCRIPTION, answers, settings, seconds, weights=weights)

@@ -36,8 +36,9 @@ def fit_predict(
     test: Sequence[dict[str, Any]],
     labels: dict[int, str],
     iterations: int = 100,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train on `train` (the dev split is not needed: the regularisation is fixed), tag `test`; and the settings."""
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Train on `train` (the dev split is not needed: the regularisation is fixed), tag `test`; the settings, and
+    the fitted weights (`weights`)."""
     import pycrfsuite
 
     trainer = pycrfsuite.Trainer(algorithm="lbfgs", verbose=False)
@@ -51,8 +52,22 @@ def fit_predict(
         tagger = pycrfsuite.Tagger()
         tagger.open(path)
         answers = [{"entities": _entities(row["text"], tagger.tag(features(row["text"])))} for row in test]
+        fitted = weights(tagger.info())
         tagger.close()
-    return answers, {"algorithm": "lbfgs", "c1": C1, "c2": C2, "iterations": iterations}
+    return answers, {"algorithm": "lbfgs", "c1": C1, "c2": C2, "iterations": iterations}, fitted
+
+
+def weights(info: Any) -> dict[str, Any]:
+    """A fitted CRF's non-zero weights (crfsuite's `Tagger.info()`), as JSON can hold them: `state` attribute ->
+    tag -> weight (a character's tag scores are the sum over its `features`), `transitions` tag -> next tag ->
+    weight (steps/runtime/weights/baseline_product.py folds both into the trained model)."""
+    state: dict[str, dict[str, float]] = {}
+    for (attribute, tag), weight in info.state_features.items():
+        state.setdefault(attribute, {})[tag] = weight
+    transitions: dict[str, dict[str, float]] = {}
+    for (before, after), weight in info.transitions.items():
+        transitions.setdefault(before, {})[after] = weight
+    return {"state": state, "transitions": transitions}
 
 
 def _entities(text: str, tags: Sequence[str]) -> list[dict[str, Any]]:

@@ -28,3 +28,6 @@ class Fitted:
     key: str = ""
     cached: bool = False
     versions: dict[str, str] = field(default_factory=dict)
+    # the CRF's fitted weights (crf.py `weights`), which `model.baseline_product` folds into the model; None for the
+    # other kinds
+    weights: dict[str, Any] | None = None

@@ -39,12 +39,13 @@ def fit_predict(
     dev: Sequence[dict[str, Any]],
     test: Sequence[dict[str, Any]],
     labels: dict[int, str],
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Fit on `train` (C chosen on `dev`), answer `test`; and the settings used."""
+) -> tuple[list[dict[str, Any]], dict[str, Any], None]:
+    """Fit on `train` (C chosen on `dev`), answer `test`; the settings used, and no weights (the CRF's alone are
+    folded into a model)."""
     vec = text.vectorizer().fit([r[k] for r in train for k in ("text_a", "text_b")])
     train_x = pair_features(vec, train)
     model, c = text.fit_on_dev(train_x, [int(r["label"]) for r in train], pair_features(vec, dev),
                                [int(r["label"]) for r in dev])  # fmt: skip
     probabilities = model.predict_proba(pair_features(vec, test))
     settings = {"ngram_range": list(text.NGRAMS), "C": c, "features": int(train_x.shape[1])}
-    return text.label_answers(probabilities, model.classes_, labels), settings
+    return text.label_answers(probabilities, model.classes_, labels), settings, None

@@ -55,12 +55,13 @@ def fit_predict(
     dev: Sequence[dict[str, Any]],
     test: Sequence[dict[str, Any]],
     labels: dict[int, str],
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Fit on `train` (C chosen on `dev`), answer `test`; and the settings used."""
+) -> tuple[list[dict[str, Any]], dict[str, Any], None]:
+    """Fit on `train` (C chosen on `dev`), answer `test`; the settings used, and no weights (the CRF's alone are
+    folded into a model)."""
     vec = vectorizer()
     train_x = vec.fit_transform([r["text"] for r in train])
     model, c = fit_on_dev(train_x, [int(r["label"]) for r in train], vec.transform([r["text"] for r in dev]),
                           [int(r["label"]) for r in dev])  # fmt: skip
     probabilities = model.predict_proba(vec.transform([r["text"] for r in test]))
     settings = {"ngram_range": list(NGRAMS), "C": c, "features": int(train_x.shape[1])}
-    return label_answers(probabilities, model.classes_, labels), settings
+    return label_answers(probabilities, model.classes_, labels), settings, None
