@@ -39,14 +39,16 @@ CONFIG = ROOT / "configs" / "pipeline.yaml"
 # head without the wide half and the classifier's dropout (the 13th session's default), with the wide half alone, or
 # with both (the default since the 14th session, which the rows measured on it change one part of).
 PRETRAINED = "model.pretrained={pretrained}"
-CRF_HEAD = [PRETRAINED, "model.tag_transitions=false", "model.crf_head=true"]
+CRF_HEAD = [PRETRAINED, "model.tag_transitions=false", "model.crf_head=true", "model.baseline_product=0"]
 CRF = [*CRF_HEAD, "model.wide_scores=false", "model.classifier_dropout=null"]
 CRF_WIDE = [*CRF_HEAD, "model.wide_scores=true", "model.classifier_dropout=null"]
 CRF_WIDE_DROPOUT = [*CRF_HEAD, "model.wide_scores=true", "model.classifier_dropout=0.1"]
 # What the rows measured before the CRF head take away from today's defaults: the CRF head, the wide half and the
 # classifier's own dropout; with the transitions counted on the train split (the 12th session's decoding, which the
 # `mlm+bigrams-*` rows' last figures were measured with) or without (the from-scratch `bigrams*` rows, 10th session)
-BEFORE_CRF = ["model.crf_head=false", "model.wide_scores=false", "model.classifier_dropout=null"]
+BEFORE_CRF = [
+    "model.crf_head=false", "model.wide_scores=false", "model.classifier_dropout=null", "model.baseline_product=0",
+]  # fmt: skip
 COUNTED = [*BEFORE_CRF, "model.tag_transitions=true"]
 UNCOUNTED = [*BEFORE_CRF, "model.tag_transitions=false"]
 # Each ingredient alone on top of the task's local settings, and the combinations worth a row.
@@ -124,6 +126,15 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "mlm+bigrams-crf-wide-4ep": [*CRF_WIDE_DROPOUT, "training.epochs=4"],
         # half the batch per process (32, twice the optimizer steps; 16th session)
         "mlm+bigrams-crf-wide-b32": [*CRF_WIDE_DROPOUT, "training.batch_size=32"],
+        # the baseline's CRF folded into the trained model (`model.baseline_product`, the default since the 17th
+        # session: the product of the two CRFs); `-trigrams` with the trigram table, so the baseline's centred
+        # trigram folds too
+        "mlm+bigrams-crf-wide-product": [*CRF_WIDE_DROPOUT, "model.baseline_product=1.0"],
+        "mlm+bigrams-crf-wide-product-trigrams": [
+            *CRF_WIDE_DROPOUT,
+            "model.baseline_product=1.0",
+            "model.char_ngram_trigrams=true",
+        ],
         # the fine-tune's schedule: the config's 3 epochs at 3e-3 (tuned from scratch) against the alternatives
         "mlm+bigrams-lr5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.005"],
         "mlm+bigrams-lr1.5e-3": [PRETRAINED, *COUNTED, "training.learning_rate=0.0015"],
@@ -204,7 +215,8 @@ def run_task(task: str, variants: Sequence[str], seeds: Sequence[int], args: Any
     rows: dict[str, list[dict[str, Any]]] = {}
     for variant in variants:
         for seed in seeds:
-            sets = [*base, *(o.format(pretrained=args.pretrained) for o in VARIANTS[task][variant]),
+            # the store too: a model that folds the baseline in (`model.baseline_product`) reads it from there
+            sets = [*base, store, *(o.format(pretrained=args.pretrained) for o in VARIANTS[task][variant]),
                     f"training.seed={seed}"]  # fmt: skip
             ws = out / task / f"{variant}-{seed}"
             # A fresh workspace each time: the train step resumes from a checkpoint it finds in <ws>/train (the run

@@ -140,18 +140,23 @@ def test_every_quality_variant_is_a_valid_configuration(task: str, variant: str)
 
 
 def test_the_ner_rows_measure_the_models_they_are_named_for() -> None:
-    """The local default is `mlm+bigrams-crf-wide-dropout` (with the pre-trained copy named); the rows measured
-    before the CRF head pin what later defaults added, so they still measure their own model."""
+    """The local default is `mlm+bigrams-crf-wide-product` (with the pre-trained copy named); the rows measured
+    before it pin what later defaults added, so they still measure their own model: `-dropout` is the 14th
+    session's default, the same model without the baseline folded in."""
 
     def model(variant: str) -> dict[str, object]:
         return row_config("ner", variant).model.model_dump()
 
     default = load_config(quality.CONFIG, "local", ["model.pretrained=/a/copy"], task="ner").model.model_dump()
-    assert model("mlm+bigrams-crf-wide-dropout") == default
+    assert model("mlm+bigrams-crf-wide-product") == default and default["baseline_product"] > 0
+    fourteenth = model("mlm+bigrams-crf-wide-dropout")
+    assert fourteenth == {**default, "baseline_product": 0.0}
     twelfth = model("mlm+bigrams")
     assert twelfth["tag_transitions"] and not (twelfth["crf_head"] or twelfth["wide_scores"])
+    assert not twelfth["baseline_product"]
     assert model("mlm+bigrams-sum") == {**twelfth, "char_ngram_sides": "sum"}
-    assert model("mlm+bigrams-crf-wide") == {**default, "classifier_dropout": None}
+    assert model("mlm+bigrams-crf-wide") == {**fourteenth, "classifier_dropout": None}
+    assert model("mlm+bigrams-crf-wide-product-trigrams") == {**default, "char_ngram_trigrams": True}
 
 
 @pytest.mark.parametrize(
