@@ -192,10 +192,18 @@ class Trainer:
         from steps.runtime.data import baselines
         from steps.runtime.weights import baseline_product, crf_head
 
-        fitted = baselines.fit(self.cfg, self.data_dir)
+        try:
+            fitted = baselines.fit(self.cfg, self.data_dir)
+        except baselines.BaselineError as exc:
+            raise StepError(f"{exc}; or set model.baseline_product: 0 to train without folding it in") from None
+        if not fitted.weights:  # a guard: the store's key digests the baselines' code, so a stored CRF has them
+            raise StepError(
+                f"the stored {fitted.kind} baseline {fitted.key[:12]} has no weights to fold in; set "
+                "model.baseline_product: 0, or remove it from the store's baselines/ to fit it again"
+            )
         dev, metric = self._rows("dev"), config_names.gate_metric(self.cfg)
         outcome = baseline_product.fold_if_better(
-            self.model, fitted.weights or {}, self.cfg.model.baseline_product, self.tokenizer, self.labels,
+            self.model, fitted.weights, self.cfg.model.baseline_product, self.tokenizer, self.labels,
             lambda: self._scorer(self.model, dev)(crf_head.transitions(self.model))[metric],
         )  # fmt: skip
         log.info("baseline product (weight %(weight)g): dev %(dev_before).4f -> %(dev_after).4f, kept %(kept)s; "
