@@ -130,6 +130,8 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         # session: the product of the two CRFs); `-trigrams` with the trigram table, so the baseline's centred
         # trigram folds too
         "mlm+bigrams-crf-wide-product": [*CRF_WIDE_DROPOUT, "model.baseline_product=1.0"],
+        # today's default where the copy is not staged (`model.scratch_if_unstaged`): the same model from scratch
+        "fallback": ["model.pretrained=null"],
         "mlm+bigrams-crf-wide-product-trigrams": [
             *CRF_WIDE_DROPOUT,
             "model.baseline_product=1.0",
