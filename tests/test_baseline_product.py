@@ -131,12 +131,10 @@ def test_what_the_model_cannot_hold_is_left_out_and_counted(tmp_path: Path) -> N
 def test_fold_if_better_keeps_the_fold_only_where_dev_rises(tmp_path: Path, fitted: dict) -> None:
     model, tokenizer = tagger(tmp_path)
     text = rows()[0]["text"]
-    scores = iter([0.5, 0.4])  # before, after: worse
-    outcome = baseline_product.fold_if_better(model, fitted, 1.0, tokenizer, LABELS, lambda: next(scores))
+    outcome = baseline_product.fold_if_better(model, fitted, 1.0, tokenizer, LABELS, 0.5, lambda: 0.4)  # worse
     assert not outcome["kept"] and outcome["dev_before"] == 0.5 and outcome["dev_after"] == 0.4
     assert np.allclose(model_scores(model, tokenizer, text), 0.0, atol=1e-5)
-    scores = iter([0.5, 0.6])
-    outcome = baseline_product.fold_if_better(model, fitted, 1.0, tokenizer, LABELS, lambda: next(scores))
+    outcome = baseline_product.fold_if_better(model, fitted, 1.0, tokenizer, LABELS, 0.5, lambda: 0.6)
     assert outcome["kept"] and outcome["folded"] > 0
     assert np.allclose(model_scores(model, tokenizer, text), crf_scores(fitted, text), atol=1e-4)
 

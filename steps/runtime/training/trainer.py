@@ -186,11 +186,12 @@ class Trainer:
         best[f"dev_{metric}_decoded"] = dev[str(weight)]
         log.info("tag transitions (%s): weight %g (dev %s by weight: %s)", source, weight, metric, dev)
 
-    def _fold_baseline(self) -> dict[str, Any]:
+    def _fold_baseline(self, best: dict[str, Any]) -> dict[str, Any]:
         """`model.baseline_product`: the NER baseline's CRF (the store's, or fitted now on the same splits, as
-        evaluate would) folded into the best parameters where that scores better on dev; what was done."""
+        evaluate would) folded into the best parameters where that scores better on dev than `best` (their epoch's
+        record) did; what was done."""
         from steps.runtime.data import baselines
-        from steps.runtime.weights import baseline_product, crf_head
+        from steps.runtime.weights import baseline_product
 
         try:
             fitted = baselines.fit(self.cfg, self.data_dir)
@@ -204,7 +205,7 @@ class Trainer:
         dev, metric = self._rows("dev"), config_names.gate_metric(self.cfg)
         outcome = baseline_product.fold_if_better(
             self.model, fitted.weights, self.cfg.model.baseline_product, self.tokenizer, self.labels,
-            lambda: self._scorer(self.model, dev)(crf_head.transitions(self.model))[metric],
+            best[f"dev_{metric}"], lambda: self.evaluate(self.model, dev)[metric],
         )  # fmt: skip
         log.info("baseline product (weight %(weight)g): dev %(dev_before).4f -> %(dev_after).4f, kept %(kept)s; "
                  "%(folded)d baseline features folded, left out: %(unknown_character)d of [UNK] characters, "
@@ -426,7 +427,7 @@ class Trainer:
         best = state.best
         self.model.set_state_dict(state.best_state)
         if self.cfg.model.baseline_product:
-            result["baseline_product"] = self._fold_baseline()
+            result["baseline_product"] = self._fold_baseline(best)
         model_dir = self.out_dir / "model"
         if model_dir.exists():
             shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two

@@ -137,11 +137,12 @@ def fold_if_better(
     weight: float,
     tokenizer: Any,
     labels: dict[int, str],
+    before: float,
     dev_score: Callable[[], float],
 ) -> dict[str, Any]:
-    """`fold`, kept only where `dev_score()` (the dev split's gate metric of the model as it is now) rises; what was
+    """`fold`, kept only where `dev_score()` (the dev split's gate metric of the model as it is now) rises above
+    `before` (the same metric of the model as it was: the train step has it from choosing the best epoch); what was
     done, for training.json."""
-    before = dev_score()
     counts = fold(model, weights, weight, tokenizer, labels)
     after = dev_score()
     kept = after > before
