@@ -50,6 +50,45 @@ def test_every_environment_overlay_validates(project_root: Path) -> None:
         load_config(project_root / "configs/pipeline.yaml", env)
 
 
+def test_an_environment_sets_one_task_apart_in_its_tasks_section(project_root: Path) -> None:
+    """configs/env/local.yaml: the local NER model beats its CRF baseline, so its gate requires it; sentiment's and
+    text matching's only warn. dev and prod set theirs for every task, and --set still comes last."""
+    base = project_root / "configs/pipeline.yaml"
+    local = {task: load_config(base, "local", task=task).gate for task in ("sentiment", "ner", "text-matching")}
+    assert local["ner"].baseline == "require" and local["ner"].baseline_margin == 0.0
+    assert local["sentiment"].baseline == local["text-matching"].baseline == "warn"
+    assert load_config(base, "local", ["gate.baseline=warn"], task="ner").gate.baseline == "warn"
+    assert load_config(base, "local", task="ner").storage.uri == "local"  # the rest of the overlay holds
+    assert load_config(base, "dev", task="ner").gate.baseline == "warn"
+    prod = load_config(base, "prod", task="ner").gate
+    assert prod.baseline == "require" and prod.baseline_margin == 0.03
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ("tasks:\n  nerr:\n    gate: {baseline: require}\n", ["local.yaml", "'tasks.nerr'", "known: ner, sentiment"]),
+        ("tasks: [ner]\n", ["local.yaml", "'tasks' must map task names", "not a list"]),
+        ("tasks:\n  ner: require\n", ["'tasks.ner' must be a mapping", "not a str"]),
+        ("tasks:\n  ner:\n    gate: {baseline: always}\n", ["local.yaml", "'gate.baseline'", "'always'"]),
+    ],
+)
+def test_a_bad_tasks_section_names_the_file_and_key(
+    project_root: Path, tmp_path: Path, section: str, expected: list[str]
+) -> None:
+    configs = tmp_path / "configs"
+    (configs / "env").mkdir(parents=True)
+    (configs / "tasks").mkdir()
+    (configs / "pipeline.yaml").write_text("{}\n")
+    for task in ("sentiment", "ner"):
+        (configs / "tasks" / f"{task}.yaml").write_text((project_root / f"configs/tasks/{task}.yaml").read_text())
+    (configs / "env" / "local.yaml").write_text("gate: {baseline: warn}\n" + section)
+    with pytest.raises(ConfigError) as err:
+        load_config(configs / "pipeline.yaml", "local", task="ner")
+    for text in expected:
+        assert text in str(err.value)
+
+
 def _leaves(node: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in node.items():
         if isinstance(value, Mapping):

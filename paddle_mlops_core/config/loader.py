@@ -1,7 +1,9 @@
 """Load configuration: base YAML -> task overlay -> environment overlay -> `--set a.b=c` overrides -> validated.
 
 The task overlay (`configs/tasks/<task>.yaml` beside the base file) says what the task is (its type, data, model
-and gate); the environment overlay then says where it runs, so a stricter production gate holds for every task.
+and gate); the environment overlay then says where it runs, so a stricter production gate holds for every task. An
+environment overlay's `tasks.<task>` section says what differs for one task there (the local NER gate requires the
+baseline where sentiment's only warns); it is the environment's file that says so, never the task's.
 
 Every failure becomes a `ConfigError` whose message is one readable paragraph naming the file, the
 field path and what is allowed; the CLI prints it and exits 2.
@@ -184,6 +186,33 @@ def _task_overlay(base_path: Path, task: str | None) -> tuple[str, dict[str, Any
     return name, overlay, [str(path)]
 
 
+def _env_overlay(env_path: Path, task: str) -> dict[str, Any]:
+    """An environment overlay for one task: its settings, then those of its `tasks.<task>` section (what differs for
+    that task in this environment, e.g. configs/env/local.yaml's `tasks.ner.gate.baseline: require`)."""
+    overlay = read_yaml(env_path)
+    per_task = overlay.pop("tasks", None)
+    if per_task is None:
+        return overlay
+    example = "(for example tasks: {ner: {gate: {baseline: require}}})"
+    if not isinstance(per_task, dict):
+        raise ConfigError(
+            f"{env_path}: 'tasks' must map task names to the settings that differ for them {example}, "
+            f"not a {type(per_task).__name__}."
+        )
+    known = set(known_tasks(env_path.parent.parent)) | {DEFAULT_TASK}
+    for key, value in per_task.items():
+        if key not in known:
+            raise ConfigError(
+                f"{env_path}: 'tasks.{key}' names no configured task (known: {', '.join(sorted(known))}). Fix the "
+                f"name, or add {env_path.parent.parent / 'tasks' / f'{key}.yaml'}."
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"{env_path}: 'tasks.{key}' must be a mapping of settings {example}, not a {type(value).__name__}."
+            )
+    return deep_merge(overlay, per_task.get(task) or {})
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     env: str | None = None,
@@ -204,7 +233,7 @@ def load_config(
             raise ConfigError(
                 f"Environment '{env}' has no overlay file {env_path}. Known environments: {', '.join(known) or 'none'}."
             )
-        data = deep_merge(data, read_yaml(env_path))
+        data = deep_merge(data, _env_overlay(env_path, name))
         sources.append(str(env_path))
     overrides = list(overrides)
     if any(parse_override(item)[0] == ["task"] for item in overrides):
