@@ -71,6 +71,8 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "min3": ["model.char_ngram_min_count=3"],
         "d64": ["model.char_ngram_dim=64"],
         "3ep": ["training.epochs=3"],
+        # one epoch's schedule (dev picks epoch 1 of the default's two: 18th session)
+        "1ep": ["training.epochs=1"],
         # the from-scratch schedule's peak rate (the default's 1e-3) doubled and halved, and dropout before the
         # classifier alone (the encoder's hidden and attention dropouts 0 instead of 0.1; 16th session)
         "lr2e-3": ["training.learning_rate=0.002"],
