@@ -291,6 +291,35 @@ def test_decide_against_the_baseline_with_mlflow_validation(
     assert f"{relation} baseline tfidf-logreg {baseline:.4f}" in decision.reason
 
 
+class _NoChampion:
+    def get_model_version_by_alias(self, name: str, alias: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        raise MlflowException(f"no {alias} for {name}")
+
+
+@pytest.mark.parametrize(
+    ("task", "metrics", "passed", "reason"),
+    [
+        # configs/env/local.yaml's tasks.ner section: the local NER model must reach the CRF (margin 0)
+        ("ner", {"micro_f1": 0.9450, "baseline": {"kind": "crf", "baseline": 0.9497}}, False, "< baseline crf 0.9497"),
+        ("ner", {"micro_f1": 0.9584, "baseline": {"kind": "crf", "baseline": 0.9497}}, True, "≥ baseline crf 0.9497"),
+        # ... while the local sentiment gate only warns below TF-IDF
+        (
+            "sentiment",
+            {"accuracy": 0.8464, "baseline": {"kind": "tfidf-logreg", "baseline": 0.8560}},
+            True,
+            "< baseline tfidf-logreg 0.8560",
+        ),
+    ],
+)
+def test_the_local_gate_requires_the_baseline_for_ner_only(task: str, metrics: dict, passed: bool, reason: str) -> None:
+    from paddle_mlops_core.config import load_config
+
+    decision = gate.judge(load_config(CONFIG, "local", task=task), metrics, _NoChampion())
+    assert decision.passed is passed and reason in decision.reason, decision.reason
+
+
 def test_mlflow_validation_is_what_the_gate_asks() -> None:
     """mlflow 3.17 mlflow/models/evaluation/validation.py: min_absolute_change must be positive and compares
     candidate >= baseline + change with Decimal; a relative change of 0 is candidate >= baseline."""
