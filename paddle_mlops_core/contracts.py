@@ -81,6 +81,9 @@ TRAIN_RUNS = "train"
 CHECKPOINTS = "checkpoints"
 # steps.runtime.training.launch hands its workers a folder for their pid files and fatal-error markers.
 LAUNCH_CONTROL_ENV = "PADDLE_MLOPS_LAUNCH_DIR"
+# Seconds after forwarding SIGTERM before steps.runtime.training.launch SIGKILLs the launcher's process tree and exits
+# 143 (its `--stop-timeout` when that is not given; unset: no hard stop).
+LAUNCH_STOP_TIMEOUT_ENV = "PADDLE_MLOPS_LAUNCH_STOP_TIMEOUT"
 # How long a TrainJob node waits for rank 0's DNS name before it fails (steps.runtime.training.launch); Kueue's
 # waitForPodsReady timeout must leave the pods that long and the image pull (pipelines/platform/kueue_config.py).
 RENDEZVOUS_TIMEOUT_SECONDS = 600

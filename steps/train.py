@@ -4,7 +4,10 @@ Runs single-process, or under `python -m paddle.distributed.launch --nproc_per_n
 (collective: gloo on CPU, NCCL on GPU). Reads `<workspace>/data`; writes the exported best-on-dev
 model to `<workspace>/model`. While it trains, rank 0 checkpoints to the run's store
 (`<checkpoint root>/<task>/<run id>/checkpoints/<step>/`), and a step started again (a restarted pod, a retried or
-resubmitted workflow) resumes from the newest complete checkpoint there; SIGTERM checkpoints and exits 143.
+resubmitted workflow) resumes from the newest complete checkpoint there. SIGTERM at any moment exits 143 within
+`training.checkpoint.grace_seconds`: while training after a checkpoint of the step the ranks stop at, in setup at once,
+while scoring or exporting once the checkpoint that protects the work is in the store
+(steps/runtime/training/graceful_stop.py).
 """
 
 from __future__ import annotations
@@ -92,13 +95,19 @@ def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     run_id = args.run_id or args.train_key
     trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri,
                       checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=run_id)  # fmt: skip
-    trainer.run()
-    if trainer.rank == 0:
-        _stage_out(cfg, local, ws, args.canary_steps)
-        # The model is in the workspace: a rerun of this run id would only export it again.
-        trainer.checkpointer.discard()
-        if args.step_cache and args.train_key and not args.canary_steps:
-            reuse.record_key_file(args.step_cache, ws, {"model": local / "model"}, cfg.storage.endpoint_url)
+    try:
+        trainer.run()
+        if trainer.rank == 0:
+            _stage_out(cfg, local, ws, args.canary_steps)
+            # The model is in the workspace: a rerun of this run id would only export it again.
+            trainer.checkpointer.discard()
+            if args.step_cache and args.train_key and not args.canary_steps:
+                reuse.record_key_file(args.step_cache, ws, {"model": local / "model"}, cfg.storage.endpoint_url)
+    finally:
+        # However it ends (a SIGTERM while exporting included): not before the checkpoint upload in flight, which
+        # would die with the process, is in the store, within the grace period.
+        graceful_stop.REQUEST.enter(graceful_stop.Phase.STOPPING)
+        trainer.checkpointer.close(graceful_stop.REQUEST.seconds_left(cfg.training.checkpoint.grace_seconds))
 
 
 def _stage_out(cfg: PipelineConfig, local: Path, ws: str, canary: int) -> None:

@@ -3,8 +3,10 @@
 The job runs as on a TrainJob node: `python -m steps.runtime.training.launch` (which supervises Paddle's launcher) with
 two CPU processes (gloo) and the workspace, data and checkpoints in S3. A worker is SIGKILLed mid-training (a crash, an
 OOM kill, a lost node) and the step is run again; the job is SIGTERMed (eviction, preemption, a node drain) and must
-checkpoint and exit 143 within its grace period. Each resumed run must end with the uninterrupted run's parameters, bit
-for bit, having trained every example of each epoch once, in one MLflow run.
+checkpoint and exit 143 within its grace period. SIGTERM also comes outside the training steps: in setup (the job
+exits at once, nothing saved) and during rank 0's dev scoring (the checkpoint of the epoch's last step, then exit).
+Each resumed run must end with the uninterrupted run's parameters, bit for bit, having trained every example of each
+epoch once, in one MLflow run.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from s3server import DUMMY_CREDENTIALS, moto_s3_server
 from test_train import write_workspace
 
 from paddle_mlops_core.config import load_config
-from paddle_mlops_core.contracts import EXIT_FATAL, EXIT_TERMINATED
+from paddle_mlops_core.contracts import EXIT_FATAL, EXIT_TERMINATED, LAUNCH_CONTROL_ENV
 from steps.runtime.storage import workspace
 from steps.runtime.training.checkpoint_store import CheckpointStore
-from steps.runtime.training.trace import TRACE_ENV
+from steps.runtime.training.trace import SCORING_DELAY_ENV, TRACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -72,10 +74,10 @@ def job_env(s3: str, base: Path, trace: Path) -> dict[str, str]:
     return env
 
 
-def start(ws: str, log_dir: Path, env: dict[str, str], dump: Path) -> subprocess.Popen:
+def start(ws: str, log_dir: Path, env: dict[str, str], dump: Path, *overrides: str) -> subprocess.Popen:
     """The TrainJob node's command, on this machine: one node, two processes."""
     cmd = [sys.executable, "-m", "steps.runtime.training.launch", "--nnodes", "1", "--nproc_per_node", "2",
-           "--log_dir", str(log_dir), "steps/train.py", *common(*RUN), "--workspace", ws,
+           "--log_dir", str(log_dir), "steps/train.py", *common(*RUN, *overrides), "--workspace", ws,
            "--dump-params", str(dump)]  # fmt: skip
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -240,3 +242,83 @@ def test_a_worker_that_failed_for_good_makes_the_node_exit_with_the_fatal_code()
     )
     assert launch.Supervisor([sys.executable, "-c", worker]).run() == EXIT_FATAL
     assert launch.Supervisor([sys.executable, "-c", "import sys; sys.exit(7)"]).run() == 7  # a crash stays a crash
+
+
+def registered(job: subprocess.Popen) -> bool:
+    """Both workers are past `graceful_stop.installed()` (their pid files are where the supervisor forwards SIGTERM):
+    setting up until their first step."""
+    found = {rank: process for rank, process in workers(job).items() if rank >= 0}  # not the launcher (-1)
+    try:
+        control = {Path(p.environ()[LAUNCH_CONTROL_ENV]) for p in found.values()}
+    except (psutil.NoSuchProcess, KeyError):
+        return False
+    return len(found) == 2 and len(control) == 1 and len(list(control.pop().glob("pid.*"))) == 2
+
+
+def test_sigterm_during_setup_exits_143_at_once_with_no_checkpoint(
+    s3: str, base: Path, reference: dict[str, Any]
+) -> None:
+    """Staging data, building the model, counting the n-gram vocabulary: nothing to save, so no reason to wait for
+    the first step boundary (which may be minutes away on a large corpus)."""
+    ws = s3_workspace(s3, base, "setup")
+    trace = base / "trace-setup"
+    env = {**job_env(s3, base, trace), "PADDLE_MLOPS_RUN": "wf-setup"}
+    job = start(ws, base / "log-setup", env, base / "unused.npz")
+    wait_until(lambda: registered(job), job, "both workers setting up")
+    assert not trace_steps_safe(trace), "a step was trained before the signal: not in setup"
+    signalled = time.monotonic()
+    job.send_signal(signal.SIGTERM)
+    code, logs = finish(job, base / "log-setup", timeout=60)
+    took = time.monotonic() - signalled
+    assert code == EXIT_TERMINATED, logs[-4000:]
+    assert took < 30, f"{took:.1f} s from SIGTERM to exit in setup"
+    assert "SIGTERM during setup" in logs and not trace_steps_safe(trace)  # stopped before the first step
+    checkpoints = store(s3, ws, reference["run_id"])
+    assert checkpoints.steps() == [] and checkpoints.writers() == []
+
+
+def test_sigterm_during_rank_0s_dev_scoring_checkpoints_the_epochs_last_step_and_resumes_exactly(
+    s3: str, base: Path, reference: dict[str, Any]
+) -> None:
+    """Rank 0 scores epoch 1 on dev while rank 1 waits for it at the epoch boundary; SIGTERM interrupts the scoring:
+    the state after step 8 is checkpointed (the snapshot a stop at that step boundary writes), both ranks exit 143
+    within the grace period, and the resumed run scores epoch 1 again and ends as the uninterrupted run."""
+    grace = load_config(env="local").training.checkpoint.grace_seconds
+    ws = s3_workspace(s3, base, "scoring")
+    checkpoints = store(s3, ws, reference["run_id"])
+    traces = [base / "trace-scoring-1", base / "trace-scoring-2"]
+    env = {**job_env(s3, base, traces[0]), "PADDLE_MLOPS_RUN": "wf-scoring"}
+
+    # Every 5 steps: step 8, the epoch's last, is not a step checkpoint, so the stop writes its own. The test hook
+    # holds rank 0 in the scoring (and logs it) until the signal comes.
+    job = start(ws, base / "log-scoring-1", {**env, SCORING_DELAY_ENV: "120"}, base / "unused.npz",
+                "training.checkpoint.every_steps=5")  # fmt: skip
+    rank0_log = base / "log-scoring-1" / "workerlog.0"
+    in_scoring = "before the dev scoring of epoch 1"
+    wait_until(lambda: rank0_log.is_file() and in_scoring in rank0_log.read_text(errors="replace"), job, "the scoring")
+    signalled = time.monotonic()
+    job.send_signal(signal.SIGTERM)
+    code, logs = finish(job, base / "log-scoring-1", timeout=grace)
+    took = time.monotonic() - signalled
+    assert code == EXIT_TERMINATED, logs[-4000:]
+    assert took < grace, f"{took:.1f} s from SIGTERM to exit; the grace period is {grace} s"
+    assert "SIGTERM during the dev scoring of epoch 1" in logs
+    assert max(trace_steps(traces[0])) == 8 and checkpoints.complete()[-1] == 8
+    state = json.loads(checkpoints.backend.read("8/state.json") or b"{}")
+    assert (state["epoch"], state["batches_done"], state["history"]) == (0, 8, [])  # epoch 1 done, not scored
+    assert one_mlflow_run(base, "wf-scoring").info.status == "KILLED"
+
+    env[TRACE_ENV] = str(traces[1])
+    code, logs = finish(start(ws, base / "log-scoring-2", env, base / "scoring.npz"), base / "log-scoring-2")
+    assert code == 0, logs[-4000:]
+    assert "resuming from checkpoint step 8" in logs
+    left, right = np.load(reference["dump"]), np.load(base / "scoring.npz")
+    assert all(np.array_equal(left[name], right[name]) for name in left.files)
+    first, second = trace_steps(traces[0]), trace_steps(traces[1])
+    assert sorted(second) == list(range(9, STEPS + 1))
+    assert {**first, **second} == reference["trace"]
+    run = one_mlflow_run(base, "wf-scoring")
+    client = mlflow.MlflowClient(f"sqlite:///{base / 'mlflow.db'}")
+    # Epoch 1 scored once: by the resumed attempt (the interrupted scoring logged nothing).
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "dev_accuracy")) == list(range(1, 7))
+    assert run.info.status == "FINISHED" and checkpoints.steps() == []

@@ -21,8 +21,7 @@ DEFAULT_GRACE_SECONDS = -(-(MEASURED_STOP_SECONDS * GRACE_SAFETY_FACTOR + 10) //
 
 class CheckpointConfig(BaseModel):
     """Checkpoints go to the run's store while training (steps/runtime/training/checkpoint_store.py); every trigger
-    that is not 0
-    applies, whichever comes first."""
+    that is not 0 applies, whichever comes first. Whenever any is on, the end of training is checkpointed too."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -32,16 +31,23 @@ class CheckpointConfig(BaseModel):
     )
     epoch_end: bool = Field(
         True,
-        description="also checkpoint at the end of every epoch but the last (after its dev evaluation), so a local "
-        "run keeps one per epoch; false with both triggers 0 disables checkpoints",
+        description="also checkpoint at the end of every epoch (after its dev evaluation), so a local run keeps one "
+        "per epoch; the end of training (after the last epoch's) is checkpointed whenever any trigger is on, so a "
+        "step stopped while exporting only exports again; false with both triggers 0 disables checkpoints",
     )
-    keep: int = Field(2, ge=1, description="complete checkpoints kept; older ones are deleted once a newer is complete")
+    keep: int = Field(
+        2,
+        ge=1,
+        description="complete checkpoints kept; older ones are deleted once a newer is complete, never those of "
+        "another live trainer of the same run",
+    )
     grace_seconds: int = Field(
         DEFAULT_GRACE_SECONDS,
         ge=10,
-        description="terminationGracePeriodSeconds of the training pods: SIGTERM checkpoints at the next step "
-        "boundary and exits; sized from the measured time to a complete checkpoint of the production model "
-        f"({MEASURED_STOP_SECONDS} s) x {GRACE_SAFETY_FACTOR} + 10 s, rounded up (docs/benchmarks.md)",
+        description="terminationGracePeriodSeconds of the training pods: SIGTERM at any moment exits within it "
+        "(while training, after a checkpoint at the next step boundary); sized from the measured time to a complete "
+        f"checkpoint of the production model ({MEASURED_STOP_SECONDS} s) x {GRACE_SAFETY_FACTOR} + 10 s, rounded up "
+        "(docs/benchmarks.md)",
     )
 
     @property

@@ -2,8 +2,11 @@
 
 Rank 0 alone writes (data parallel: every rank holds the same state), every rank reads. Triggers
 (`training.checkpoint`): every `every_steps` optimizer steps, every `every_seconds` of training, at the end of every
-epoch but the last; a trigger that falls due while the previous upload is in flight is deferred to the first step
-boundary after it (checkpoint_writer.py says why). A stop (SIGTERM) and the end of training wait for the upload.
+epoch (`epoch_end`); a trigger that falls due while the previous upload is in flight is deferred to the first step
+boundary after it (checkpoint_writer.py says why). Whenever any trigger is on, the end of training is checkpointed
+too, after the last epoch's scoring: it uploads while the model is exported, and a step stopped during the export
+resumes at the very end and only exports again. A stop (SIGTERM) waits for its checkpoint's upload, and the step
+(steps/train.py) for the upload in flight before the process exits (`close`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ class Checkpointer:
         """Count the triggers from `step` (a resumed run from its checkpoint, a fresh one from 0)."""
         self.since_step, self.since_time = step, time.monotonic()
 
+    def resumed(self, step: int) -> None:
+        """The run resumed from the checkpoint of `step`: count from it, and never write that step again."""
+        self.restart_clock(step)
+        self.submitted = step
+
     def _due(self, step: int) -> bool:
         policy = self.policy
         by_steps = bool(policy.every_steps) and step - self.since_step >= policy.every_steps
@@ -76,8 +84,10 @@ class Checkpointer:
         self._submit(step, capture)
 
     def at_epoch_end(self, step: int, last: bool, capture: Capture) -> None:
-        """Rank 0 after an epoch's dev evaluation: one checkpoint per epoch (`epoch_end`), none after the last."""
-        if self.writer is None or last or not self.policy.epoch_end or self.submitted == step:
+        """Rank 0 after an epoch's dev evaluation: one checkpoint per epoch (`epoch_end`); after the last epoch one
+        whenever checkpoints are on at all, left uploading (the end of training's)."""
+        wanted = self.policy.enabled if last else self.policy.epoch_end
+        if self.writer is None or not wanted or self.submitted == step:
             return
         self.writer.wait()
         self._submit(step, capture)
@@ -100,7 +110,15 @@ class Checkpointer:
             self.writer.wait()
 
     def discard(self) -> None:
-        """Rank 0, once the run's model is exported and staged out: its checkpoints are no longer needed."""
+        """Rank 0, once the run's model is exported and staged out: its checkpoints are no longer needed (another
+        live writer's stay: CheckpointStore.delete_all)."""
         if self.writer is not None:
             self.writer.wait()
             self.store.delete_all()
+
+    def close(self, timeout: float) -> None:
+        """Rank 0, however the step ends: wait up to `timeout` seconds for the upload in flight (the checkpoint a
+        stop or the end of training protects its work with: the upload thread dies with the process), then retire
+        the writer (CheckpointWriter.close)."""
+        if self.writer is not None:
+            self.writer.close(timeout)

@@ -17,11 +17,17 @@ things Paddle's launcher gets wrong for a restart policy (paddle/distributed/lau
   a worker that failed on bad configuration or data would be restarted in a loop. A worker exiting with the fatal
   code leaves a mark in the control folder (steps/runtime/runner.py); then this exits `EXIT_FATAL`, which the
   pod failure policy does not restart.
+
+`--stop-timeout SECONDS` (or `PADDLE_MLOPS_LAUNCH_STOP_TIMEOUT`; default none) is a hard stop: when the launcher has
+not exited that long after the forwarded SIGTERM, this SIGKILLs its whole process tree and exits `EXIT_TERMINATED`. A
+rank stuck in a collective (NCCL or gloo waiting for a peer that left) then cannot outlive the grace period and turn
+a retryable stop into the kubelet's SIGKILL. Meant to be the pods' grace period less the 10 s an exit takes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -34,12 +40,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from paddle_mlops_core.contracts import (
     EXIT_FAILED,
     EXIT_FATAL,
     EXIT_TERMINATED,
     EXIT_USER_ERROR,
     LAUNCH_CONTROL_ENV,
+    LAUNCH_STOP_TIMEOUT_ENV,
     RENDEZVOUS_TIMEOUT_SECONDS,
 )
 
@@ -73,6 +82,25 @@ def resolve(host: str, timeout: float, lookup: Callable[[str], str] = socket.get
             delay = min(delay * 2, 10.0)
 
 
+def stop_timeout(argv: Sequence[str], environ: dict[str, str] | None = None) -> tuple[float | None, list[str]]:
+    """`--stop-timeout SECONDS` (else LAUNCH_STOP_TIMEOUT_ENV, else None: no hard stop) and the other arguments."""
+    parser = argparse.ArgumentParser(prog="python -m steps.runtime.training.launch", add_help=False, allow_abbrev=False)
+    parser.add_argument("--stop-timeout", default=None)
+    known, rest = parser.parse_known_args(list(argv))
+    value = known.stop_timeout
+    if value is None:
+        value = (os.environ if environ is None else environ).get(LAUNCH_STOP_TIMEOUT_ENV) or None
+    if value is None:
+        return None, rest
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise RendezvousError(f"--stop-timeout ({LAUNCH_STOP_TIMEOUT_ENV}) {value!r} is not a number of seconds > 0")
+    return seconds, rest
+
+
 def launcher_argv(argv: Sequence[str], lookup: Callable[[str], str] = socket.gethostbyname) -> list[str]:
     """The `python -m paddle.distributed.launch ...` command for these arguments."""
     parser = argparse.ArgumentParser(prog="python -m steps.runtime.training.launch", add_help=False)
@@ -104,21 +132,34 @@ def launcher_argv(argv: Sequence[str], lookup: Callable[[str], str] = socket.get
 
 
 class Supervisor:
-    """Runs the launcher as a child and turns SIGTERM and the workers' outcome into the container's exit code."""
+    """Runs the launcher as a child and turns SIGTERM and the workers' outcome into the container's exit code.
+    `stop_timeout`: seconds from SIGTERM to the hard stop (module docstring); None: none."""
 
-    def __init__(self, command: list[str]) -> None:
+    def __init__(self, command: list[str], stop_timeout: float | None = None) -> None:
         self.command = command
+        self.stop_timeout = stop_timeout
         self.control = Path(tempfile.mkdtemp(prefix="paddle-mlops-launch-"))
         self.proc: subprocess.Popen[bytes] | None = None
         self.terminated = False
+        self.deadline: float | None = None  # when the hard stop comes, once signalled
+
+    def _workers(self) -> list[int]:
+        found = []
+        for path in self.control.glob("pid.*"):
+            with contextlib.suppress(OSError):
+                text = path.read_text().strip()
+                if text.isdigit():
+                    found.append(int(text))
+        return found
 
     def _forward(self, signum: int, frame: Any) -> None:
         """SIGTERM to every worker that registered (they stop together at a step boundary); to the launcher while
         none has yet (nothing trained, nothing to save)."""
         del frame
         self.terminated = True
-        workers = [int(p.read_text()) for p in self.control.glob("pid.*") if p.read_text().strip().isdigit()]
-        for pid in workers or ([self.proc.pid] if self.proc else []):
+        if self.deadline is None and self.stop_timeout is not None:
+            self.deadline = time.monotonic() + self.stop_timeout
+        for pid in self._workers() or ([self.proc.pid] if self.proc else []):
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:
@@ -129,10 +170,40 @@ class Supervisor:
         try:
             self.proc = subprocess.Popen(self.command, env={**os.environ, LAUNCH_CONTROL_ENV: str(self.control)})
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C reaches the launcher in our group
-            code = self.proc.wait()
-            return self.exit_code(code)
+            return self.exit_code(self._wait(self.proc))
         finally:
             shutil.rmtree(self.control, ignore_errors=True)
+
+    def _wait(self, proc: subprocess.Popen[bytes]) -> int:
+        """The launcher's exit code; past the hard stop's deadline, its whole tree SIGKILLed first."""
+        while True:
+            left = None if self.deadline is None else self.deadline - time.monotonic()
+            if left is not None and left <= 0:
+                self._kill_tree(proc)
+                return proc.wait()
+            try:
+                # Once a second at least: the SIGTERM handler only sets the deadline, this loop keeps it.
+                return proc.wait(timeout=1.0 if left is None else min(left, 1.0))
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _kill_tree(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the launcher, everything below it and every registered worker (one its launcher no longer
+        parents included)."""
+        print(f"launch: still running {self.stop_timeout:g} s after SIGTERM (--stop-timeout); killing the launcher "
+              "and its workers", file=sys.stderr, flush=True)  # fmt: skip
+        victims: list[psutil.Process] = []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            launcher = psutil.Process(proc.pid)
+            victims = [launcher, *launcher.children(recursive=True)]
+        known = {p.pid for p in victims}
+        for pid in self._workers():
+            if pid not in known:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    victims.append(psutil.Process(pid))
+        for victim in victims:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                victim.kill()
 
     def exit_code(self, code: int) -> int:
         fatal = sorted(self.control.glob("fatal.*"))
@@ -148,7 +219,8 @@ class Supervisor:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        command = launcher_argv(sys.argv[1:] if argv is None else argv)
+        timeout, rest = stop_timeout(sys.argv[1:] if argv is None else argv)
+        command = launcher_argv(rest)
     except RendezvousTimeout as exc:
         print(f"launch: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -156,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"launch: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     print("launch: " + " ".join(command), file=sys.stderr, flush=True)
-    return Supervisor(command).run()
+    return Supervisor(command, timeout).run()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from steps.runtime.training import snapshot as train_snapshot
 from steps.runtime.training import tracking as train_tracking
 from steps.runtime.training.checkpoint_policy import Checkpointer
 from steps.runtime.training.checkpoint_store import check_layout
-from steps.runtime.training.graceful_stop import StopDecision
+from steps.runtime.training.graceful_stop import Phase, ScoringInterrupted, StopDecision
 from steps.runtime.training.progress import LiveProgress
 from steps.runtime.training.sampler import LengthGroupedBatchSampler
 from steps.runtime.training.state import Setup, TrainState, seed_everything, summary
@@ -79,6 +79,7 @@ class Trainer:
         self.trace = StepTrace(self.rank)
         seed_everything(cfg.training.seed)
         self.tokenizer, self.model = self._build()
+        graceful_stop.REQUEST.arm()  # after whatever building the model imported
 
     def _build(self) -> tuple[Any, Any]:
         """The tokenizer and model: the pretrained weights' own tokenizer and encoder with a new head, or the small
@@ -215,8 +216,8 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train (resuming from the run's newest complete checkpoint), export the best epoch; the summary.
-        StepStopped when a SIGTERM stopped it after checkpointing."""
-        graceful_stop.REQUEST.arm()  # after the imports that replaced it: a SIGTERM from here on stops at a step
+        StepStopped when a SIGTERM stopped it (graceful_stop.py: at once in setup and while finishing, after a
+        checkpoint while training)."""
         resume = self._fetch_resume()
         if self.rank != 0:
             return self._train(None, resume)
@@ -266,6 +267,9 @@ class Trainer:
                 self._epochs(setup, state, live, run_id)
         finally:
             live.stop()
+        # Training is over and the end-of-training checkpoint is uploading: a SIGTERM from here on exits at once, and
+        # the step waits for that upload (steps/train.py), so a resume only finishes again.
+        graceful_stop.REQUEST.enter(Phase.FINISHING)
         if self.dump_params and self.rank == 0:
             # the final (not best-on-dev) parameters, for comparing runs parameter by parameter
             np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
@@ -279,19 +283,45 @@ class Trainer:
         return {**result, **state.best, "run_id": self.run_id}
 
     def _epochs(self, setup: Setup, state: TrainState, live: LiveProgress, run_id: str | None) -> None:
+        """Train and score epoch after epoch; the end of training's checkpoint is left uploading."""
         last = self.cfg.training.epochs - 1
+        graceful_stop.REQUEST.enter(Phase.TRAINING)
         for epoch in range(state.start_epoch, self.cfg.training.epochs):
             # A run resumed at its last step still scores the epoch it stopped in, as the uninterrupted run did.
             if state.step >= setup.total_steps and not (epoch == state.start_epoch and state.skip):
                 break
-            record = self._train_epoch(setup, state, epoch, live, run_id)
-            if self.rank == 0:
-                self._score_epoch(setup, state, epoch, record, run_id)
-            final = epoch == last or state.step >= setup.total_steps
-            # After the dev evaluation, so the checkpoint holds this epoch's best; it resumes at the next epoch.
-            capture = partial(self._snapshot, setup, state, epoch + 1, 0, run_id)
-            self.checkpointer.at_epoch_end(state.step, final, capture)
-        self.checkpointer.wait()
+            record, done = self._train_epoch(setup, state, epoch, live, run_id)
+            if self.rank == 0 and not self._scored(setup, state, epoch, record, run_id):
+                # SIGTERM during the scoring: the state after the epoch's last step, as a stop at that step boundary
+                # saves it; the resume scores the epoch again.
+                capture = partial(self._snapshot, setup, state, epoch, done, run_id)
+            else:
+                # After the dev evaluation, so the checkpoint holds this epoch's best; it resumes at the next epoch.
+                capture = partial(self._snapshot, setup, state, epoch + 1, 0, run_id)
+                final = epoch == last or state.step >= setup.total_steps
+                self.checkpointer.at_epoch_end(state.step, final, capture)
+            # Every rank, rank 0 once it scored (or was interrupted): the other ranks wait for it here.
+            if self.stop.after_epoch():
+                self._stop(state, capture)
+
+    def _scored(
+        self, setup: Setup, state: TrainState, epoch: int, record: dict[str, float], run_id: str | None
+    ) -> bool:
+        """Rank 0: `_score_epoch`, False when a SIGTERM interrupted it (then the state is as before it)."""
+        try:
+            self._score_epoch(setup, state, epoch, record, run_id)
+        except ScoringInterrupted:
+            log.warning("SIGTERM during the dev scoring of epoch %d: checkpointing its last step %d", epoch + 1,
+                        state.step)  # fmt: skip
+            return False
+        return True
+
+    def _stop(self, state: TrainState, capture: Callable[[], Any]) -> None:
+        """Every rank, once they agreed to stop: rank 0 checkpoints this step, all wait until it is in the store."""
+        graceful_stop.REQUEST.enter(Phase.STOPPING)
+        self.checkpointer.final(state.step, capture)
+        self.stop.barrier()
+        raise StepStopped(f"SIGTERM: stopped after step {state.step}, checkpoint in {self.checkpointer.uri}")
 
     def _setup(self) -> Setup:
         import paddle
@@ -338,7 +368,7 @@ class Trainer:
         train_snapshot.restore(resume.arrays, self.model, setup.optimizer, setup.scaler, resume.meta)
         train_snapshot.set_rng_states(resume.rng, self.use_gpu)
         state = TrainState.resumed(resume.meta, resume.arrays.get("best"))
-        self.checkpointer.restart_clock(state.step)
+        self.checkpointer.resumed(state.step)
         if self.rank == 0:
             log.info("resuming from checkpoint step %d (%s/%d)", state.step, self.checkpointer.uri, state.step)
         return state
@@ -354,15 +384,14 @@ class Trainer:
         """At a step boundary: stop if any rank was signalled (after a final checkpoint), else checkpoint if due."""
         capture = partial(self._snapshot, setup, state, epoch, done, run_id)
         if self.stop.after_step(state.step):
-            self.checkpointer.final(state.step, capture)
-            self.stop.barrier()
-            raise StepStopped(f"SIGTERM: stopped after step {state.step}, checkpoint in {self.checkpointer.uri}")
+            self._stop(state, capture)
         self.checkpointer.after_step(state.step, capture)
 
     def _train_epoch(
         self, setup: Setup, state: TrainState, epoch: int, live: LiveProgress, run_id: str | None
-    ) -> dict[str, float]:
-        """One epoch, or what a resumed one has left; its train loss and throughput (empty when it trained nothing)."""
+    ) -> tuple[dict[str, float], int]:
+        """One epoch, or what a resumed one has left; its train loss and throughput (empty when it trained nothing)
+        and the batches of it done (the data position after its last step)."""
         import paddle
 
         tcfg = self.cfg.training
@@ -372,12 +401,14 @@ class Trainer:
         # host-device sync that stalls the GPU queue.
         losses: list[Any] = []
         seen, t0 = 0, time.time()
+        done = state.skip if epoch == state.start_epoch else 0
         live.start_epoch()
         for position, indices in enumerate(setup.sampler):
             if epoch == state.start_epoch and position < state.skip:
                 continue
             if state.step >= setup.total_steps:
                 break
+            done = position + 1
             wait_started = time.perf_counter()
             micro = optimization.split(indices, tcfg.grad_accumulation)
             batches = [(part, self._batch(setup, part)) for part in micro]
@@ -395,15 +426,18 @@ class Trainer:
         state.loop_seconds += elapsed
         state.trained += seen * self.world
         if not seen:  # an epoch resumed at its very end trained nothing; it is only evaluated
-            return {}
+            return {}, done
         return {"train_loss": float(paddle.stack(losses).mean()),
-                "samples_per_second": seen * self.world / max(elapsed, 1e-9)}  # fmt: skip
+                "samples_per_second": seen * self.world / max(elapsed, 1e-9)}, done  # fmt: skip
 
     def _score_epoch(
         self, setup: Setup, state: TrainState, epoch: int, record: dict[str, float], run_id: str | None
     ) -> None:
-        """Rank 0 after each epoch: dev scores into the history, the log and MLflow; keep the best parameters."""
-        dev = self.evaluate(self.model, setup.dev)
+        """Rank 0 after each epoch: dev scores into the history, the log and MLflow; keep the best parameters.
+        ScoringInterrupted (SIGTERM) before any of that changed."""
+        with graceful_stop.REQUEST.during(Phase.SCORING):
+            self.trace.before_scoring(epoch)
+            dev = self.evaluate(self.model, setup.dev)
         record |= {f"dev_{k}": v for k, v in dev.items()}
         state.history.append(record)
         scores = " ".join(f"dev_{k} {v:.4f}" for k, v in dev.items())
