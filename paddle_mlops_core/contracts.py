@@ -6,6 +6,7 @@ the MLflow tracking URI that the layers and the CLI would otherwise each spell o
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -174,6 +175,21 @@ STEP_CACHE_DIR = "step-cache"
 STEP_CACHE_PARAMETER = "step-cache"
 RERUN_PARAMETER = "rerun"
 TRAIN_KEY_FILE = "cache/train-key.json"
+
+# A training job and the train step that places and watches it (steps/train_job.py): the labels every training job
+# carries (its workflow and task, which the exit handler selects by; its training run, by which a train step finds
+# another live trainer of the same run), and the environment variable the step reads the job's manifest from.
+WORKFLOW_LABEL = "paddle-mlops/workflow"
+TASK_LABEL = "paddle-mlops/task"
+TRAIN_RUN_LABEL = "paddle-mlops/train-run"
+TRAINING_JOB_ENV = "PADDLE_MLOPS_TRAINING_JOB"
+
+
+def train_run_name(task: str, run_id: str) -> str:
+    """The label value (and Argo mutex name) of one training run: `run-` and 32 hex digits of `<task>/<run id>`, the
+    prefix its checkpoints are kept under (steps/runtime/training/run_id.py): a label value has at most 63 characters
+    and an explicit run id may have 128."""
+    return "run-" + hashlib.sha256(f"{task}/{run_id}".encode()).hexdigest()[:32]
 
 
 def home_dir() -> Path:

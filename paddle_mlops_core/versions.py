@@ -39,10 +39,11 @@ MATRIX: dict[str, Component] = {
         Component(
             "argo-workflows",
             "Argo Workflows",
-            "3.6.0",
+            "3.7.0",
             "4.1.2",
             "argoproj/argo-workflows",
-            "CronWorkflow spec.schedules and the OpenTelemetry metric names (argo_workflows_*) exist from 3.6",
+            "retryStrategy.backoff.cap (the train step's retries, capped, for as long as it may wait) exists from 3.7; "
+            "CronWorkflow spec.schedules, template mutexes and the argo_workflows_* metric names from 3.6",
         ),
         Component(
             "argo-events",
@@ -176,6 +177,19 @@ FEATURES: tuple[Feature, ...] = (
         "argo-workflows",
         "3.6.0",
         "argo-workflows docs/synchronization.md (v3.6: mutexes/semaphores lists; the singular mutex is removed in 4.x)",
+    ),
+    Feature(
+        "template synchronization.mutexes",
+        "argo-workflows",
+        "3.6.0",
+        "argo-workflows docs/synchronization.md (v3.6: mutexes/semaphores lists on templates too; the lock is held "
+        "across the template's retries, workflow/sync/sync_manager.go)",
+    ),
+    Feature(
+        "retryStrategy.backoff.cap",
+        "argo-workflows",
+        "3.7.0",
+        "argo-workflows pkg/apis/workflow/v1alpha1/workflow_types.go Backoff.Cap (absent in v3.6.0, present in v3.7.0)",
     ),
     Feature("securityContext.appArmorProfile", "kubernetes", "1.30", "kubernetes KEP-24 (AppArmor GA in 1.30)"),
     Feature(

@@ -5,9 +5,10 @@ overrides). build-image builds the commit once; then `finetune` fans out over th
 branch is the train-deploy chain (prepare-data → train → evaluate → upload when its gate passed) built from the
 same step templates, reading its task and overrides from its inputs and working in `<workspace>/<run>/<task>`
 (pipelines/run_scope.py). Each branch creates its own training job (its own worker group, labelled with the
-task, deleted by its own exit hook) and publishes under its own model name, whose bucket notification starts that
-task's `rollout` (validate → register → rollout). A failing branch cancels nothing: the DAG is not fail-fast and
-`summary` runs after every branch has ended, lists each task's outcome and fails the workflow if a task failed.
+task, under the mutex of its training run: pipelines/train_step.py) and publishes under its own model name, whose
+bucket notification starts that task's `rollout` (validate → register → rollout). A failing branch cancels nothing:
+the DAG is not fail-fast and `summary` runs after every branch has ended, lists each task's outcome and fails the
+workflow if a task failed.
 
 A training image no canary has passed on trains in the first region first (pipelines/training_canary.py, TrainJob
 backend), before the fan-out: training-image → (new) prepare-canary-data, prepull-canary → train-canary →
@@ -25,7 +26,7 @@ from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.config.loader import known_tasks
-from pipelines import resource_templates, templates, training_canary, workflow_spec
+from pipelines import resource_templates, templates, train_step, training_canary, workflow_spec
 from pipelines.dag_task import dag_task
 from pipelines.run_scope import BRANCH
 
@@ -64,7 +65,7 @@ def _branch(cfg: PipelineConfig) -> DAG:
     """`finetune-task`: one task's chain, on the branch-scoped step templates."""
     prepare_data = templates.prepare_data(cfg, BRANCH)
     train_cache = templates.train_cache(cfg, BRANCH)
-    train = resource_templates.train(cfg, BRANCH)
+    train = train_step.train(cfg, BRANCH)
     evaluate = templates.evaluate(cfg, BRANCH)
     upload = templates.upload(cfg, BRANCH)
     with DAG(name=BRANCH_TEMPLATE, inputs=[Parameter(name=name) for name in BRANCH_INPUTS]) as branch:
@@ -86,7 +87,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             prepull_image = resource_templates.prepull_image(cfg)
             release_prepull = resource_templates.release_prepull(cfg)
             canary_tasks = training_canary.tasks(cfg, batch=True)
-        templates.exit_handler(cfg)
+        templates.exit_handler(cfg, trains=True)
         # Not fail-fast: a failed branch neither stops the others nor the summary (dag.go assessDAGPhase judges
         # the DAG by its leaves, so `summary` failing is what fails the workflow when a task failed).
         with DAG(name="main", fail_fast=False):

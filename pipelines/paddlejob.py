@@ -1,11 +1,11 @@
-"""The PaddleJob that the `train` resource template creates, for either training operator.
+"""The PaddleJob that the `train` step creates, for either training operator.
 
 The legacy backends (`training.backend`): Kubeflow's `kubeflow.org/v1` (training-operator,
 `kubeflow-paddlejob`) or the Paddle operator's `batch.paddlepaddle.org/v1` (`paddle-operator`); the
 default TrainJob backend is pipelines/trainjob.py. Both get the same pod: pinned image, restricted security,
-GPU placement, /dev/shm and credentials by Secret reference. The Argo step judges each job by the
-state its operator reports as final (Kubeflow's Succeeded/Failed conditions, the Paddle operator's
-phase), never by pod counts that also move while the operator restarts a pod.
+GPU placement, /dev/shm and credentials by Secret reference. The train step judges each job by the
+state its operator reports as final (steps/runtime/cluster/job_state.py: Kubeflow's Succeeded/Failed
+conditions, the Paddle operator's phase), never by pod counts that also move while the operator restarts a pod.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from pipelines.train_node import MASTER_PORT, job_resources, node_env, train_ima
 # Kubeflow's Paddle controller finds the job's container and rendezvous port by these names.
 KUBEFLOW_CONTAINER = "paddle"
 KUBEFLOW_PORT = MASTER_PORT
-# training-operator v1.9.0 pkg/apis/kubeflow.org/v1/common_types.go, JobConditionType: all of them.
-KUBEFLOW_CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Suspended", "Failed")
 
 
 def worker_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]:
@@ -140,22 +138,7 @@ def kubeflow_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJob
             },
         },
     }
-    return TrainingJobSpec(manifest, *kubeflow_conditions())
-
-
-def kubeflow_conditions() -> tuple[str, str]:
-    """(success, failure) from the job's Succeeded/Failed conditions, in the form Argo can evaluate.
-
-    Argo parses them with Kubernetes' label-selector parser, so a key is a plain gjson path: an
-    array query such as `status.conditions.#(type=="Failed")` does not parse. The operator keeps
-    one condition per type (pkg/util/status.go setCondition), so Failed sits at one of
-    len(KUBEFLOW_CONDITION_TYPES) positions; Argo fails the step when any failure requirement
-    matches. The operator writes completionTime in the same status update as Succeeded or Failed
-    (common/job.go, paddlepaddle_controller.go UpdateJobStatus), and Argo checks the failure
-    requirements first, so completionTime without a Failed condition means Succeeded.
-    """
-    failure = ",".join(f"status.conditions.{i}.type == Failed" for i in range(len(KUBEFLOW_CONDITION_TYPES)))
-    return "status.completionTime", failure
+    return TrainingJobSpec(manifest)
 
 
 # Kubeflow's policy names (the config's) mapped onto the Paddle operator's, which deletes all of a
@@ -163,10 +146,6 @@ def kubeflow_conditions() -> tuple[str, str]:
 # once the job ends) is OnFailure: a Completed job has only Succeeded pods, a Failed one still has
 # the other workers running, holding their GPUs.
 _PADDLE_CLEAN_POD_POLICY = {"None": "Never", "Running": "OnFailure", "All": "Always"}
-# v0.3.5 api/v1/paddlejob_types.go lists more phases, but controllers/paddlejob_helper.go
-# getPaddleJobPhase sets only Pending, Starting, Running, Completed, Failed and Terminating (deleted).
-PADDLE_SUCCESS = "status.phase == Completed"
-PADDLE_FAILURE = "status.phase in (Failed, Terminating)"
 
 
 def paddle_operator_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:
@@ -193,7 +172,7 @@ def paddle_operator_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Trai
         "metadata": job_metadata(scope),
         "spec": spec,
     }
-    return TrainingJobSpec(manifest, PADDLE_SUCCESS, PADDLE_FAILURE)
+    return TrainingJobSpec(manifest)
 
 
 def _paddle_pod(cfg: PipelineConfig, gpus: int, scope: RunScope) -> dict[str, Any]:

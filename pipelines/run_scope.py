@@ -20,9 +20,8 @@ class RunScope:
     overrides: str  # the --overrides argument (a JSON list of "a.b=c")
     workspace: str  # the per-run area the steps exchange data and models in
     inputs: tuple[str, ...]  # template inputs that carry the values above (none: workflow parameters)
-    # The training job's name: fixed per workflow and task, so that a retried train step finds the job it created
-    # (resource_templates.train) and the exit hook deletes it by label; its checkpoints follow the run id, not this
-    # name.
+    # The training job's name: fixed per workflow and task, so that every attempt of the train step finds the job an
+    # earlier one created (steps/runtime/cluster/train_job.py); its checkpoints follow the run id, not this name.
     job_name: str = "{{workflow.name}}-train"
 
 

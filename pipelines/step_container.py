@@ -91,7 +91,7 @@ def step_container(
         resources=resources,
         security_context=k8s.container_security_context(),
         volumes=[k8s.tmp_volume(), *extra.pop("volumes", [])],
-        retry_strategy=k8s.retry_strategy(cfg),
+        retry_strategy=extra.pop("retry_strategy", None) or k8s.retry_strategy(cfg),
         active_deadline_seconds=extra.pop("active_deadline_seconds", cfg.cluster.step_deadline_seconds),
         metrics=m.Metrics.model_validate(argo_template_metrics(name)),
         **extra,

@@ -16,11 +16,12 @@ from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CACHE_LOOKUP_SUFFIX, image_repository
-from pipelines import k8s
+from pipelines import k8s, train_step
 from pipelines.dag_task import dag_task
 from pipelines.platform import buildkit
-from pipelines.run_scope import WORKFLOW, RunScope
+from pipelines.run_scope import RUN_ID, WORKFLOW, RunScope
 from pipelines.step_container import step_container
+from pipelines.train_step import TRAIN_RUN_INPUT
 from pipelines.workflow_spec import workflow_template
 
 # Secret holding the image-signing key (`cosign generate-key-pair`); the public half is in
@@ -95,14 +96,22 @@ def prepare_data(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
 
 def train_cache(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
     """Look the training run up by its content key before any training job exists (steps/train_cache.py): on a hit
-    the cached model is in the workspace and `reused` is true, so the DAG skips `train` and no GPU is queued for."""
+    the cached model is in the workspace and `reused` is true, so the DAG skips `train` and no GPU is queued for.
+    `run` names the training run (the train step's mutex, and its job's label)."""
     return step_container(
         cfg,
         f"train{CACHE_LOOKUP_SUFFIX}",
         "train_cache",
-        args=["--workspace", scope.workspace, "--image-digest", "{{inputs.parameters.image-digest}}"],
+        args=[
+            "--workspace",
+            scope.workspace,
+            "--image-digest",
+            "{{inputs.parameters.image-digest}}",
+            "--run-id",
+            RUN_ID,
+        ],  # fmt: skip
         inputs=["image-digest"],
-        outputs=["reused", "key"],
+        outputs=["reused", "key", "run"],
         scope=scope,
         cacheable=True,
     )
@@ -158,7 +167,12 @@ def chain(
         train_job,
         name="train",
         when=f"{t_cache.get_parameter('reused')} == false",
-        arguments={**given, "image-digest": image_digest, "train-key": t_cache.get_parameter("key")},
+        arguments={
+            **given,
+            "image-digest": image_digest,
+            "train-key": t_cache.get_parameter("key"),
+            TRAIN_RUN_INPUT: t_cache.get_parameter("run"),
+        },
     )
     t_eval = dag_task(evaluate_model, name="evaluate", arguments=given)
     t_upload = dag_task(
@@ -190,11 +204,11 @@ def batch_summary(cfg: PipelineConfig) -> Container:
     )
 
 
-def exit_handler(cfg: PipelineConfig) -> Container:
+def close_runs(cfg: PipelineConfig, name: str = "exit-handler") -> Container:
     """Close MLflow runs left RUNNING with the workflow's true status, whatever happened."""
     return step_container(
         cfg,
-        "exit-handler",
+        name,
         "close_run",
         args=[
             "--workflow-name",
@@ -208,6 +222,18 @@ def exit_handler(cfg: PipelineConfig) -> Container:
         # It runs whatever happened, build-image included: the submitted parameter is all it has.
         commit_input=False,
     )
+
+
+def exit_handler(cfg: PipelineConfig, trains: bool = False) -> Container | DAG:
+    """The workflow's `exit-handler`: close its MLflow runs; in a workflow that `trains`, also release its training
+    jobs after `argo stop` or its deadline (pipelines/train_step.py release_train_jobs), beside it."""
+    if not trains:
+        return close_runs(cfg)
+    close, release = close_runs(cfg, "close-runs"), train_step.release_train_jobs(cfg)
+    with DAG(name="exit-handler") as handler:
+        dag_task(close, name=close.name)
+        dag_task(release, name=release.name)
+    return handler
 
 
 def one_step_workflow(

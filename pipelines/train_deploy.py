@@ -14,7 +14,7 @@ from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
-from pipelines import resource_templates, templates, training_canary, workflow_spec
+from pipelines import resource_templates, templates, train_step, training_canary, workflow_spec
 from pipelines.dag_task import dag_task
 
 NAME = "train-deploy"
@@ -51,7 +51,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         build_image = templates.build_image(cfg)
         prepare_data = templates.prepare_data(cfg)
         train_cache = templates.train_cache(cfg)
-        train = resource_templates.train(cfg)
+        train = train_step.train(cfg)
         warm = cfg.training.backend == "trainjob"
         if warm:
             prepull_image = resource_templates.prepull_image(cfg)
@@ -59,7 +59,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             canary_tasks = training_canary.tasks(cfg)
         evaluate = templates.evaluate(cfg)
         upload = templates.upload(cfg)
-        templates.exit_handler(cfg)
+        templates.exit_handler(cfg, trains=True)
 
         # Not fail-fast: release-prepull still runs after a failed train (nothing else can: the chain
         # after train depends on its success).

@@ -35,12 +35,13 @@ from hera.workflows import Container, Parameter, Resource, Task
 from hera.workflows import models as m
 
 from paddle_mlops_core.config import ConfigError, PipelineConfig, RegionConfig
-from pipelines import k8s, prepull, resource_templates, templates, trainjob
+from pipelines import k8s, prepull, templates, trainjob
 from pipelines.dag_task import dag_task
-from pipelines.labels import COMPONENT_LABEL
+from pipelines.labels import COMPONENT_LABEL, TRAIN_RUN_LABEL
 from pipelines.observability import argo_template_metrics
 from pipelines.run_scope import WORKFLOW
 from pipelines.step_container import step_container
+from pipelines.train_step import train_job_step
 
 CHECK, PREPULL, TRAIN, ALLOW = "training-image", "prepull-canary", "train-canary", "allow-training-image"
 # finetune-batch only: the canary's own prepared data (train-deploy's canary reads the run's prepare-data).
@@ -118,10 +119,11 @@ def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
     """The run's TrainJob, pinned to the first region, training `canary_steps` steps into a scratch area."""
     _require(cfg)
     manifest = copy.deepcopy(trainjob.trainjob(cfg).manifest)
-    # A fixed name, as the run's own TrainJob (resource_templates.TRAIN_ACTION: a retried step waits on it, creates no
-    # other).
+    # A fixed name, as the run's own TrainJob (every attempt of the step re-attaches to it, creates no other). No
+    # training run: a canary keeps no checkpoints, and its step has no `train-run` input.
     manifest["metadata"]["name"] = "{{workflow.name}}-train-canary"
     manifest["metadata"]["labels"][COMPONENT_LABEL] = TRAIN
+    del manifest["metadata"]["labels"][TRAIN_RUN_LABEL]
     trainer = manifest["spec"]["trainer"]
     # A canary's few steps are nobody's model: never recorded in the step cache under the run's training key.
     trainer["command"] = _without(trainer["command"], RUN_ONLY_FLAGS)
@@ -143,24 +145,10 @@ def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
     return manifest
 
 
-def train_canary(cfg: PipelineConfig) -> Resource:
-    """Create the canary TrainJob and wait for its success or failure, as `train` does
-    (pipelines/resource_templates.py)."""
-    success, failure = trainjob.conditions()
-    deadline = cfg.training.job.step_deadline_seconds(cfg.training.backend)
-    return resource_templates.TrainResource(
-        name=TRAIN,
-        action=resource_templates.TRAIN_ACTION,
-        set_owner_reference=True,
-        manifest=yaml.safe_dump(canary_trainjob(cfg), sort_keys=False, allow_unicode=True),
-        success_condition=success,
-        failure_condition=failure,
-        inputs=[Parameter(name=name) for name in ("image-digest", "git-sha", *WORKFLOW.inputs)],
-        timeout=f"{deadline}s",
-        active_deadline_seconds=deadline,
-        retry_strategy=k8s.resource_retry_strategy(cfg),
-        metrics=m.Metrics.model_validate(argo_template_metrics(TRAIN)),
-    )
+def train_canary(cfg: PipelineConfig) -> Container:
+    """Place the canary TrainJob and watch it to its end, as `train` does (pipelines/train_step.py), without the run's
+    mutex and step cache: a canary trains nobody's model."""
+    return train_job_step(cfg, TRAIN, canary_trainjob(cfg), ("image-digest",), run_mutex=False)
 
 
 def prepare_data(cfg: PipelineConfig) -> Container:
@@ -185,9 +173,7 @@ def tasks(cfg: PipelineConfig, *, batch: bool = False) -> AddTasks:
 
     train-deploy passes `t_data`, its prepare-data, whose `<run>/data` the canary trains on. finetune-batch
     (`batch=True`) passes None: its branches prepare their data only after the fan-out the canary comes before, so
-    `prepare-canary-data` prepares the workflow task's data when the image is new; and its `delete-train-jobs`
-    template is the branches' (it deletes one task's jobs), so the canary's exit hook names the workflow's task, the
-    `paddle-mlops/task` label the canary TrainJob carries.
+    `prepare-canary-data` prepares the workflow task's data when the image is new.
     """
     _require(cfg)
     check_t, prepull_t, train_t, allow_t = check(cfg), prepull_canary(cfg), train_canary(cfg), allow(cfg)
@@ -209,9 +195,6 @@ def tasks(cfg: PipelineConfig, *, batch: bool = False) -> AddTasks:
         # A failed pre-pull only costs the cold pull: the canary goes on after it.
         after = f"{t_check.name} && {t_data.name} && ({t_pull.name} || {t_pull.name}.Failed)"
         t_canary = dag_task(train_t, name=TRAIN, arguments={**given}, when=new, depends=after)
-        if batch:  # the exit hook TrainResource gave it, with the task the branches' delete-train-jobs deletes by
-            hook = (t_canary.hooks or {})["exit"]
-            hook.arguments = m.Arguments(parameters=[m.Parameter(name="task", value=WORKFLOW.task)])
         t_allow = dag_task(allow_t, name=ALLOW, arguments={**given}, when=new)
         t_build >> t_check
         t_check >> t_pull

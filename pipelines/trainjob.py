@@ -15,9 +15,8 @@ ClusterTrainingRuntime, admitted by Kueue.
   `<trainjob>` (jobset v0.12.0 jobset_controller.go, DNS hostnames on by default), so rank 0 is
   `<trainjob>-node-0-0.<trainjob>` and a pod's rank is its JOB_COMPLETION_INDEX.
   `steps.runtime.training.launch` resolves that name and runs `paddle.distributed.launch --master IP:PORT`.
-- Success and failure come from the TrainJob's status: Failed is one of its condition types
-  (Suspended, Complete, Failed: trainer pkg/apis/trainer/v1alpha1/trainjob_types.go), success is
-  the node job succeeding, which the JobSet plugin reports in the same status update as Complete.
+- Success and failure come from the TrainJob's conditions (Suspended, Complete, Failed: trainer
+  pkg/apis/trainer/v1alpha1/trainjob_types.go), which the train step reads (steps/runtime/cluster/job_state.py).
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ ANCESTOR_TRAINER = "trainer"
 # jobset v0.12.0 api/jobset/v1alpha2/jobset_types.go JobSetNameKey: on every pod of the JobSet,
 # which has the TrainJob's name (trainer plugins/jobset/jobset.go Build).
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-# trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go: the condition types a TrainJob has.
-CONDITION_TYPES = ("Suspended", "Complete", "Failed")
 # runtimePatches are keyed by a domain-prefixed manager (trainer plugins/jobset/jobset.go Validate);
 # Kueue writes its own under kueue.x-k8s.io/manager.
 PATCH_MANAGER = "paddle-mlops.io/placement"
@@ -55,6 +52,8 @@ TOPOLOGY_ANNOTATIONS = {
     "preferred": "kueue.x-k8s.io/podset-preferred-topology",
 }
 REGION_LABEL = "region"
+# What the grace period keeps after the launcher's hard stop: the kill, the processes' exit, the container's end.
+STOP_MARGIN_SECONDS = 10
 PRIORITY = "{{workflow.parameters.priority}}"
 
 
@@ -69,6 +68,9 @@ def launch_command(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> list[str]
         "--rank", "$(JOB_COMPLETION_INDEX)",
         "--nproc_per_node", str(job.gpus_per_worker or 1),
         "--log_dir", "/tmp/paddle-log",
+        # SIGTERM: past this, a rank still stuck (in a collective with a peer that left) is killed and the node
+        # exits 143 before the kubelet's SIGKILL at the end of the grace period (steps/runtime/training/launch.py).
+        "--stop-timeout", str(cfg.training.checkpoint.grace_seconds - STOP_MARGIN_SECONDS),
         *train_script_args(scope),
     ]  # fmt: skip
 
@@ -142,7 +144,11 @@ def cluster_training_runtime(cfg: PipelineConfig, region: str | None = None) -> 
                 "spec": {
                     "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
                     "failurePolicy": restart_policy.jobset_failure_policy(job.backoff_limit),
-                    "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
+                    # No ttlSecondsAfterFinished: trainer v2.3.0 pkg/controller/trainjob_controller.go Reconcile drops
+                    # a Failed condition (removeFailedCondition) before it checks whether the TrainJob finished, so a
+                    # failed TrainJob whose JobSet the TTL deleted gets a new JobSet, unsuspended, outside Kueue
+                    # (kubeflow/trainer#3779, fixed after 2.3.0). The JobSet goes with its TrainJob, which goes with
+                    # its Workflow (pipelines/job_spec.py WORKFLOW_OWNER) or when the next train attempt replaces it.
                     "replicatedJobs": [
                         {
                             "name": NODE,
@@ -193,7 +199,7 @@ def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def trainjob(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:
-    """The TrainJob the `train` step creates, and the conditions Argo judges it by."""
+    """The TrainJob the `train` step creates."""
     job = cfg.training.job
     metadata = job_metadata(scope)
     metadata["labels"].update({QUEUE_NAME_LABEL: LOCAL_QUEUE, PRIORITY_CLASS_LABEL: PRIORITY})
@@ -216,17 +222,4 @@ def trainjob(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec
             "runtimePatches": [_placement_patch(cfg)],
         },
     }
-    return TrainingJobSpec(manifest, *conditions())
-
-
-def conditions() -> tuple[str, str]:
-    """(success, failure) in Argo's label-selector form over gjson paths (no array queries).
-
-    The controller keeps one condition per type (listType map, meta.SetStatusCondition), so Failed
-    sits at one of len(CONDITION_TYPES) positions and any match fails the step. Complete's position
-    depends on whether a Suspended condition came first, and Argo needs every success requirement to
-    match, so success reads the node job's entry of `status.jobsStatus` (the only replicated job),
-    which trainer plugins/jobset/jobset.go Status() fills from the JobSet in the update that sets Complete.
-    """
-    failure = ",".join(f"status.conditions.{i}.type == Failed" for i in range(len(CONDITION_TYPES)))
-    return f"status.jobsStatus.0.name == {NODE},status.jobsStatus.0.succeeded > 0", failure
+    return TrainingJobSpec(manifest)

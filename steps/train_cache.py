@@ -24,7 +24,7 @@ if not __package__:  # run as a script path: make `steps` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paddle_mlops_core.config import PipelineConfig
-from paddle_mlops_core.contracts import CACHE_OUTPUT, TRAIN_KEY_FILE, workflow_run_name
+from paddle_mlops_core.contracts import CACHE_OUTPUT, TRAIN_KEY_FILE, train_run_name, workflow_run_name
 from steps.runtime import runner
 from steps.runtime.caching import keys as cache_keys
 from steps.runtime.caching import reuse
@@ -42,6 +42,7 @@ UNUSED_TRAINING = ("job", "placement", "backend", "metrics_port", "nproc", "chec
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
     parser.add_argument("--image-digest", default="", help="the training image's digest (build-image's output)")
+    parser.add_argument("--run-id", default="", help="the `run-id` workflow parameter (empty: the content key)")
 
 
 def world_size(cfg: PipelineConfig, on_cluster: bool) -> int:
@@ -106,14 +107,17 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     scratch = Path(tempfile.mkdtemp(prefix="train-key-"))
     (scratch / Path(TRAIN_KEY_FILE).name).write_text(json.dumps({"digest": key.digest, "parts": dict(key.parts)}))
     workspace.stage_out(scratch, workspace.join(ws, str(Path(TRAIN_KEY_FILE).parent)), cfg.storage.endpoint_url)
+    # The training run the job's checkpoints are kept under (steps/train.py: the run id, else the key): the train
+    # step's mutex and its job's label.
+    run = train_run_name(cfg.task, args.run_id or key.digest)
     cached = reuse.begin(args, key, cfg.storage.endpoint_url)
     restored = cached.restore({MODEL: workspace.join(ws, MODEL)})
     if restored is None:
-        return {"reused": "false", "key": key.digest, CACHE_OUTPUT: cached.report(reused=False)}
+        return {"reused": "false", "key": key.digest, "run": run, CACHE_OUTPUT: cached.report(reused=False)}
     model_dir = workspace.stage_in(workspace.join(ws, MODEL), endpoint_url=cfg.storage.endpoint_url)
     run_id = _link_mlflow_run(cfg, model_dir, key)
     log.info("training reused: model of MLflow run %s; no training job is started", run_id or "?")
-    return {**restored, "reused": "true", "key": key.digest}
+    return {**restored, "reused": "true", "key": key.digest, "run": run}
 
 
 STEP = runner.Step(
@@ -124,6 +128,7 @@ STEP = runner.Step(
     outputs=(
         runner.Output("reused", "true when the cached model was put into the workspace (the DAG skips training)"),
         runner.Output("key", "the train step's content key (its checkpoints and cache entry are kept under it)"),
+        runner.Output("run", "the training run's name (the train step's mutex and its job's label)"),
     ),
     cacheable=True,
 )

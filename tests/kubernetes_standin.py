@@ -50,6 +50,7 @@ EXPECTED_CRDS = {
             ("cohorts", "Cohort"),
             ("workloadpriorityclasses", "WorkloadPriorityClass"),
             ("topologies", "Topology"),
+            ("workloads", "Workload"),
         )
     },
     "podmonitors.monitoring.coreos.com": ("monitoring.coreos.com", "PodMonitor", ["v1"]),

@@ -23,8 +23,10 @@ from paddle_mlops.batch import batch_items, task_overrides
 from paddle_mlops.local import fanout
 from paddle_mlops.local.dag import Scope, container_command, dag_tasks, depends_met, load_workflow, task_inputs
 from paddle_mlops_core.config import ConfigError, load_config
+from paddle_mlops_core.contracts import TRAIN_RUN_LABEL, train_run_name
 from pipelines import finetune_batch
-from pipelines.labels import TASK_LABEL, WORKFLOW_LABEL
+from pipelines.labels import TASK_LABEL
+from pipelines.train_step import placed_manifest
 from tests.fixtures_ernie import CONFIG
 from tests.validate_manifests import validate_document
 
@@ -62,12 +64,15 @@ def _branches(doc: dict[str, Any], items: list[dict[str, Any]]) -> list[dict[str
         branch.task_outputs["evaluate"] = {"mlflow-run-id": "run1", "gate-passed": "true", "metrics": "{}"}
         commands = {}
         for task in dag_tasks(fan.template, workflow.templates):
-            if task.kind == "container":
+            placed = placed_manifest(task.template)
+            if placed is None:
                 own = task_inputs(task, branch)
                 commands[task.name] = [branch.render(part, own) for part in container_command(task)]
-            else:
-                own = {**inputs, "train-key": f"key-of-{inputs['task']}"}
-                commands[task.name] = yaml.safe_load(branch.render(task.template["resource"]["manifest"], own))
+            else:  # the job the branch's train step places
+                run = train_run_name(inputs["task"], f"key-of-{inputs['task']}")
+                own = {**inputs, "train-key": f"key-of-{inputs['task']}", "train-run": run}
+                rendered = branch.render(yaml.safe_dump(placed).replace("{{workflow.uid}}", "uid-1"), own)
+                commands[task.name] = yaml.safe_load(rendered)
         out.append({"inputs": inputs, "commands": commands})
     return out
 
@@ -90,7 +95,7 @@ def test_three_tasks_fan_out_into_three_branches_each_with_its_task(doc: dict[st
         job = branch["commands"]["train"]
         node = job["spec"]["trainer"]["command"]
         assert _arg(node, "--task") == task and _arg(node, "--workspace").endswith(f"/finetune-batch-x/{task}")
-        assert job["metadata"]["labels"][TASK_LABEL] == task  # its own worker group, deleted by its own hook
+        assert job["metadata"]["labels"][TASK_LABEL] == task  # its own worker group
         assert job["spec"]["trainer"]["image"].endswith("@sha256:1")
     # Three branches, three workspaces, three training jobs: nothing shared.
     assert len({_arg(b["commands"]["evaluate"], "--workspace") for b in branches}) == 3
@@ -116,15 +121,19 @@ def test_a_failing_branch_cancels_nothing_and_the_summary_runs_after_all(doc: di
     assert branch["upload"]["when"] == "{{tasks.evaluate.outputs.parameters.gate-passed}} == true"
 
 
-def test_a_branch_deletes_only_its_own_training_jobs(doc: dict[str, Any]) -> None:
+def test_each_branch_trains_under_its_own_runs_mutex_with_no_hook(doc: dict[str, Any]) -> None:
+    """A branch's training run is its task's (contracts.train_run_name hashes the task in): branches never wait on
+    each other's mutex, and each job carries its own run; nothing deletes a branch's job from a hook
+    (pipelines/train_step.py; the exit handler releases the workflow's jobs after a person's stop)."""
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     train = next(t for t in templates[finetune_batch.BRANCH_TEMPLATE]["dag"]["tasks"] if t["name"] == "train")
-    hook = train["hooks"]["exit"]
-    assert hook["arguments"]["parameters"] == [{"name": "task", "value": "{{inputs.parameters.task}}"}]
-    delete = templates[hook["template"]]
-    assert [p["name"] for p in delete["inputs"]["parameters"]] == ["task"]
-    selector = delete["resource"]["flags"][delete["resource"]["flags"].index("--selector") + 1]
-    assert selector == f"{WORKFLOW_LABEL}={{{{workflow.name}}}},{TASK_LABEL}={{{{inputs.parameters.task}}}}"
+    assert "hooks" not in train
+    run = next(p["value"] for p in train["arguments"]["parameters"] if p["name"] == "train-run")
+    assert run == "{{tasks.train-cache.outputs.parameters.run}}"
+    assert templates[train["template"]]["synchronization"]["mutexes"] == [{"name": "{{inputs.parameters.train-run}}"}]
+    runs = {b["commands"]["train"]["metadata"]["labels"][TRAIN_RUN_LABEL] for b in _branches(doc, THREE)}
+    assert len(runs) == 3
+    assert train_run_name("ner", "same-run-id") != train_run_name("sentiment", "same-run-id")
 
 
 def test_the_summary_and_exit_handler_read_the_whole_run(doc: dict[str, Any]) -> None:

@@ -64,7 +64,7 @@ def _templates(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _task_arguments(doc: dict[str, Any], task: str) -> dict[str, str]:
-    dag = next(t for t in doc["spec"]["templates"] if "dag" in t)["dag"]["tasks"]
+    dag = next(t for t in doc["spec"]["templates"] if t["name"] == doc["spec"]["entrypoint"])["dag"]["tasks"]
     found = next(t for t in dag if t["name"] == task)
     return {p["name"]: p["value"] for p in found["arguments"]["parameters"]}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from paddle_mlops.local.dag import DagError, Scope, evaluate_when, load_workflow
+from paddle_mlops.local.dag import DagError, Scope, evaluate_when, job_command, load_workflow
 from paddle_mlops.local.executor import LocalExecutor, RunOptions
 from paddle_mlops_core.config import load_config
 
@@ -187,9 +187,9 @@ def test_training_job_becomes_a_local_launch(
     )
     executor = LocalExecutor(cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w")))
     train = next(t for t in executor.workflow.tasks if t.name == "train")
-    assert train.kind == "resource"
+    assert job_command(train) is not None  # locally the job it would place runs, not the step placing it
     executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
-    executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
+    executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64, "run": "run-k"}
     cmd = executor.handler.command_for(train, executor.scope)
     # The TrainJob's node command on one node: no rendezvous master or rank, one node.
     assert cmd[1:3] == ["-m", "steps.runtime.training.launch"]
@@ -228,7 +228,7 @@ def test_parameter_server_jobs_use_the_ps_interpreter(
             cfg, train_deploy.build(cfg).to_dict(), opts, Console(file=open(tmp_path / "c.txt", "w"))
         )
         executor.scope.task_outputs["build-image"] = {"image-digest": "local", "git-sha": "abc123"}
-        executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64}
+        executor.scope.task_outputs["train-cache"] = {"reused": "false", "key": "k" * 64, "run": "run-k"}
         train = next(t for t in executor.workflow.tasks if t.name == "train")
         first[bool(sets)] = executor.handler.command_for(train, executor.scope)[0]
     assert first == {False: sys.executable, True: "/opt/ps/bin/python"}

@@ -15,7 +15,10 @@ import pytest
 import yaml
 
 from paddle_mlops.compile import default_compile_config, render_all
+from paddle_mlops.lint import resource_manifest
 from paddle_mlops_core.config import load_config
+from paddle_mlops_core.contracts import TRAINING_JOB_ENV
+from pipelines.train_step import env_literal, placed_manifest
 from tests.validate_manifests import pod_templates, validate_document, validate_documents
 
 FLAVOURS = {
@@ -85,9 +88,9 @@ def _pods(rendered: dict[str, list[dict[str, Any]]]) -> Iterator[tuple[str, dict
             pod_security = t.get("securityContext") or spec.get("securityContext")
             if "container" in t:
                 yield where, pod_security, [t["container"], *t.get("sidecars", [])]
-            if "resource" in t:
-                # A delete by selector (delete-train-jobs) has flags and no manifest.
-                manifest = yaml.safe_load(t["resource"].get("manifest") or "{}")
+            # A delete by selector (release-prepull) has flags and no manifest; a train step places its job.
+            manifest = resource_manifest(t)
+            if manifest is not None:
                 for path, template in pod_templates(manifest):
                     yield f"{where}:{path}", template["spec"].get("securityContext"), template["spec"]["containers"]
 
@@ -233,9 +236,11 @@ def test_wrong_type_is_rejected(train_deploy_doc: dict[str, Any]) -> None:
 def _edit_manifest(doc: dict[str, Any], edit: Any) -> dict[str, Any]:
     doc = copy.deepcopy(doc)
     train = next(t for t in doc["spec"]["templates"] if t["name"] == "train")
-    manifest = yaml.safe_load(train["resource"]["manifest"])
+    manifest = placed_manifest(train)
+    assert manifest is not None
     edit(manifest)
-    train["resource"]["manifest"] = yaml.safe_dump(manifest)
+    (env,) = [e for e in train["container"]["env"] if e["name"] == TRAINING_JOB_ENV]
+    env["value"] = env_literal(yaml.safe_dump(manifest))
     return doc
 
 

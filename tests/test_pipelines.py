@@ -10,9 +10,11 @@ import yaml
 
 from paddle_mlops.local.dag import DagError, load_workflow
 from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
-from paddle_mlops_core.contracts import OUTPUTS_DIR, OUTPUTS_FLAG
-from pipelines import paddlejob, resource_templates, retrain_cron, rollout_template, train_deploy
-from tests.argo_conditions import parse as parse_selector
+from paddle_mlops_core.contracts import CLUSTER_ONLY_ANNOTATION, OUTPUTS_DIR, OUTPUTS_FLAG
+from pipelines import paddlejob, retrain_cron, rollout_template, train_deploy
+from pipelines.job_spec import WORKFLOW_OWNER
+from pipelines.train_step import placed_manifest
+from steps.runtime.cluster.job_state import job_state
 from tests.conftest import PROJECT_ROOT
 
 DAG_ORDER = ["build-image", "prepare-data", "train-cache", "train", "evaluate", "upload"]
@@ -37,6 +39,13 @@ def doc() -> dict:
 def legacy_doc() -> dict:
     """train-deploy on the legacy Kubeflow PaddleJob backend (the TrainJob default: tests/test_trainjob.py)."""
     return train_deploy.build(_cfg("training.backend=kubeflow-paddlejob")).to_dict()
+
+
+def _placed(doc: dict) -> dict:
+    """The training job the document's train step places."""
+    manifest = placed_manifest(_templates(doc)["train"])
+    assert manifest is not None
+    return manifest
 
 
 def _templates(doc: dict) -> dict[str, dict]:
@@ -142,21 +151,33 @@ def test_the_release_runs_validate_register_rollout_on_the_verdict() -> None:
     assert tasks["rollout"]["when"] == "{{tasks.validate.outputs.parameters.verdict}} == passed"
 
 
-def test_exit_handler_closes_the_run(doc: dict) -> None:
+def test_exit_handler_closes_the_run_and_releases_the_training_jobs(doc: dict) -> None:
     assert doc["spec"]["onExit"] == "exit-handler"
-    handler = _templates(doc)["exit-handler"]["container"]
-    assert handler["command"] == ["python", "-m", "steps.close_run"]
-    assert "{{workflow.status}}" in handler["args"]
+    templates = _templates(doc)
+    tasks = {t["name"]: t["template"] for t in templates["exit-handler"]["dag"]["tasks"]}
+    assert tasks == {"close-runs": "close-runs", "release-train-jobs": "release-train-jobs"}
+    close = templates["close-runs"]["container"]
+    assert close["command"] == ["python", "-m", "steps.close_run"]
+    assert "{{workflow.status}}" in close["args"]
+    release = templates["release-train-jobs"]["container"]
+    assert release["command"] == ["python", "-m", "steps.release_train_jobs"]
+    assert release["args"][release["args"].index("--job-kind") + 1] == "TrainJob"
+    # Other workflows have no training job: their exit handler is the one container.
+    release_doc = _templates(rollout_template.build(_cfg()).to_dict())
+    assert release_doc["exit-handler"]["container"]["command"] == ["python", "-m", "steps.close_run"]
 
 
 def test_every_value_is_an_expression_the_local_executor_understands(doc: dict) -> None:
-    # Prometheus metric blocks are read by the Argo controller only ({{duration}}, {{status}}), and so is a resource
-    # template's action (the train step's get-or-create, {{=retries …}}): locally the job's command runs.
+    # Prometheus metric blocks are read by the Argo controller only ({{duration}}, {{status}}); a template only a
+    # cluster runs is skipped locally; of a train step, locally only its job's command runs (the step that places and
+    # watches the job on a cluster, its ownerReference and its mutex need one).
     def runnable_template(t: dict) -> dict:
-        out = {k: v for k, v in t.items() if k != "metrics"}
-        if "resource" in out:
-            out["resource"] = {k: v for k, v in out["resource"].items() if k != "action"}
-        return out
+        if CLUSTER_ONLY_ANNOTATION in (t.get("metadata") or {}).get("annotations", {}):
+            return {}
+        placed = placed_manifest(t)
+        if placed is not None:
+            return {"inputs": t.get("inputs"), "command": placed["spec"]["trainer"]["command"]}
+        return {k: v for k, v in t.items() if k != "metrics"}
 
     runnable = {**doc, "spec": {**doc["spec"], "templates": [runnable_template(t) for t in doc["spec"]["templates"]]}}
     text = yaml.safe_dump(runnable)
@@ -177,7 +198,7 @@ def test_step_outputs_are_declared_at_the_contract_paths(doc: dict) -> None:
     }
     assert set(declared["evaluate"]) == {"gate-passed", "mlflow-run-id", "metrics", "cache"}
     assert set(declared["upload"]) == {"model-uri", "manifest-digest", "cache"}
-    assert set(declared["train-cache"]) == {"reused", "key", "cache"}
+    assert set(declared["train-cache"]) == {"reused", "key", "run", "cache"}
     release = _templates(rollout_template.build(_cfg()).to_dict())
     declared |= {
         name: {p["name"]: p["valueFrom"]["path"] for p in t.get("outputs", {}).get("parameters", [])}
@@ -208,8 +229,7 @@ def test_inputs_used_in_args_are_declared_and_passed(doc: dict) -> None:
 
 
 def test_train_requests_gpus_and_is_placed_by_region(legacy_doc: dict) -> None:
-    train = _templates(legacy_doc)["train"]["resource"]
-    manifest = yaml.safe_load(train["manifest"])
+    manifest = _placed(legacy_doc)
     pod = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert pod["nodeSelector"] == {"region": "cn-north", "gpu-type": "a100", "cost-tier": "standard"}
@@ -220,13 +240,13 @@ def test_train_requests_gpus_and_is_placed_by_region(legacy_doc: dict) -> None:
 
 
 def test_train_image_is_pinned_by_the_build_digest(legacy_doc: dict) -> None:
-    manifest = yaml.safe_load(_templates(legacy_doc)["train"]["resource"]["manifest"])
+    manifest = _placed(legacy_doc)
     image = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example.com/paddle-mlops/train@{{inputs.parameters.image-digest}}"
 
 
 def test_worker_command_follows_the_training_launch_contract(legacy_doc: dict) -> None:
-    manifest = yaml.safe_load(_templates(legacy_doc)["train"]["resource"]["manifest"])
+    manifest = _placed(legacy_doc)
     command = manifest["spec"]["paddleReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
     assert command[:8] == [
         "python", "-m", "paddle.distributed.launch", "--nproc_per_node", "1", "--log_dir", "/tmp/paddle-log",
@@ -247,9 +267,8 @@ def test_both_operators_and_topologies(operator: str, ps_replicas: int) -> None:
         "training.job.gpus_per_worker=4",
     )
     job = paddlejob.build_paddlejob(cfg)
-    # Argo parses resource conditions with labels.Parse: each key (a gjson path) a valid label key.
-    for condition in (job.success_condition, job.failure_condition):
-        assert parse_selector(condition), condition
+    # The train step judges each kind by what its operator reports as final (tests/test_upstream_*_operator.py).
+    assert job_state({**job.manifest, "status": {}}).phase == "queued"
     spec = job.manifest["spec"]
     if operator == "kubeflow":
         assert job.manifest["apiVersion"] == "kubeflow.org/v1"
@@ -262,7 +281,6 @@ def test_both_operators_and_topologies(operator: str, ps_replicas: int) -> None:
         worker = spec["paddleReplicaSpecs"]["Worker"]["template"]["spec"]
     else:
         assert job.manifest["apiVersion"] == "batch.paddlepaddle.org/v1"
-        assert job.success_condition.startswith("status.phase")
         assert ("ps" in spec) == (ps_replicas > 0)
         assert spec["worker"]["replicas"] == 3
         worker = spec["worker"]["template"]["spec"]
@@ -279,15 +297,23 @@ def test_cpu_training_requests_no_gpu_and_no_gpu_nodes() -> None:
     assert "nodeSelector" not in pod and "tolerations" not in pod
 
 
-def test_train_template_has_conditions_owner_and_deadline(doc: dict) -> None:
+def test_train_template_places_the_job_owned_by_the_workflow_under_the_runs_mutex(doc: dict) -> None:
     train = _templates(doc)["train"]
-    # get-or-create: tests/test_upstream_argo_resource.py
-    assert train["resource"]["action"] == resource_templates.TRAIN_ACTION
-    assert train["resource"]["setOwnerReference"] is True
-    assert train["resource"]["successCondition"] and train["resource"]["failureCondition"]
-    # Kueue queue budget (4 h) + the job's own deadline (6 h), which starts at admission: a job still queued after
-    # the budget fails the step; one admitted within it runs its whole deadline (tests/test_upstream_trainer.py).
-    assert train["timeout"] == "36000s" and train["activeDeadlineSeconds"] == 36000
+    # One container places the job and watches it (pipelines/train_step.py; tests/test_upstream_argo_train.py).
+    assert train["container"]["command"] == ["python", "-m", "steps.train_job"]
+    assert "resource" not in train and "hooks" not in _tasks(doc)["train"]
+    manifest = placed_manifest(train)
+    assert manifest is not None
+    assert manifest["metadata"]["ownerReferences"] == [dict(WORKFLOW_OWNER)]
+    assert manifest["metadata"]["labels"]["paddle-mlops/train-run"] == "{{inputs.parameters.train-run}}"
+    assert train["synchronization"] == {"mutexes": [{"name": "{{inputs.parameters.train-run}}"}]}
+    # Kueue queue budget (4 h) + the job's own deadline (6 h), which starts at admission, enforced by the step from
+    # the job's creation; Argo gives the step 10 more minutes per attempt and across its retries.
+    assert train["activeDeadlineSeconds"] == 36600 and "timeout" not in train
+    assert train["retryStrategy"]["backoff"]["maxDuration"] == "36600s"
+    assert _tasks(doc)["train"]["arguments"]["parameters"][-1] == {
+        "name": "train-run", "value": "{{tasks.train-cache.outputs.parameters.run}}"
+    }  # fmt: skip
 
 
 def test_unknown_region_is_a_clear_config_error() -> None:

@@ -195,10 +195,12 @@ def test_executor_may_report_results_and_run_the_trainjob_only(cfg, files):
     rules = _rules(files, cfg.cluster.service_account)
     assert {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]} in rules
     groups = {g for r in rules for g in r["apiGroups"]}
-    assert groups == {"argoproj.io", "trainer.kubeflow.org", "apps"}  # apps: the pre-pull DaemonSet
+    # apps: the pre-pull DaemonSet; kueue: the train step reads its TrainJob's Workload (deactivation).
+    assert groups == {"argoproj.io", "trainer.kubeflow.org", "apps", "kueue.x-k8s.io"}
     (job,) = [r for r in rules if r["resources"] == ["trainjobs"]]
-    # create + GET polls; list + delete by label in the exit hook (tests/test_upstream_rbac.py).
+    # create, GET polls, list by label, delete (a failed job replaced, a person's stop; tests/test_upstream_rbac.py).
     assert set(job["verbs"]) == {"create", "get", "list", "delete"}
+    assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]} in rules
 
 
 def test_executor_follows_the_configured_operator():

@@ -121,6 +121,6 @@ def test_every_step_after_the_build_records_the_commit_the_build_resolved() -> N
         else:
             assert args.get("git-sha") == built, task["name"]
     readers = {t["name"] for t in spec["templates"] if "{{workflow.parameters.git-sha}}" in str(t)}
-    assert readers == {"build-image", "exit-handler"}
+    assert readers == {"build-image", "close-runs", "release-train-jobs"}  # the exit handler's two
     (build,) = [t for t in spec["templates"] if t["name"] == "build-image"]
     assert {"name": "git-sha", "valueFrom": {"path": "/tmp/outputs/git-sha"}} in build["outputs"]["parameters"]

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from paddle_mlops_core.config import load_config
 from paddle_mlops_core.contracts import EXIT_FAILED, EXIT_OK, EXIT_ROLLED_BACK, EXIT_USER_ERROR, OUTPUTS_FLAG
 from pipelines import rollout_template, train_deploy
+from pipelines.train_step import placed_manifest
 from steps.runtime import noise, runner
 from steps.runtime.runner import Finished, Output, Step, StepError, StepFailed
 
@@ -194,11 +194,13 @@ def test_cluster_pods_are_quiet_from_the_start() -> None:
         t for m in (train_deploy, rollout_template, image_rollout) for t in m.build(cfg).to_dict()["spec"]["templates"]
     ]
     containers = [t["container"] for t in templates if "container" in t]
-    job = next(t["resource"]["manifest"] for t in doc["spec"]["templates"] if t["name"] == "train")
-    containers.append(yaml.safe_load(job)["spec"]["trainer"])  # the TrainJob's node container env
+    job = next(placed_manifest(t) for t in doc["spec"]["templates"] if t["name"] == "train")
+    assert job is not None
+    containers.append(job["spec"]["trainer"])  # the TrainJob's node container env
     legacy = train_deploy.build(load_config(CONFIG, "prod", ["training.backend=kubeflow-paddlejob"])).to_dict()
-    job = next(t["resource"]["manifest"] for t in legacy["spec"]["templates"] if t["name"] == "train")
-    replicas = yaml.safe_load(job)["spec"]["paddleReplicaSpecs"].values()
+    legacy_job = next(placed_manifest(t) for t in legacy["spec"]["templates"] if t["name"] == "train")
+    assert legacy_job is not None
+    replicas = legacy_job["spec"]["paddleReplicaSpecs"].values()
     containers += [c for replica in replicas for c in replica["template"]["spec"]["containers"]]
     assert len(containers) > 10
     for container in containers:

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from fixtures_ernie import common, prepared_workspace
 
+from paddle_mlops.lint import resource_manifest
 from paddle_mlops.local.dag import depends_met, evaluate_when, load_workflow
 from paddle_mlops_core.config import ConfigError, load_config, load_regions
 from paddle_mlops_core.config.loader import known_tasks
 from pipelines import finetune_batch, train_deploy, training_canary
-from pipelines.labels import TASK_LABEL, WORKFLOW_LABEL
+from pipelines.labels import TRAIN_RUN_LABEL, WORKFLOW_LABEL
 from steps import train, training_image
 from steps.runtime.release import training_images
 
@@ -102,8 +102,11 @@ def test_a_passing_canary_allows_the_image_everywhere_then_the_run_trains(cfg: A
 
 
 def _resource(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """What template `name` creates: a resource template's manifest, or the job a train step places."""
     (template,) = [t for t in doc["spec"]["templates"] if t["name"] == name]
-    return yaml.safe_load(template["resource"]["manifest"])
+    found = resource_manifest(template)
+    assert found is not None, name
+    return found
 
 
 def test_the_canary_is_the_runs_trainjob_pinned_to_the_first_region(cfg: Any) -> None:
@@ -223,7 +226,7 @@ def test_a_failing_canary_keeps_the_old_training_image_for_the_batch(cfg: Any, t
 def test_the_batch_canary_trains_the_workflow_task_on_data_it_prepared(cfg: Any) -> None:
     """The branches prepare their data after the fan-out, so the batch's canary prepares the workflow task's data
     itself, where the canary TrainJob (the same one train-deploy runs) reads it; its exit hook deletes it by the
-    task label it carries, through the branches' delete-train-jobs template."""
+    workflow label it carries, through the exit handler's release-train-jobs."""
     doc = finetune_batch.build(cfg).to_dict()
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     data = templates[training_canary.DATA]["container"]["args"]
@@ -237,26 +240,22 @@ def test_the_batch_canary_trains_the_workflow_task_on_data_it_prepared(cfg: Any)
     assert data[data.index("--overrides") + 1] == command[command.index("--overrides") + 1] == overrides
     # not a branch's workspace: batch-summary reads <run>/<task> only, and no task is called `data`
     assert "data" not in known_tasks()
-    hook = _main_tasks(doc)["train-canary"]["hooks"]["exit"]
-    assert hook["template"] == "delete-train-jobs"
-    assert hook["arguments"]["parameters"] == [{"name": "task", "value": "{{workflow.parameters.task}}"}]
-    flags = templates["delete-train-jobs"]["resource"]["flags"]
-    selector = dict(s.split("=", 1) for s in flags[flags.index("--selector") + 1].split(","))
+    # No hook: the exit handler releases the workflow's jobs after a person's stop, the canary's among them
+    # (pipelines/train_step.py); the canary is no training run (no mutex, no run label).
+    assert "hooks" not in _main_tasks(doc)["train-canary"]
     labels = canary["metadata"]["labels"]
-    assert selector == {TASK_LABEL: "{{inputs.parameters.task}}", WORKFLOW_LABEL: labels[WORKFLOW_LABEL]}
-    assert labels[TASK_LABEL] == "{{workflow.parameters.task}}"  # what the hook passes as its task
+    assert labels[WORKFLOW_LABEL] == "{{workflow.name}}" and TRAIN_RUN_LABEL not in labels
+    assert "synchronization" not in templates["train-canary"]
 
 
 def test_train_deploy_and_finetune_batch_wire_the_canary_alike(cfg: Any) -> None:
     """One canary, two workflows: the same tasks, templates, arguments, `when` and `depends`, except that the batch's
-    canary trains after its own prepare-canary-data and its exit hook names the workflow's task."""
+    canary trains after its own prepare-canary-data."""
     single, batch = _main_tasks(train_deploy.build(cfg).to_dict()), _main_tasks(finetune_batch.build(cfg).to_dict())
     for name in ("training-image", "prepull-canary", "train-canary", "allow-training-image"):
         ours, theirs = dict(single[name]), dict(batch[name])
         if name == "train-canary":
             assert ours.pop("depends").replace("prepare-data", training_canary.DATA) == theirs.pop("depends")
-            assert "arguments" not in ours["hooks"]["exit"]
-            del theirs["hooks"]["exit"]["arguments"]
         assert ours == theirs, name
 
 

@@ -1,22 +1,22 @@
-"""A retried train step cannot leave two training jobs: what Argo's resource template does with an existing object.
+"""Why the training job is not placed by an Argo resource template: what its executor does with an existing or a
+missing object, and what `retries` in its action would do.
 
 Upstream behaviour encoded here (argoproj/argo-workflows v4.1.2):
-- workflow/executor/resource.go ExecResource/getKubectlArguments: a resource step runs `kubectl <action> -f
-  manifest -o json` (retrying only transient errors: util/errors/errors.go isTransientErr, where AlreadyExists and
-  NotFound are not), then WaitResource polls the object it named for the success/failure conditions. `create` of an
-  object that exists fails; with `generateName` every attempt creates a new one; `get` reads the one that exists.
-- workflow/controller/operator.go executeTemplate: each attempt of a template with a retryStrategy is a child of
-  the retry node, and `retries` is set to its number (len(children)) for that attempt only;
-  util/template/expression_template.go: an expression naming `retries` is left unevaluated until then
-  (variablesToCheck); workflow/validate/validate.go gives `retries` a placeholder value at submission and accepts
-  a resource action that evaluates to get/create/apply/delete/replace/patch.
-- workflow/util/util.go FormulateRetryWorkflow (`argo retry`): failed attempts are deleted from the retry node's
-  children, so the retried step starts again at attempt 0.
+- workflow/executor/resource.go ExecResource: `kubectl <action> -f manifest -o json`, retried by
+  retry.OnError(retry.DefaultBackoff, IsTransientErr) only for transient errors (util/errors/errors.go isTransientErr:
+  network and etcd messages); AlreadyExists on a create and NotFound on a get are not transient, so the executor
+  fails at once ("no more retries ...", argoexec exit 64): node phase Failed. A create whose answer was lost (a
+  connection reset: transient) is sent again and meets AlreadyExists. WaitResource then polls the object: NotFound
+  while waiting is fatal ("The resource has been deleted while its status was still being checked").
+- workflow/controller/operator.go executeTemplate: each attempt of a template with a retryStrategy is a child of the
+  retry node, and `retries` is set to its number (len(children)) for that attempt only; workflow/util/util.go
+  FormulateRetryWorkflow (`argo retry`) deletes the failed attempts, so the retried step starts at attempt 0 again.
 - `kubectl apply` on a custom resource computes a three-way JSON merge patch (k8s.io/apimachinery
   jsonmergepatch.CreateThreeWayJSONMergePatch: changes from the live object to the manifest, plus deletions from the
   last-applied one), RFC 7386 semantics: lists are replaced whole. On a TrainJob Kueue admitted, that sets
   `spec.suspend: true` again and replaces `spec.runtimePatches` without Kueue's entry (kueue v0.19.2
   pkg/controller/jobs/trainjob/trainjob_controller.go RunWithPodSetsInfo writes it under `kueue.x-k8s.io/manager`).
+So the train step is a container that creates or reuses by itself (pipelines/train_step.py, tests/test_train_job.py).
 """
 
 from __future__ import annotations
@@ -29,48 +29,43 @@ import pytest
 import yaml
 
 from paddle_mlops.compile import default_compile_config, dump
-from pipelines import resource_templates, train_deploy
+from pipelines import train_deploy
 from tests.expr_lang import value
-from tests.test_upstream_training_operator import train_template
+from tests.test_upstream_training_operator import train_manifest
 
+# The action the train resource template had before issue #59: create on attempt 0, get on every retry.
+RETRIES_ACTION = "{{=retries == '0' ? 'create' : 'get'}}"
 # validate.go: the actions a resource template may have once its expressions are evaluated.
 VALID_ACTIONS = {"get", "create", "apply", "delete", "replace", "patch"}
 PLACEHOLDER = "__argo__internal__placeholder-7"  # common.NewPlaceholderGenerator's form
 
 
-class ApiError(Exception):
-    """kubectl's error from the API server (reason AlreadyExists / NotFound): not transient for Argo."""
+class Failed(Exception):
+    """The executor's kubectl call failed and is not retried (exit 64: the node is Failed)."""
 
 
 class Cluster:
-    """The objects `kubectl` sees, by name; generateName gets a fresh suffix like the API server's."""
+    """The objects `kubectl` sees, by name."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
-        self.generated = 0
 
-    def kubectl(self, action: str, manifest: dict[str, Any]) -> dict[str, Any]:
-        meta = manifest["metadata"]
+    def kubectl(self, action: str, manifest: dict[str, Any], answer_lost: bool = False) -> str:
+        """ExecResource: one kubectl call, again while the error is transient (a lost answer is a connection
+        reset); AlreadyExists and NotFound are not transient."""
+        name = manifest["metadata"]["name"]
         if action == "create":
-            name = meta.get("name") or f"{meta['generateName']}{self.generated:05d}"
-            self.generated += 1
             if name in self.objects:
-                raise ApiError(f'AlreadyExists: trainjobs "{name}" already exists')
-            self.objects[name] = {**copy.deepcopy(manifest), "metadata": {**meta, "name": name}}
-            return self.objects[name]
+                raise Failed(f'no more retries Error from server (AlreadyExists): trainjobs "{name}" already exists')
+            self.objects[name] = copy.deepcopy(manifest)
+            if answer_lost:  # transient: the executor sends the create again
+                return self.kubectl("create", manifest)
+            return f"create {name}"
         if action == "get":
-            if meta.get("name") not in self.objects:
-                raise ApiError(f'NotFound: trainjobs "{meta.get("name")}" not found')
-            return self.objects[meta["name"]]
+            if name not in self.objects:
+                raise Failed(f'no more retries Error from server (NotFound): trainjobs "{name}" not found')
+            return f"get {name}"
         raise AssertionError(action)
-
-
-def rendered_train(cfg: Any, workflow: str) -> tuple[str, dict[str, Any]]:
-    """The train template's action and manifest with the workflow's name and inputs filled in."""
-    train = train_template(dump([train_deploy.build(cfg).to_dict()]))
-    text = train["resource"]["manifest"].replace("{{workflow.name}}", workflow)
-    text = re.sub(r"\{\{[^}]*\}\}", "x", text)
-    return train["resource"]["action"], yaml.safe_load(text)
 
 
 def action_for(action: str, retries: str) -> str:
@@ -80,67 +75,38 @@ def action_for(action: str, retries: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cfg() -> Any:
-    return default_compile_config()
+def manifest() -> dict[str, Any]:
+    text = yaml.safe_dump(train_manifest(dump([train_deploy.build(default_compile_config()).to_dict()])))
+    return yaml.safe_load(re.sub(r"\{\{[^}]*\}\}", "x", text.replace("{{workflow.name}}", "train-deploy-a1b2c")))
 
 
-def test_the_action_is_create_on_the_first_attempt_and_get_on_a_retry(cfg: Any) -> None:
-    action, manifest = rendered_train(cfg, "train-deploy-a1b2c")
-    assert action == resource_templates.TRAIN_ACTION
-    assert action_for(action, "0") == "create"
-    assert [action_for(action, str(n)) for n in (1, 2, 3)] == ["get", "get", "get"]
-    # At submission the validator substitutes a placeholder for `retries`: the result must be a valid action.
-    assert action_for(action, PLACEHOLDER) in VALID_ACTIONS
-    # A fixed name per workflow (and task in a batch branch), so that `get` finds what `create` made.
-    assert manifest["metadata"]["name"] == "train-deploy-a1b2c-train" and "generateName" not in manifest["metadata"]
-    assert manifest["metadata"]["labels"]["paddle-mlops/workflow"] == "train-deploy-a1b2c"
+def test_retries_is_set_per_attempt_and_the_validator_sees_a_placeholder() -> None:
+    assert action_for(RETRIES_ACTION, "0") == "create"
+    assert [action_for(RETRIES_ACTION, str(n)) for n in (1, 2, 3)] == ["get", "get", "get"]
+    assert action_for(RETRIES_ACTION, PLACEHOLDER) in VALID_ACTIONS  # submission passes validate.go
 
 
-def run_attempts(action: str, manifest: dict[str, Any], cluster: Cluster, attempts: int) -> list[str]:
-    """`attempts` attempts of the train step (each earlier one errored: its pod lost mid-wait); what each did."""
-    done = []
-    for retries in range(attempts):
-        verb = action_for(action, str(retries))
-        try:
-            done.append(f"{verb} {cluster.kubectl(verb, manifest)['metadata']['name']}")
-        except ApiError as exc:
-            done.append(f"{verb} failed: {exc}")
-    return done
-
-
-def test_a_retried_train_step_waits_on_the_job_it_created(cfg: Any) -> None:
-    action, manifest = rendered_train(cfg, "train-deploy-a1b2c")
+def test_the_executor_fails_a_create_that_finds_the_object_and_a_get_that_does_not(manifest: dict[str, Any]) -> None:
     cluster = Cluster()
-    assert (
-        run_attempts(action, manifest, cluster, 3)
-        == ["create train-deploy-a1b2c-train"] + ["get train-deploy-a1b2c-train"] * 2
-    )
-    assert list(cluster.objects) == ["train-deploy-a1b2c-train"]  # one job, on one set of GPUs
+    assert cluster.kubectl("create", manifest) == "create train-deploy-a1b2c-train"
+    with pytest.raises(Failed, match="AlreadyExists"):
+        cluster.kubectl("create", manifest)
+    with pytest.raises(Failed, match="NotFound"):
+        Cluster().kubectl("get", manifest)
+    # A create whose answer was lost is sent again by the executor itself and meets its own object.
+    with pytest.raises(Failed, match="AlreadyExists"):
+        Cluster().kubectl("create", manifest, answer_lost=True)
 
 
-def test_what_generate_name_and_create_did_on_a_retry() -> None:
-    """The template before this: every attempt created a job; the first still held its GPUs."""
+def test_an_action_chosen_by_retries_cannot_create_or_reuse(manifest: dict[str, Any]) -> None:
+    """Defect 2 of issue #59, on the old action: attempt 0 ended before its create, so every retry `get`s a job that
+    does not exist; and a create whose answer was lost fails its own attempt with AlreadyExists. The train step now
+    creates or reuses in every attempt (tests/test_train_job.py runs both interleavings to a trained model)."""
     cluster = Cluster()
-    manifest = {"kind": "TrainJob", "metadata": {"generateName": "train-deploy-a1b2c-train-"}}
-    assert run_attempts("create", manifest, cluster, 3) == [
-        f"create train-deploy-a1b2c-train-{i:05d}" for i in range(3)
-    ]
-    assert len(cluster.objects) == 3
-    # And create under a fixed name alone would fail every retry, leaving the job to the exit hook.
-    fixed = Cluster()
-    results = run_attempts("create", {"kind": "TrainJob", "metadata": {"name": "wf-train"}}, fixed, 2)
-    assert results[1].startswith("create failed: AlreadyExists")
-
-
-def test_argo_retry_after_a_failure_creates_the_job_again(cfg: Any) -> None:
-    """A failed train step: its exit hook deleted the job; `argo retry` deletes the failed attempts, so the retried
-    step's first attempt is attempt 0 again and creates the job under the same name, which resumes from the run's
-    checkpoints (they follow the run id, not this name)."""
-    action, manifest = rendered_train(cfg, "train-deploy-a1b2c")
-    cluster = Cluster()
-    run_attempts(action, manifest, cluster, 3)
-    cluster.objects.clear()  # delete-train-jobs, the exit hook of the failed task
-    assert run_attempts(action, manifest, cluster, 1) == ["create train-deploy-a1b2c-train"]
+    with pytest.raises(Failed, match="NotFound"):  # attempt 0 died before kubectl create; attempt 1:
+        cluster.kubectl(action_for(RETRIES_ACTION, "1"), manifest)
+    with pytest.raises(Failed, match="AlreadyExists"):
+        cluster.kubectl(action_for(RETRIES_ACTION, "0"), manifest, answer_lost=True)
 
 
 def merge_patch(source: Any, target: Any) -> Any:
@@ -182,8 +148,7 @@ def three_way_patch(original: dict[str, Any], modified: dict[str, Any], current:
     return {**deletions, **changes}
 
 
-def test_apply_would_suspend_an_admitted_job_and_drop_kueues_patch(cfg: Any) -> None:
-    _, manifest = rendered_train(cfg, "train-deploy-a1b2c")
+def test_apply_would_suspend_an_admitted_job_and_drop_kueues_patch(manifest: dict[str, Any]) -> None:
     assert manifest["spec"]["suspend"] is True  # created suspended: nothing starts before Kueue admits it
     live = copy.deepcopy(manifest)
     live["spec"]["suspend"] = False  # Kueue admitted it (jobframework/reconciler.go startJob)

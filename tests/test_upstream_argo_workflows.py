@@ -216,7 +216,8 @@ def test_the_lint_models_the_executor_containers_like_the_controller(docs: list[
     refused = {(f.container, f.rule) for f in bare if f.rule in lint.RESTRICTED_RULES}
     assert ("template build-image/init", "allow-privilege-escalation") in refused
     assert ("template build-image/wait", "capabilities") in refused
-    assert not any(c.startswith("template train/") for c, _ in refused)  # MinimalCtrSC
+    assert ("template train/wait", "capabilities") in refused  # a container template, as build-image
+    assert not any(c.startswith("template prepull-image/") for c, _ in refused)  # a resource template: MinimalCtrSC
     assert lint.lint_documents(docs) == []
 
 

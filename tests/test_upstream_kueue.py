@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
 from paddle_mlops.lint.trainjob import trainjob_pod_templates
 from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config, load_teams
 from pipelines import kueue_names, train_deploy, trainjob
 from pipelines.labels import TEAM_LABEL
 from pipelines.platform import kueue, tenancy
+from pipelines.train_step import placed_manifest
 from tests.kueue_admission import Admitted, Cohort, PodSet, assign, quantity
 
 
@@ -37,7 +37,9 @@ def _kueue(cfg: PipelineConfig) -> dict[str, dict[str, dict[str, Any]]]:
 def _train_manifest(cfg: PipelineConfig) -> dict[str, Any]:
     doc = train_deploy.build(cfg).to_dict()
     (train,) = [t for t in doc["spec"]["templates"] if t["name"] == "train"]
-    return yaml.safe_load(train["resource"]["manifest"])
+    manifest = placed_manifest(train)
+    assert manifest is not None
+    return manifest
 
 
 def _workload(cfg: PipelineConfig) -> PodSet:

@@ -29,21 +29,21 @@ from paddle_mlops.compile import default_compile_config, dump
 from paddle_mlops.preflight.pods_ready import check_kueue_pods_ready
 from pipelines import train_deploy
 from pipelines.platform import kueue_config
-from tests.argo_conditions import verdict
+from steps.runtime.cluster.job_state import job_state
 from tests.kubernetes_standin import CONTROLLER_DEPLOYMENTS, api_for, deployment, kueue_manager_config, ready_cluster
-from tests.test_upstream_training_operator import train_template
+from tests.test_upstream_training_operator import train_manifest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "training.md"
 KUEUE_PATCH = "kueue.x-k8s.io/manager"
 REQ = Requirements(kueue_frameworks=("trainer.kubeflow.org/trainjob",))
 
 
-def _trainjob() -> tuple[dict[str, Any], str, str]:
-    train = train_template(dump([train_deploy.build(default_compile_config()).to_dict()]))
-    text = re.sub(r"\{\{[^}]*\}\}", "x", train["resource"]["manifest"].replace("{{workflow.name}}", "wf-a1b2c"))
+def _trainjob() -> dict[str, Any]:
+    manifest = train_manifest(dump([train_deploy.build(default_compile_config()).to_dict()]))
+    text = re.sub(r"\{\{[^}]*\}\}", "x", yaml.safe_dump(manifest).replace("{{workflow.name}}", "wf-a1b2c"))
     job = yaml.safe_load(text)
     job["spec"]["runtimePatches"].append({"manager": KUEUE_PATCH, "trainingRuntimeSpec": {"template": {"spec": {}}}})
-    return job, train["resource"]["successCondition"], train["resource"]["failureCondition"]
+    return job
 
 
 def _admit(job: dict[str, Any]) -> None:
@@ -64,7 +64,7 @@ def _evict(job: dict[str, Any]) -> None:
 
 
 def test_a_preempted_trainjob_is_suspended_and_readmitted_under_its_name() -> None:
-    job, success, failure = _trainjob()
+    job = _trainjob()
     created = copy.deepcopy(job)
     conditions: list[dict[str, str]] = [{"type": "Suspended", "status": "True"}]
     for _ in range(3):  # admitted, preempted (or evicted after PodsReadyTimeout), admitted again...
@@ -72,8 +72,8 @@ def test_a_preempted_trainjob_is_suspended_and_readmitted_under_its_name() -> No
         conditions[0]["status"] = "False"
         _evict(job)
         conditions[0]["status"] = "True"
-        status = {"status": {"conditions": conditions, "jobsStatus": [{"name": "node", "succeeded": 0}]}}
-        assert verdict(success, failure, status) == "waiting"  # the train step keeps waiting on it
+        status = {**job, "status": {"conditions": conditions, "jobsStatus": [{"name": "node", "succeeded": 0}]}}
+        assert job_state(status).phase == "queued"  # the train step keeps waiting on it (suspended again)
     assert job["metadata"]["name"] == created["metadata"]["name"] == "wf-a1b2c-train"
     # The same command, so the same run id and checkpoint root: every admission resumes the same run.
     assert job["spec"]["trainer"] == created["spec"]["trainer"]
@@ -128,6 +128,22 @@ def test_preflight_reports_settings_that_evict_starting_runs_or_requeue_forever(
     no_recovery = {**kueue_config.WAIT_FOR_PODS_READY, "recoveryTimeout": "0s"}
     ((status, message),) = _statuses(kueue_manager_config(FRAMEWORKS, waitForPodsReady=no_recovery))
     assert status == "warning" and "recoveryTimeout is 0s" in message
+
+
+@pytest.mark.parametrize(
+    ("retention", "status"), [(None, "ok"), ("10m", "ok"), ("5m", "ok"), ("1m", "warning"), ("0s", "warning")]
+)
+def test_preflight_checks_kueue_keeps_a_deactivated_trainjob_long_enough_to_read_why(
+    retention: str | None, status: str
+) -> None:
+    """jobframework/reconciler.go handleWorkloadAfterDeactivatedPolicy deletes the job `afterDeactivatedByKueue`
+    after Kueue deactivated its Workload: the train step reads the Workload's reason only while the job is there
+    (its poll and its retries' backoff: kueue_config.DEACTIVATED_RETENTION_SECONDS)."""
+    policies = {"workloads": {"afterDeactivatedByKueue": retention}} if retention else None
+    ((got, message),) = _statuses(kueue_manager_config(FRAMEWORKS, objectRetentionPolicies=policies))
+    assert got == status, message
+    if status == "warning":
+        assert f"afterDeactivatedByKueue {retention} deletes a deactivated TrainJob" in message
 
 
 def test_the_documented_manager_configuration_is_the_one_preflight_expects() -> None:

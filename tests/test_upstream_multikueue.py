@@ -27,6 +27,7 @@ from paddle_mlops.lint import lint_paths
 from paddle_mlops_core.config import PipelineConfig, load_config, load_regions, load_teams
 from pipelines import k8s, kueue_names, train_deploy, trainjob
 from pipelines.platform import kueue, multikueue
+from pipelines.train_step import placed_manifest
 from tests.kueue_admission import Cohort, assign, flavor_matches
 from tests.test_upstream_kueue import _workload
 from tests.validate_manifests import validate_documents
@@ -122,7 +123,8 @@ def _remote_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
     adapter's SyncJob creates on a worker from it."""
     doc = train_deploy.build(cfg).to_dict()
     (train,) = [t for t in doc["spec"]["templates"] if t["name"] == "train"]
-    local = yaml.safe_load(train["resource"]["manifest"])
+    local = placed_manifest(train)
+    assert local is not None
     local["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"  # jobframework ApplyDefaultForManagedBy
     local["spec"]["runtimePatches"].append({"manager": KUEUE_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {}}})
     remote = {"apiVersion": local["apiVersion"], "kind": local["kind"], "metadata": copy.deepcopy(local["metadata"])}

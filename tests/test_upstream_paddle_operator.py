@@ -10,7 +10,7 @@ Upstream behaviour encoded here (PaddleFlow/paddle-operator v0.3.5):
   the `coord-paddle` init container whenever the operator's InitImage is non-empty.
 - main.go: `--initImage`, default docker.io/library/alpine:3.10; paddlejob_helper.go
   genCoordinateInitContainer sets no securityContext.
-Argo's evaluation: tests/argo_conditions.py (argo-workflows v4.1.2 workflow/executor/resource.go).
+The train step's judgement of the phase: steps/runtime/cluster/job_state.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from paddle_mlops_core.config import ConfigError, PipelineConfig, load_config
 from pipelines import paddlejob
-from tests.argo_conditions import verdict
+from tests.test_upstream_training_operator import verdict
 
 PADDLE = ["training.backend=paddle-operator", "training.job.paddle_operator_init_container=false"]
 DEFAULT_INIT_IMAGE = "docker.io/library/alpine:3.10"
@@ -70,7 +70,7 @@ def test_step_follows_the_phase_the_operator_sets(
 ) -> None:
     job = paddlejob.build_paddlejob(_cfg())
     status = {"status": {"phase": phase(pods, {"worker": 2}, previous, deleting)}}
-    assert verdict(job.success_condition, job.failure_condition, status) == expected, name
+    assert verdict(job.manifest, status) == expected, name
 
 
 def cleans(job_phase: str, policy: str) -> bool:

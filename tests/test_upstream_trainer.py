@@ -14,7 +14,7 @@ Upstream behaviour encoded here:
   the Job controller sets JOB_COMPLETION_INDEX in every container of an Indexed Job's pod;
 - paddle/distributed/launch/controllers/master.py HTTPMaster: the rendezvous store starts only
   when `--master`'s host is 127.0.0.1 or the node's IP (so a DNS name must be resolved first).
-Argo's condition evaluation: tests/argo_conditions.py.
+The train step's judgement of those conditions: steps/runtime/cluster/job_state.py.
 """
 
 from __future__ import annotations
@@ -25,17 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from paddle_mlops.compile import default_compile_config, dump
 from paddle_mlops.lint import lint_documents
 from paddle_mlops.lint.trainjob import trainjob_pod_templates
 from paddle_mlops_core.config import load_config
-from pipelines import train_deploy, trainjob
+from pipelines import train_deploy, train_step, trainjob
 from pipelines.platform import argo_controller, rbac
+from steps.runtime.cluster.job_state import job_state
 from steps.runtime.training import launch
-from tests.argo_conditions import parse, verdict
-from tests.test_upstream_training_operator import check_cleanup, train_template
+from tests.test_upstream_training_operator import check_cleanup, train_manifest, train_template
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas"
 
@@ -47,12 +46,30 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def manifest(cfg) -> dict[str, Any]:
-    return yaml.safe_load(train_template(dump([train_deploy.build(cfg).to_dict()]))["resource"]["manifest"])
+    return train_manifest(dump([train_deploy.build(cfg).to_dict()]))
+
+
+REASONS = {
+    "Suspended": ("Suspended", "TrainJob is suspended"),
+    "Complete": ("AllJobsCompleted", "jobset completed successfully"),
+    "Failed": ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts"),
+}
 
 
 def _status(conditions: list[tuple[str, str]], succeeded: int = 0, failed: int = 0) -> dict[str, Any]:
+    """A TrainJob as Trainer leaves it: its conditions (reasons and messages as trainer/jobset write them), suspended
+    while its last Suspended condition is True, and the node job's entry of status.jobsStatus."""
     jobs = [{"name": "node", "ready": 0, "succeeded": succeeded, "failed": failed, "active": 0, "suspended": 0}]
-    return {"status": {"conditions": [{"type": t, "status": s} for t, s in conditions], "jobsStatus": jobs}}
+    written = [{"type": t, "status": s, "reason": REASONS[t][0] if s == "True" else "Resumed",
+                "message": REASONS[t][1]} for t, s in conditions]  # fmt: skip
+    suspended = any(t == "Suspended" and s == "True" for t, s in conditions)
+    return {"apiVersion": trainjob.API, "kind": "TrainJob", "spec": {"suspend": suspended},
+            "status": {"conditions": written, "jobsStatus": jobs}}  # fmt: skip
+
+
+def verdict(job: dict[str, Any]) -> str:
+    phase = job_state(job).phase
+    return {"queued": "waiting", "running": "waiting"}.get(phase, phase)
 
 
 def _set(conditions: list[tuple[str, str]], kind: str, status: str) -> list[tuple[str, str]]:
@@ -62,33 +79,26 @@ def _set(conditions: list[tuple[str, str]], kind: str, status: str) -> list[tupl
     return [*conditions, (kind, status)]
 
 
-def test_the_conditions_name_the_trainers_condition_types() -> None:
-    success, failure = trainjob.conditions()
-    assert trainjob.CONDITION_TYPES == ("Suspended", "Complete", "Failed")
-    assert {r.values[0] for r in parse(failure)} == {"Failed"}
-    assert [r.key for r in parse(failure)] == [f"status.conditions.{i}.type" for i in range(3)]
-    assert {r.key for r in parse(success)} == {"status.jobsStatus.0.name", "status.jobsStatus.0.succeeded"}
-
-
 @pytest.mark.parametrize("suspended_first", [False, True])
 def test_every_status_history_is_judged_right(suspended_first: bool) -> None:
-    success, failure = trainjob.conditions()
     start = [("Suspended", "True")] if suspended_first else []
     running = [start, _set(start, "Suspended", "False") if start else []]
     for before in running:
         # Running, with pods failing and JobSet restarting the gang: keep waiting.
         for failed in (0, 1, 2):
-            assert verdict(success, failure, _status(before, failed=failed)) == "waiting", (before, failed)
+            assert verdict(_status(before, failed=failed)) == "waiting", (before, failed)
         done = _status(_set(before, "Complete", "True"), succeeded=1)
-        assert verdict(success, failure, done) == "succeeded", before
+        assert verdict(done) == "succeeded", before
         broken = _status(_set(before, "Failed", "True"), failed=1)
-        assert verdict(success, failure, broken) == "failed", before
-    assert verdict(success, failure, {"status": {}}) == "waiting"  # just created
+        assert verdict(broken) == "failed", before
+        assert "ReachedMaxRestarts" in job_state(broken).describe()  # the reason reaches the step's message
+    assert verdict({"apiVersion": trainjob.API, "kind": "TrainJob", "status": {}}) == "waiting"  # just created
 
 
-def test_the_generated_train_step_uses_these_conditions(cfg) -> None:
+def test_the_generated_train_step_places_the_trainjob_it_judges(cfg, manifest) -> None:
     train = train_template(dump([train_deploy.build(cfg).to_dict()]))
-    assert (train["resource"]["successCondition"], train["resource"]["failureCondition"]) == trainjob.conditions()
+    assert train["container"]["command"] == ["python", "-m", "steps.train_job"]
+    assert (manifest["apiVersion"], manifest["kind"]) == (trainjob.API, "TrainJob")
 
 
 def test_the_trainer_overrides_reach_the_node_container(cfg, manifest) -> None:
@@ -188,7 +198,7 @@ def test_the_trainjob_pods_pass_lint(cfg) -> None:
     assert any("runtime paddle-distributed is not among the linted files" in f.container for f in alone)
 
 
-def test_an_unsuccessful_train_task_deletes_its_trainjobs(cfg) -> None:
+def test_nothing_keeps_a_stopped_workflows_trainjob(cfg) -> None:
     text = dump([train_deploy.build(cfg).to_dict()])
     assert check_cleanup(text) == []
     rules = rbac.executor_rules(cfg)
@@ -231,14 +241,13 @@ def test_vendored_schemas_are_the_upstream_crds() -> None:
 
 def test_condition_histories_cover_every_order() -> None:
     """Up to three updates of Suspended before the end, in any order: never a verdict too early."""
-    success, failure = trainjob.conditions()
     for history in itertools.product([("Suspended", "True"), ("Suspended", "False")], repeat=3):
         conditions: list[tuple[str, str]] = []
         for kind, status in history:
             conditions = _set(conditions, kind, status)
-        assert verdict(success, failure, _status(conditions)) == "waiting"
-        assert verdict(success, failure, _status(_set(conditions, "Complete", "True"), succeeded=1)) == "succeeded"
-        assert verdict(success, failure, _status(_set(conditions, "Failed", "True"))) == "failed"
+        assert verdict(_status(conditions)) == "waiting"
+        assert verdict(_status(_set(conditions, "Complete", "True"), succeeded=1)) == "succeeded"
+        assert verdict(_status(_set(conditions, "Failed", "True"))) == "failed"
 
 
 @pytest.mark.parametrize("backend", ["trainjob", "kubeflow-paddlejob"])
@@ -246,8 +255,7 @@ def test_pretrained_weights_on_a_claim_are_mounted_read_only(backend: str) -> No
     cfg = load_config(
         overrides=[f"training.backend={backend}", "model.pretrained=pvc://ernie-weights/ernie-3.0-medium"]
     )
-    text = dump([train_deploy.build(cfg).to_dict()])
-    manifest = yaml.safe_load(train_template(text)["resource"]["manifest"])
+    manifest = train_manifest(dump([train_deploy.build(cfg).to_dict()]))
     if backend == "trainjob":
         ((_, pod),) = trainjob_pod_templates(manifest, trainjob.cluster_training_runtime(cfg))
     else:
@@ -287,8 +295,12 @@ def test_a_run_admitted_within_the_queue_budget_gets_its_whole_deadline(queued_m
     cfg = load_config()
     job = cfg.training.job
     train = next(t for t in train_deploy.build(cfg).to_dict()["spec"]["templates"] if t["name"] == "train")
-    step_deadline = int(train["timeout"].rstrip("s"))
-    assert step_deadline == train["activeDeadlineSeconds"] == job.queue_timeout_seconds + job.active_deadline_seconds
+    # The train step's budget runs from the TrainJob's creation (steps/runtime/cluster/train_job.py); Argo gives each
+    # attempt, and all of them from the first's start, the budget plus a margin (pipelines/train_step.py).
+    step_deadline = job.step_deadline_seconds(cfg.training.backend)
+    assert step_deadline == job.queue_timeout_seconds + job.active_deadline_seconds
+    assert train["activeDeadlineSeconds"] == step_deadline + train_step.DEADLINE_MARGIN_SECONDS
+    assert train["retryStrategy"]["backoff"]["maxDuration"] == f"{train['activeDeadlineSeconds']}s"
     queued = queued_minutes * 60
     assert queued <= job.queue_timeout_seconds
     ends = _trainer_deadline(0, queued, job.active_deadline_seconds)

@@ -1,5 +1,5 @@
 """The train step reads a Kubeflow PaddleJob's outcome the way training-operator v1.9.0 reports it,
-and a job whose step ended unsuccessfully is deleted.
+and nothing leaves a job behind that a person stopped.
 
 Upstream behaviour encoded here (kubeflow/training-operator v1.9.0):
 - pkg/util/status.go setCondition/filterOutCondition: one condition per JobConditionType, a changed
@@ -11,9 +11,8 @@ Upstream behaviour encoded here (kubeflow/training-operator v1.9.0):
   deleted and recreated (Restarting), yet counted in replicaStatuses.<type>.failed.
 - pkg/controller.v1/paddlepaddle/paddlepaddle_controller.go UpdateJobStatus: Succeeded (and
   completionTime) when every Worker, or the Master in PS mode, has succeeded.
-Argo's evaluation of the conditions: tests/argo_conditions.py (argo-workflows v4.1.2
-workflow/executor/resource.go). The exit hook: argo-workflows v4.1.2 workflow/controller/dag.go and
-exit_handler.go (runOnExitNode), workflow/executor/resource.go getKubectlArguments.
+The step's judgement: steps/runtime/cluster/job_state.py. Its clean-up (no lifecycle hook; the exit handler's
+release-train-jobs; the ownerReference to the Workflow): pipelines/train_step.py, tests/test_upstream_argo_train.py.
 """
 
 from __future__ import annotations
@@ -28,9 +27,10 @@ import yaml
 from paddle_mlops.compile import dump
 from paddle_mlops_core.config import load_config
 from pipelines import paddlejob, train_deploy
+from pipelines.job_spec import WORKFLOW_OWNER
 from pipelines.platform import rbac
-from tests.argo_conditions import SelectorError, parse, verdict
-from tests.expr_lang import evaluate
+from pipelines.train_step import placed_manifest
+from steps.runtime.cluster.job_state import job_state
 
 ARGO = Path(__file__).resolve().parents[1] / "argo"
 NOW = "2025-06-01T10:00:00Z"
@@ -44,6 +44,19 @@ def train_template(text: str) -> dict[str, Any]:
     """The `train` template of a generated train-deploy.yaml."""
     doc = next(d for d in yaml.safe_load_all(text) if d and d.get("kind") == "WorkflowTemplate")
     return _templates(doc)["train"]
+
+
+def train_manifest(text: str) -> dict[str, Any]:
+    """The training job the `train` step of a generated train-deploy.yaml places."""
+    manifest = placed_manifest(train_template(text))
+    assert manifest is not None, "the train template places no training job"
+    return manifest
+
+
+def verdict(manifest: dict[str, Any], job: dict[str, Any]) -> str:
+    """What the train step makes of `job` (a status the operator wrote) for a job of `manifest`'s kind."""
+    phase = job_state({**job, "apiVersion": manifest["apiVersion"], "kind": manifest["kind"]}).phase
+    return {"queued": "waiting", "running": "waiting"}.get(phase, phase)
 
 
 # The legacy backend these tests are about (the TrainJob default: tests/test_upstream_trainer.py).
@@ -134,26 +147,24 @@ SCENARIOS = [
 ]
 
 
-def check_train_conditions(train: dict[str, Any]) -> list[str]:
-    """Scenarios the train template's conditions misjudge (empty when all are right)."""
-    resource = train["resource"]
+def check_train_conditions(manifest: dict[str, Any]) -> list[str]:
+    """Scenarios the train step misjudges for a job of `manifest`'s kind (empty when all are right)."""
     wrong = []
     for name, job, expected in SCENARIOS:
-        got = verdict(resource.get("successCondition", ""), resource.get("failureCondition", ""), job)
+        got = verdict(manifest, job)
         if got != expected:
             wrong.append(f"{name}: {got}, expected {expected}")
     return wrong
 
 
 def test_generated_train_step_judges_the_job_by_its_conditions(generated: str) -> None:
-    assert check_train_conditions(train_template(generated)) == []
+    assert check_train_conditions(train_manifest(generated)) == []
 
 
 @pytest.mark.parametrize("ps_replicas", [0, 2])
 def test_conditions_hold_for_both_topologies(ps_replicas: int) -> None:
     job = paddlejob.build_paddlejob(load_config(overrides=[*LEGACY, f"training.job.ps_replicas={ps_replicas}"]))
-    train = {"resource": {"successCondition": job.success_condition, "failureCondition": job.failure_condition}}
-    assert check_train_conditions(train) == []
+    assert check_train_conditions(job.manifest) == []
 
 
 def _set_condition(conditions: list[dict[str, Any]], kind: str, status: str) -> list[dict[str, Any]]:
@@ -186,99 +197,65 @@ _UPDATES = [
 @pytest.mark.parametrize("final", ["Succeeded", "Failed"])
 def test_any_condition_history_is_judged_right(final: str) -> None:
     """Every order of condition updates the operator can make (up to four before the end)."""
-    job = paddlejob.build_paddlejob(load_config(overrides=LEGACY))
+    job = paddlejob.build_paddlejob(load_config(overrides=LEGACY)).manifest
     for length in range(5):
         for history in itertools.product(_UPDATES, repeat=length):
             conditions = [_condition("Created")]
             for kind, status in history:
                 conditions = _set_condition(conditions, kind, status)
             before = {"status": {"conditions": conditions}}
-            assert verdict(job.success_condition, job.failure_condition, before) == "waiting", history
+            assert verdict(job, before) == "waiting", history
             ended = {"status": {"conditions": _set_condition(conditions, final, "True"), "completionTime": NOW}}
             expected = "succeeded" if final == "Succeeded" else "failed"
-            assert verdict(job.success_condition, job.failure_condition, ended) == expected, history
+            assert verdict(job, ended) == expected, history
 
 
-def test_argo_cannot_query_the_conditions_array() -> None:
-    """Why the conditions list positions: a gjson array query is no label key (labels.Parse fails)."""
-    with pytest.raises(SelectorError):
-        parse('status.conditions.#(type=="Failed").status == True')
-    with pytest.raises(SelectorError):
-        parse("status.conditions.#(type==Failed).status")
-    assert parse("status.conditions.3.type == Failed")[0].key == "status.conditions.3.type"
-
-
-# --- a job whose step ended unsuccessfully is deleted ------------------------------------------
-
-
-def _kubectl_args(resource: dict[str, Any]) -> list[str]:
-    """workflow/executor/resource.go getKubectlArguments, for action delete."""
-    args = ["kubectl", resource["action"]]
-    output = "json"
-    if resource["action"] == "delete":
-        args.append("--ignore-not-found")
-        output = "name"
-    manifest = resource.get("manifest") or ""
-    if not manifest and not resource.get("flags"):
-        raise AssertionError("Argo refuses a resource template with neither flags nor manifest")
-    args += resource.get("flags") or []
-    if manifest:
-        args += ["-f", "manifest.yaml"]
-    return [*args, "-o", output]
-
-
-def _matches(selector: str, labels: dict[str, str]) -> bool:
-    return all(r.matches(labels) for r in parse(selector))
+# --- nothing leaves a job behind that a person stopped -------------------------------------------
 
 
 def check_cleanup(text: str) -> list[str]:
-    """What keeps a train step's PaddleJob alive after the step failed (empty when nothing does)."""
+    """What would keep a stopped workflow's training job alive, or delete a healthy one because its waiting pod
+    died (empty when nothing does): the train step's job is owned by the Workflow and labelled with it; no task
+    running a train step has a lifecycle hook (a succeeded hook keeps `argo retry` from resetting it, argo-workflows
+    v4.1.2 workflow/util/util.go FormulateRetryWorkflow, #13184); the exit handler releases the workflow's jobs of
+    that kind (steps/release_train_jobs.py)."""
     doc = next(d for d in yaml.safe_load_all(text) if d and d.get("kind") == "WorkflowTemplate")
     templates = _templates(doc)
     problems = []
-    manifest = yaml.safe_load(templates["train"]["resource"]["manifest"])
-    resource = f"{manifest['kind'].lower()}s.{manifest['apiVersion'].split('/')[0]}"
-    tasks = [
-        t for tmpl in templates.values() for t in (tmpl.get("dag") or {}).get("tasks", []) if t["template"] == "train"
-    ]
-    if not tasks:
-        problems.append("no task runs the train template")
-    for task in tasks:
-        hook = (task.get("hooks") or {}).get("exit")
-        if not hook:
-            problems.append(f"task {task['name']} has no exit hook")
-            continue
-        expression = hook.get("expression")
-        # It must fire for every phase that can leave a job behind, and for no other: Succeeded, and Skipped (the
-        # step cache held the model: no job was created; test_upstream_argo_cache.py).
-        fires = {
-            phase: expression is None or evaluate(expression, {"tasks": {task["name"]: {"status": phase}}})
-            for phase in ("Succeeded", "Skipped", "Failed", "Error", "Omitted")
-        }
-        if fires != {"Succeeded": False, "Skipped": False, "Failed": True, "Error": True, "Omitted": True}:
-            problems.append(f"task {task['name']}: exit hook runs on {expression!r}")
-        delete = templates[hook["template"]]["resource"]
-        args = _kubectl_args(delete)
-        if args[:3] != ["kubectl", "delete", "--ignore-not-found"] or resource not in args:
-            problems.append(f"exit hook does not delete {resource}: {args}")
-            continue
-        selector = args[args.index("--selector") + 1]
-        labels = {k: v.replace("{{workflow.name}}", "wf-1") for k, v in manifest["metadata"]["labels"].items()}
-        if not _matches(selector.replace("{{workflow.name}}", "wf-1"), labels):
-            problems.append(f"selector {selector} misses the job's labels {labels}")
-        if _matches(selector.replace("{{workflow.name}}", "wf-1"), {**labels, "paddle-mlops/workflow": "wf-2"}):
-            problems.append(f"selector {selector} also deletes other workflows' jobs")
+    manifest = placed_manifest(templates["train"])
+    if manifest is None:
+        return ["the train template places no training job"]
+    meta = manifest["metadata"]
+    if meta.get("ownerReferences") != [WORKFLOW_OWNER]:
+        problems.append(f"the job is not owned by its Workflow: {meta.get('ownerReferences')}")
+    if meta["labels"].get("paddle-mlops/workflow") != "{{workflow.name}}":
+        problems.append("the job does not carry its workflow's label")
+    trains = {name for name, t in templates.items() if placed_manifest(t) is not None}
+    for tmpl in templates.values():
+        for task in (tmpl.get("dag") or {}).get("tasks", []):
+            if task["template"] in trains and task.get("hooks"):
+                problems.append(f"task {task['name']} has lifecycle hooks {sorted(task['hooks'])}")
+    handler = templates.get(doc["spec"].get("onExit", ""), {})
+    release = ["python", "-m", "steps.release_train_jobs"]
+    exit_templates = [templates[t["template"]] for t in (handler.get("dag") or {}).get("tasks", [])]
+    releases = [t["container"]["args"] for t in exit_templates if t.get("container", {}).get("command") == release]
+    if not releases:
+        problems.append("the exit handler does not release the workflow's training jobs")
+    for args in releases:
+        named = (args[args.index("--job-api") + 1], args[args.index("--job-kind") + 1])
+        if named != (manifest["apiVersion"], manifest["kind"]):
+            problems.append(f"the exit handler releases {named}, the step creates {manifest['kind']}")
     return problems
 
 
-def test_a_train_task_deletes_its_jobs_unless_it_succeeded(generated: str) -> None:
+def test_nothing_keeps_a_stopped_workflows_job_or_deletes_a_healthy_one(generated: str) -> None:
     assert check_cleanup(generated) == []
 
 
 def test_the_job_ends_within_the_step_deadline(generated: str) -> None:
-    """Even with no exit hook (`argo terminate` runs none), the job's own deadline ends it."""
+    """Even with no exit handler (`argo terminate` runs none), the job's own deadline ends it."""
     train = train_template(generated)
-    policy = yaml.safe_load(train["resource"]["manifest"])["spec"]["runPolicy"]
+    policy = train_manifest(generated)["spec"]["runPolicy"]
     assert policy["activeDeadlineSeconds"] <= train["activeDeadlineSeconds"]
     # Running/All: when the job fails the operator deletes the pods still running (job.go).
     assert policy["cleanPodPolicy"] in ("Running", "All")

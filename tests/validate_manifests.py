@@ -28,6 +28,8 @@ import yaml
 from hera.workflows import models as hera_models
 from pydantic import BaseModel, RootModel, ValidationError
 
+from paddle_mlops_core.contracts import TRAINING_JOB_ENV
+from pipelines.train_step import placed_manifest
 from tests.validate_crds import validate_crd
 
 KUBERNETES_VERSION = "1.30.0"
@@ -84,6 +86,9 @@ def _validate_argo(doc: dict[str, Any], model: type[BaseModel], where: str) -> l
         if manifest:
             inner = yaml.safe_load(manifest)
             problems += validate_document(inner, f"{where}: spec.templates[{i}].resource.manifest")
+        placed = placed_manifest(template)  # the training job a train step places (pipelines/train_step.py)
+        if placed is not None:
+            problems += validate_document(placed, f"{where}: spec.templates[{i}].container.env[{TRAINING_JOB_ENV}]")
     return problems
 
 

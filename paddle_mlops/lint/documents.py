@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from pipelines.train_step import placed_manifest
+
 
 class LintInputError(Exception):
     """A path or file the linter cannot read; the message says which and why."""
@@ -50,8 +52,15 @@ def workflow_spec(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def resource_manifest(template: dict[str, Any]) -> dict[str, Any] | None:
-    """The object an Argo resource template creates, parsed from its `manifest` string; None when the
-    template is no resource template or its manifest is not one YAML mapping."""
+    """The object an Argo template creates: a resource template's `manifest`, or the training job a train step
+    places (pipelines/train_step.py placed_manifest); None for other templates, or a manifest that is not one YAML
+    mapping."""
+    try:
+        placed = placed_manifest(template)
+    except yaml.YAMLError:
+        return None
+    if placed is not None:
+        return placed
     manifest = (template.get("resource") or {}).get("manifest")
     if not isinstance(manifest, str) or not manifest:
         return None

@@ -71,6 +71,7 @@ def _argo_pods(
         if kind == "resource":
             yield from _resource_template_pods(template, spec, executor, runtimes)
         elif kind is not None:
+            yield from _embedded_pods(template, runtimes)  # a train step's training job
             yield _container_template_pod(template, kind, spec, executor)
 
 
@@ -81,11 +82,7 @@ def _resource_template_pods(
     runtimes: dict[str, Any] | None,
 ) -> Iterator[Pod]:
     label = f"template {template.get('name', '?')}"
-    embedded = resource_manifest(template)
-    if embedded is not None:
-        for pod in pods_of(embedded, runtimes=runtimes):
-            pod.label = f"{label} > {document_name(embedded)} {pod.label}"
-            yield pod
+    yield from _embedded_pods(template, runtimes)
     # The resource template itself runs argoexec as `main` beside `init`; no `wait` (build:
     # needsAuxCtr is false for resource templates unless they save logs as an artifact).
     yield Pod(
@@ -98,6 +95,15 @@ def _resource_template_pods(
         argo_defaults=spec.get("templateDefaults") or {},
         service_account="(executor)",
     )
+
+
+def _embedded_pods(template: dict[str, Any], runtimes: dict[str, Any] | None) -> Iterator[Pod]:
+    """The pods of the object the template creates (a resource template's manifest, a train step's job)."""
+    embedded = resource_manifest(template)
+    if embedded is not None:
+        for pod in pods_of(embedded, runtimes=runtimes):
+            pod.label = f"template {template.get('name', '?')} > {document_name(embedded)} {pod.label}"
+            yield pod
 
 
 def _container_template_pod(

@@ -13,9 +13,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from paddle_mlops_core.contracts import OUTPUTS_DIR
+from pipelines.train_step import placed_manifest
 
 _EXPR = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 _DEP_TOKEN = re.compile(r"[A-Za-z0-9][-A-Za-z0-9]*(?:\.[A-Za-z]+)?")
@@ -249,9 +248,12 @@ def container_command(task: Task) -> list[str]:
     return [*container.get("command", []), *container.get("args", [])]
 
 
-def resource_command(task: Task) -> list[str]:
-    """The command of the first worker container in the resource template's manifest (unrendered)."""
-    manifest = yaml.safe_load(task.template["resource"]["manifest"])
+def job_command(task: Task) -> list[str] | None:
+    """The command of the first worker container of the training job the task's template places (a train step:
+    pipelines/train_step.py), unrendered; None for any other task."""
+    manifest = placed_manifest(task.template)
+    if manifest is None:
+        return None
     spec = manifest.get("spec", {})
     trainer = spec.get("trainer") if manifest.get("kind") == "TrainJob" else None
     if trainer and trainer.get("command"):  # trainer.kubeflow.org: the node container's command

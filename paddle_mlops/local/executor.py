@@ -4,10 +4,10 @@ The DAG orchestrator of the local runner, split as Kubeflow Pipelines splits its
 compiled workflow (dependency order, `when` and `depends`, `--only`/`--from` reusing the previous run, a fan-out's
 branches, the exit handler, the follow-on run), `task_handler.py` runs each task as a process, and `summary.py`
 reads the results (`results.py`) into `last-run.json`. Each task runs its container's command
-(`python -m steps.<name> …`) with parameters and outputs passed the way Argo passes them; the training job's
-resource (a TrainJob, or a legacy PaddleJob) becomes a local `paddle.distributed.launch` with `training.nproc`
-processes (job_launch.py). The first failure stops the run and shows that step's log tail; the exit handler runs
-either way, as `onExit` does on Argo.
+(`python -m steps.<name> …`) with parameters and outputs passed the way Argo passes them; the training job the
+train step places (a TrainJob, or a legacy PaddleJob) becomes a local `paddle.distributed.launch` with
+`training.nproc` processes (job_launch.py). The first failure stops the run and shows that step's log tail; the exit
+handler runs either way, as `onExit` does on Argo.
 
 A `FollowOn` is the workflow the first one starts when it ends well: the `rollout` that the published
 model's bucket notification starts (paddle_mlops/local/notify.py), run the same way, one summary for both.
@@ -28,7 +28,16 @@ from rich.console import Console
 
 from paddle_mlops.local import fanout
 from paddle_mlops.local import summary as run_summary
-from paddle_mlops.local.dag import DagError, Scope, Task, Workflow, depends_met, evaluate_when, load_workflow
+from paddle_mlops.local.dag import (
+    DagError,
+    Scope,
+    Task,
+    Workflow,
+    dag_tasks,
+    depends_met,
+    evaluate_when,
+    load_workflow,
+)
 from paddle_mlops.local.job_launch import PROJECT_ROOT
 from paddle_mlops.local.results import Branch, RunRecord, TaskResult
 from paddle_mlops.local.task_handler import ProcessTaskHandler
@@ -221,11 +230,19 @@ class LocalExecutor:
                 failed = result
         return failed
 
-    def _run_task(self, task: Task, scope: Scope, prefix: str, results: list[TaskResult]) -> TaskResult:
+    def _cluster_only(self, task: Task) -> TaskResult | None:
+        """Skipped, saying why, for a task only a cluster can run (its template's annotation); None otherwise."""
         cluster_only = ((task.template.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_ONLY_ANNOTATION)
-        if cluster_only:  # never run here, so never reused either (--only/--from)
-            result = TaskResult(task.name, "Skipped", reason=f"cluster only: {cluster_only}")
-            self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
+        if not cluster_only:
+            return None
+        result = TaskResult(task.name, "Skipped", reason=f"cluster only: {cluster_only}")
+        self.console.print(f"[yellow]⤼ {task.name} skipped[/] ({result.reason})")
+        return result
+
+    def _run_task(self, task: Task, scope: Scope, prefix: str, results: list[TaskResult]) -> TaskResult:
+        skipped = self._cluster_only(task)
+        if skipped is not None:  # never run here, so never reused either (--only/--from)
+            result = skipped
         elif task.kind == "dag":
             result = self._fan_out(task, scope, prefix, results)
             results.append(result)
@@ -270,7 +287,16 @@ class LocalExecutor:
         scope.status = "Failed" if failed else "Succeeded"
         if not workflow.exit_task:
             return None
-        return self.handler.run(workflow.exit_task, scope, prefix)
+        if workflow.exit_task.kind != "dag":
+            return self.handler.run(workflow.exit_task, scope, prefix)
+        # A DAG of exit tasks (close the MLflow runs; release the training jobs, on a cluster only): each runs,
+        # whatever the others did; the result is the first that failed, else the last that ran.
+        ran: TaskResult | None = None
+        for task in dag_tasks(workflow.exit_task.template, workflow.templates):
+            if self._cluster_only(task) is None:
+                result = self.handler.run(task, scope, prefix)
+                ran = result if ran is None or ran.status != "Failed" else ran
+        return ran
 
     # -- the follow-on run ----------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 The task handler of the local runner (Kubeflow Pipelines' local runner has one per kind of runner; here every task is
 a subprocess): it renders the task's command (`python -m steps.<name> …`) with parameters and output paths passed as
-Argo passes them, turns the training job's resource into a local `paddle.distributed.launch` (job_launch.py), runs it
+Argo passes them, turns the training job a train step places into a local `paddle.distributed.launch` (job_launch.py)
+(the step that would place and watch it on a cluster is not run: locally the job's processes are the step), runs it
 with the run's environment, streams its log, kills it past its deadline, reads its declared outputs and says when the
 step cache served it. It never decides whether a task runs: the orchestrator (executor.py) does.
 """
@@ -20,7 +21,7 @@ from typing import IO
 
 from rich.console import Console
 
-from paddle_mlops.local.dag import CONTAINER_OUTPUTS, Scope, Task, container_command, resource_command, task_inputs
+from paddle_mlops.local.dag import CONTAINER_OUTPUTS, Scope, Task, container_command, job_command, task_inputs
 from paddle_mlops.local.job_launch import PROJECT_ROOT, local_launch
 from paddle_mlops.local.library_lines import library_of
 from paddle_mlops.local.results import TaskResult
@@ -75,11 +76,12 @@ class ProcessTaskHandler:
     def command_for(self, task: Task, scope: Scope, prefix: str = "") -> list[str]:
         """The task's command with its parameters rendered in `scope` and its output paths in its folder."""
         inputs = task_inputs(task, scope)
-        raw = container_command(task) if task.kind == "container" else resource_command(task)
+        job = job_command(task)
+        raw = container_command(task) if job is None else job
         cmd = [self._localise(scope.render(part, inputs), task, prefix) for part in raw]
         if cmd and cmd[0] in ("python", "python3"):
             cmd[0] = sys.executable
-        if task.kind == "resource":
+        if job is not None:  # the training job itself, here as processes: its run is the step's
             cmd = local_launch(cmd, self.cfg.training, self.task_dir(task, prefix) / "paddle-log")
         return cmd
 

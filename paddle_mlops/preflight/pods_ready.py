@@ -44,29 +44,38 @@ def check_kueue_pods_ready(api: KubernetesApi, req: Requirements) -> Iterator[Re
     fix = (f"set {_documented(kc)} in key {kc.CONFIGMAP_KEY} (docs/training.md), remove any "
            f"{kc.DISABLE_PODS_READY_GATE} feature gate, then kubectl -n {namespace} rollout restart "
            f"deployment/{kc.DEPLOYMENT}")  # fmt: skip
-    block = kc.pods_ready(kc.parse(data), _manager_args(deployments))
+    config = kc.parse(data)
+    block = kc.pods_ready(config, _manager_args(deployments))
     if block is None:
         yield Result(CHECK, subject, FINDING, "waitForPodsReady is off: a TrainJob whose pods never all start (an "
                      "image that cannot be pulled, a rendezvous that never happens) holds its GPU quota until its "
                      "deadline", fix)  # fmt: skip
         return
-    yield from _judge(kc, subject, block, fix)
+    yield from _judge(kc, subject, block, fix, kc.deactivated_retention(config))
 
 
-def _judge(kc: Any, subject: str, block: dict[str, Any], fix: str) -> Iterator[Result]:
+def _judge(kc: Any, subject: str, block: dict[str, Any], fix: str, retention: Any) -> Iterator[Result]:
     timeout = kc.seconds(block["timeout"])
     if timeout is None or timeout < kc.MIN_TIMEOUT_SECONDS:
         yield Result(CHECK, subject, FINDING, f"waitForPodsReady.timeout {block['timeout']} is shorter than an image "
                      f"pull and the rendezvous ({kc.MIN_TIMEOUT_SECONDS // 60}m): Kueue would evict runs that are "
                      "only starting", fix)  # fmt: skip
         return
+    short = retention is not None and (kc.seconds(retention) or 0) < kc.DEACTIVATED_RETENTION_SECONDS
     if block["requeuingStrategy"].get("backoffLimitCount") is None:
         yield Result(CHECK, subject, WARNING, "waitForPodsReady.requeuingStrategy.backoffLimitCount is unset: a "
-                     "TrainJob whose pods can never start is evicted and requeued forever", fix)  # fmt: skip
+                     "TrainJob whose pods can never start is evicted and requeued forever, and its train step waits "
+                     "out its whole deadline", fix)  # fmt: skip
+    elif short:
+        yield Result(CHECK, subject, WARNING, f"objectRetentionPolicies.workloads.afterDeactivatedByKueue {retention} "
+                     "deletes a deactivated TrainJob before its train step may have read why: the step then reports "
+                     "only that the job was deleted",
+                     f"unset it, or make it at least {kc.DEACTIVATED_RETENTION_SECONDS // 60}m")  # fmt: skip
     elif kc.seconds(block["recoveryTimeout"]) == 0:
         yield Result(CHECK, subject, WARNING, "waitForPodsReady.recoveryTimeout is 0s: a gang broken mid-run keeps "
                      "its quota however long it takes to come back", fix)  # fmt: skip
     else:
         limit = block["requeuingStrategy"]["backoffLimitCount"]
+        kept = f", afterDeactivatedByKueue {retention}" if retention is not None else ""
         yield Result(CHECK, subject, OK, f"waitForPodsReady: timeout {block['timeout']}, recoveryTimeout "
-                     f"{block['recoveryTimeout']}, backoffLimitCount {limit}")  # fmt: skip
+                     f"{block['recoveryTimeout']}, backoffLimitCount {limit}{kept}")  # fmt: skip

@@ -47,7 +47,12 @@ class JobConfig(Strict):
         wait = self.queue_timeout_seconds if backend == "trainjob" else self.schedule_timeout_seconds
         return wait + self.active_deadline_seconds
 
-    ttl_seconds_after_finished: int = Field(3600, ge=0)
+    ttl_seconds_after_finished: int = Field(
+        3600,
+        ge=0,
+        description="legacy backends: the PaddleJob's runPolicy TTL (a TrainJob's JobSet has none: trainer "
+        "v2.3.0 recreates the JobSet of a failed TrainJob once it is gone, see pipelines/trainjob.py)",
+    )
     queue: str = Field("default", description="Volcano queue of the PaddleJob schedulingPolicy (legacy backends)")
     clean_pod_policy: Literal["None", "Running", "All"] = Field("Running", description="legacy backends")
     paddle_operator_init_container: bool = Field(

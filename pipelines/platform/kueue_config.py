@@ -17,7 +17,13 @@ preflight` reads it and says what to add:
   limit) unless the DisableWaitForPodsReady feature gate is set; a v1beta1 configuration has it only with
   `enable: true` (apis/config/v1beta1/configuration_conversion.go). pkg/controller/jobframework/reconciler.go
   evicts by suspending the same job (stopJob) and re-admits it by unsuspending it (startJob): the TrainJob keeps its
-  name, its pods start again and resume from the run's checkpoints.
+  name, its pods start again and resume from the run's checkpoints;
+- `objectRetentionPolicies.workloads.afterDeactivatedByKueue` (apis/config/v1beta2/configuration_types.go; unset by
+  default): that long after Kueue deactivated a Workload, jobframework/reconciler.go
+  handleWorkloadAfterDeactivatedPolicy deletes its job, the TrainJob. The train step fails as soon as it reads the
+  deactivation (with Kueue's reason, steps/runtime/cluster/job_state.py deactivated); a retention shorter than its
+  reads leaves it only a TrainJob that is gone, without the reason, so it must be unset or at least
+  DEACTIVATED_RETENTION_SECONDS.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ WAIT_FOR_PODS_READY: dict[str, Any] = {
     "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 5, "backoffBaseSeconds": 60,
                           "backoffMaxSeconds": 3600},
 }  # fmt: skip
+# The longest a deactivation can go unread by the train step: its poll, the backoff between two attempts (capped at
+# 2 minutes: pipelines/train_step.py BACKOFF_CAP_SECONDS) and a pod's start, with room to spare.
+DEACTIVATED_RETENTION_SECONDS = 300
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
 
 
@@ -109,3 +118,9 @@ def pods_ready(config: dict[str, Any], manager_args: list[str]) -> dict[str, Any
     block.setdefault("recoveryTimeout", block["timeout"])
     block["requeuingStrategy"] = dict(block.get("requeuingStrategy") or {})
     return block
+
+
+def deactivated_retention(config: dict[str, Any]) -> Any:
+    """`objectRetentionPolicies.workloads.afterDeactivatedByKueue` as configured (None: unset, jobs are kept)."""
+    policies = config.get("objectRetentionPolicies") or {}
+    return (policies.get("workloads") or {}).get("afterDeactivatedByKueue")

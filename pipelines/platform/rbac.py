@@ -3,8 +3,9 @@ role's code calls (tests/test_upstream_rbac.py lists each call and the upstream 
 No ClusterRoles: nothing below calls a cluster-scoped API.
 
 - workflow executor (`cluster.service_account`): Argo >= 3.4's executor reports outputs through
-  `workflowtaskresults` (create, patch); the `train` resource template creates its TrainJob (or PaddleJob), then
-  polls it (get) for the success/failure condition; its exit hook deletes the run's jobs by label.
+  `workflowtaskresults` (create, patch); the `train` step creates its TrainJob (or PaddleJob) or re-attaches to it
+  and polls it and its Kueue Workload, reads its Workflow on SIGTERM, and deletes the job on a person's stop; the
+  exit handler releases the run's jobs by label.
 - training (`paddle-mlops-train`): no API access at all; its token is not even mounted.
 - rollout (`paddle-mlops-rollout`): the rollout step's KServe calls (get/create/replace/delete of
   InferenceServices, get of a RawDeployment predictor's Deployment) plus the executor's task results, since the
@@ -58,16 +59,28 @@ def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
     resource, group = training_job(cfg).resource.split(".", 1)
     return [
         TASK_RESULTS,
-        # `train`: `kubectl create -f`, then GET polls for the success/failure condition
-        # (argo-workflows workflow/executor/resource.go). `delete-train-jobs` (the train task's exit
-        # hook): `kubectl delete --selector … --wait=false` lists the workflow's jobs, deletes each.
+        # `train` (steps/runtime/cluster/train_job.py): create the job; get it when it exists, and every poll; list
+        # the run's jobs by label (another live trainer of the run); delete it on a person's stop, past its deadline,
+        # or a failed one before creating it again. `release-train-jobs` (the exit handler): list by label, delete.
         {"apiGroups": [group], "resources": [resource], "verbs": ["create", "get", "list", "delete"]},
+        # `train` reads the Workflow it runs in on SIGTERM: spec.shutdown (a person's stop) and the deadline tell a
+        # stop from an eviction (steps/runtime/cluster/workflow_stop.py); so does the exit handler.
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get"]},
+        *_kueue_rules(cfg),
         *_prepull_rules(cfg),
-        # setOwnerReference adds a controller reference with blockOwnerDeletion, which clusters running
-        # the OwnerReferencesPermissionEnforcement admission plugin (OpenShift does) allow only to
-        # whoever may update the owner's finalizers (kubernetes plugin/pkg/admission/gc/gc_admission.go).
+        # The training job's ownerReference to the Workflow has blockOwnerDeletion, which clusters running the
+        # OwnerReferencesPermissionEnforcement admission plugin (OpenShift does) allow only to whoever may update the
+        # owner's finalizers (kubernetes plugin/pkg/admission/gc/gc_admission.go).
         {"apiGroups": ["argoproj.io"], "resources": ["workflows/finalizers"], "verbs": ["update"]},
     ]
+
+
+def _kueue_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    # `train` lists its TrainJob's Workload (label kueue.x-k8s.io/job-uid) for Kueue's deactivation
+    # (steps/runtime/cluster/job_state.py deactivated). Only the TrainJob backend is admitted by Kueue.
+    if cfg.training.backend != "trainjob":
+        return []
+    return [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]}]
 
 
 def _prepull_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:

@@ -95,14 +95,34 @@ def _what_changed(cache: StepCache, key: Key) -> str:
     return f" (changed since run {latest.run}: {', '.join(changed) or 'nothing recorded'})"
 
 
-def record_key_file(root: str, ws: str, sources: Mapping[str, Path], endpoint_url: str | None = None) -> None:
-    """Record `sources` under the key another step computed and left in workspace `ws` (`contracts.TRAIN_KEY_FILE`:
-    train-cache's key for the training job, which cannot compute it: on the cluster its code is its own image)."""
+def _key_file(ws: str, endpoint_url: str | None) -> Key | None:
+    """The train step's key that train-cache left in workspace `ws` (`contracts.TRAIN_KEY_FILE`); None when there is
+    none or it is inconsistent."""
     found = workspace.read_json(workspace.join(ws, TRAIN_KEY_FILE), endpoint_url)
-    if not root or not isinstance(found, dict):
-        return
+    if not isinstance(found, dict):
+        return None
     key = Key(TRAIN_STEP, found.get("parts") or {})
     if key.digest != found.get("digest"):
         log.warning("%s does not hold a consistent key; the trained model is not cached", TRAIN_KEY_FILE)
-        return
-    StepCache(root, endpoint_url).record(key, sources, {}, workflow_run_name())
+        return None
+    return key
+
+
+def record_key_file(root: str, ws: str, sources: Mapping[str, Path], endpoint_url: str | None = None) -> None:
+    """Record `sources` under the key another step computed and left in workspace `ws` (`contracts.TRAIN_KEY_FILE`:
+    train-cache's key for the training job, which cannot compute it: on the cluster its code is its own image)."""
+    key = _key_file(ws, endpoint_url) if root else None
+    if key is not None:
+        StepCache(root, endpoint_url).record(key, sources, {}, workflow_run_name())
+
+
+def restore_key_file(
+    root: str, rerun: str, ws: str, targets: Mapping[str, str], endpoint_url: str | None = None
+) -> dict[str, str] | None:
+    """Look up the key train-cache left in `ws` again and restore a hit into `targets`, as train-cache does: the
+    train step asks once it may train (another run of the same inputs may have recorded the model meanwhile)."""
+    key = _key_file(ws, endpoint_url) if root and not forced(TRAIN_STEP, rerun) else None
+    if key is None:
+        return None
+    cache = StepCache(root, endpoint_url)
+    return Reuse(key, cache, cache.lookup(key)).restore(targets)

@@ -15,6 +15,7 @@ from typing import Any
 from paddle_mlops_core.config.models import PipelineConfig
 from paddle_mlops_core.config.regions import RegionConfig
 from steps.runtime import runner
+from steps.runtime.cluster.objects import in_cluster_api
 from steps.runtime.release import inference_service as isvc
 from steps.runtime.release import raw_deployment
 from steps.runtime.release.health import watch_canary
@@ -306,13 +307,8 @@ class KServeRollout:
 
 
 def kubernetes_api() -> Any:
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.CustomObjectsApi()
+    """CustomObjectsApi with the pod's service account (steps/runtime/cluster/objects.py in_cluster_api)."""
+    return in_cluster_api()
 
 
 def kubernetes_apps_api() -> Any:
