@@ -24,6 +24,7 @@ GROUP_COMPONENT = {
     "kyverno.io": "kyverno",
     "monitoring.coreos.com": "prometheus-operator",
     "trainer.kubeflow.org": "kubeflow-trainer",
+    "jobset.x-k8s.io": "jobset",
     "kueue.x-k8s.io": "kueue",
     "kubeflow.org": "training-operator",
     "batch.paddlepaddle.org": "paddle-operator",
@@ -165,7 +166,7 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
         for doc in _embedded(outer):
             _collect(req, cfg, file, doc, outer_ns)
     components = ["argo-workflows", *sorted({c.component for c in req.crds.values()} - {"argo-workflows"})]
-    if "kubeflow-trainer" in components:
+    if "kubeflow-trainer" in components and "jobset" not in components:
         components.append("jobset")  # Trainer v2 runs every TrainJob as a JobSet
     if cfg.serving.deployment_mode == "Serverless" and "kserve" in components:
         components.append("knative-serving")  # KServe's Serverless mode runs on Knative revisions

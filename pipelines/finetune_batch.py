@@ -85,7 +85,6 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         warm = training_canary.applies(cfg)  # the TrainJob backend: pre-pulls, and a new image's canary
         if warm:
             prepull_image = resource_templates.prepull_image(cfg)
-            release_prepull = resource_templates.release_prepull(cfg)
             canary_tasks = training_canary.tasks(cfg, batch=True)
         templates.exit_handler(cfg, trains=True)
         # Not fail-fast: a failed branch neither stops the others nor the summary (dag.go assessDAGPhase judges
@@ -115,11 +114,4 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                     prepull_image, name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True)
                 )
                 t_allowed >> t_warm
-                dag_task(
-                    release_prepull,
-                    name="release-prepull",
-                    # finetune.Omitted: the build or the canary failed, so no branch ran (the first region's
-                    # DaemonSet may be there all the same)
-                    depends=f"{ENDED} || {FAN_OUT}.Omitted || prepull-image.Failed || {training_canary.PREPULL}.Failed",
-                )
     return wt

@@ -15,8 +15,8 @@ from typing import Any
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import PART_OF
 from pipelines import k8s
-from pipelines.job_spec import TrainingJobSpec, job_metadata
-from pipelines.labels import TRAIN_POD_LABELS
+from pipelines.job_spec import TRAIN_RUN, TrainingJobSpec, job_metadata
+from pipelines.labels import TRAIN_POD_LABELS, TRAIN_RUN_LABEL
 from pipelines.run_scope import WORKFLOW, RunScope
 from pipelines.service_accounts import TRAIN_SERVICE_ACCOUNT
 from pipelines.train_node import MASTER_PORT, job_resources, node_env, train_image, train_script_args
@@ -95,8 +95,9 @@ def pod_template(
     if gpus > 0:
         spec["tolerations"] = k8s.as_k8s(k8s.gpu_tolerations(region))
         spec["nodeSelector"] = k8s.gpu_node_selector(region)
-    # The component label is what the training NetworkPolicy selects on.
-    return {"metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS}}, "spec": spec}
+    # The component label is what the training NetworkPolicy selects on; the training run, what a train step waits on
+    # before it starts another trainer of the run (steps/runtime/cluster/train_job.py).
+    return {"metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS, TRAIN_RUN_LABEL: TRAIN_RUN}}, "spec": spec}
 
 
 def kubeflow_job(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> TrainingJobSpec:

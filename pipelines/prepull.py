@@ -6,9 +6,10 @@ pushed the training image, `prepull-image` creates a DaemonSet on the GPU nodes 
 the run may be admitted in (the same allowed regions as the TrainJob's node affinity), whose init
 container is that image by digest: the kubelet pulls it on each node. The pod then idles in the
 same image (already there: no second pull), with bounded, tiny resources and restricted security.
-`release-prepull` deletes the DaemonSet by the workflow's label once training has ended, however it
-ended (the DAG does not fail fast, so it still runs after a failed train); the owner reference to
-the Workflow removes it with the Workflow in any case. Nothing to do on a laptop: the local
+`release-prepull`, in the workflow's exit handler, deletes the DaemonSet by the workflow's label however the run
+ended (not in the main DAG after `train`: a task that ran after a failed train would keep `argo retry` from running it
+again, pipelines/templates.py exit_handler); the owner reference to the Workflow removes it with the Workflow in
+any case. Nothing to do on a laptop: the local
 executor skips both (`CLUSTER_ONLY`).
 """
 

@@ -11,12 +11,12 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hera.workflows import DAG, Container, Parameter, SecretVolume, Step, Task, WorkflowTemplate
+from hera.workflows import DAG, Container, Parameter, Resource, SecretVolume, Step, Task, WorkflowTemplate
 from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CACHE_LOOKUP_SUFFIX, image_repository
-from pipelines import k8s, train_step
+from pipelines import k8s, resource_templates, train_step
 from pipelines.dag_task import dag_task
 from pipelines.platform import buildkit
 from pipelines.run_scope import RUN_ID, WORKFLOW, RunScope
@@ -225,14 +225,23 @@ def close_runs(cfg: PipelineConfig, name: str = "exit-handler") -> Container:
 
 
 def exit_handler(cfg: PipelineConfig, trains: bool = False) -> Container | DAG:
-    """The workflow's `exit-handler`: close its MLflow runs; in a workflow that `trains`, also release its training
-    jobs after `argo stop` or its deadline (pipelines/train_step.py release_train_jobs), beside it."""
+    """The workflow's `exit-handler`: close its MLflow runs; in a workflow that `trains`, beside it, release its
+    training jobs after `argo stop` or its deadline (pipelines/train_step.py release_train_jobs) and delete its
+    pre-pull DaemonSets (TrainJob backend, pipelines/prepull.py).
+
+    The DaemonSets go here, not in the main DAG after `train`: a task that runs after a failed train becomes a child
+    of the train node's last attempt (argo-workflows v4.1.2 workflow/controller/dag.go connectDependencies,
+    operator.go getOutboundNodes), and a succeeded descendant keeps `argo retry` from resetting the failed train
+    (workflow/util/util.go FormulateRetryWorkflow, isDescendantNodeSucceeded); `argo retry` drops and runs the
+    workflow's onExit nodes again."""
     if not trains:
         return close_runs(cfg)
-    close, release = close_runs(cfg, "close-runs"), train_step.release_train_jobs(cfg)
+    steps: list[Container | Resource] = [close_runs(cfg, "close-runs"), train_step.release_train_jobs(cfg)]
+    if cfg.training.backend == "trainjob":
+        steps.append(resource_templates.release_prepull(cfg))
     with DAG(name="exit-handler") as handler:
-        dag_task(close, name=close.name)
-        dag_task(release, name=release.name)
+        for step in steps:
+            dag_task(step, name=step.name)
     return handler
 
 

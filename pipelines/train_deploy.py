@@ -55,14 +55,13 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         warm = cfg.training.backend == "trainjob"
         if warm:
             prepull_image = resource_templates.prepull_image(cfg)
-            release_prepull = resource_templates.release_prepull(cfg)
             canary_tasks = training_canary.tasks(cfg)
         evaluate = templates.evaluate(cfg)
         upload = templates.upload(cfg)
         templates.exit_handler(cfg, trains=True)
 
-        # Not fail-fast: release-prepull still runs after a failed train (nothing else can: the chain
-        # after train depends on its success).
+        # Not fail-fast: a failed step stops only what depends on it; the other branches (the training-image check,
+        # the pre-pull) finish as they would.
         with DAG(name="main", fail_fast=False if warm else None):
             t_build = dag_task(build_image, name="build-image")
             # Every later task records the commit build-image built, never the submitted value.
@@ -82,12 +81,6 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                     prepull_image, name="prepull-image", arguments=digest, continue_on=m.ContinueOn(failed=True)
                 )
                 t_allowed >> t_warm
-                release_prepull(
-                    name="release-prepull",
-                    # train.Skipped: the step cache held the model, so no training job ever started
-                    depends="train.Succeeded || train.Failed || train.Errored || train.Omitted || train.Skipped "
-                    f"|| prepull-image.Failed || {training_canary.PREPULL}.Failed",
-                )
         by_name = {task.name: task for task in tasks}
         for task, output in RESULTS.values():
             by_name[task].get_parameter(output)

@@ -90,6 +90,8 @@ def train_job_step(
         "--workspace", scope.workspace,
         "--namespace", "{{workflow.namespace}}",
         "--workflow-name", "{{workflow.name}}",
+        # the step releases the job before Argo ends it for good (steps/train_job.py attempt_end)
+        "--attempt-deadline-seconds", str(deadline + DEADLINE_MARGIN_SECONDS),
         *(CACHE_ARGS if run_mutex else []),
     ]  # fmt: skip
     if run_mutex:

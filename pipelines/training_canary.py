@@ -139,6 +139,7 @@ def canary_trainjob(cfg: PipelineConfig) -> dict[str, Any]:
         trainer["env"].append({"name": "MLFLOW_TRACKING_URI", "value": CANARY_TRACKING_URI})
     (patch,) = manifest["spec"]["runtimePatches"]
     job = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    del job["template"]["spec"]["template"]["metadata"]["labels"][TRAIN_RUN_LABEL]
     terms = job["template"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     terms = terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     terms[0]["matchExpressions"][0]["values"] = [canary_region(cfg).name]

@@ -26,9 +26,9 @@ from typing import Any
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import PART_OF, REGION_ENV
 from pipelines import k8s, restart_policy
-from pipelines.job_spec import TrainingJobSpec, job_metadata
+from pipelines.job_spec import TRAIN_RUN, TrainingJobSpec, job_metadata
 from pipelines.kueue_names import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
-from pipelines.labels import TRAIN_POD_LABELS
+from pipelines.labels import TRAIN_POD_LABELS, TRAIN_RUN_LABEL
 from pipelines.run_scope import WORKFLOW, RunScope
 from pipelines.service_accounts import TRAIN_SERVICE_ACCOUNT
 from pipelines.train_node import MASTER_PORT, job_resources, node_env, train_image, train_script_args
@@ -170,7 +170,9 @@ def cluster_training_runtime(cfg: PipelineConfig, region: str | None = None) -> 
 
 def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
     regions = [r.name for r in k8s.training_regions(cfg)]
-    pod_meta: dict[str, Any] = {}
+    # The pods carry the training run, so that a train step waits for an earlier trainer's pods of the run to be gone
+    # (their grace period, their stop checkpoint) before it starts one (steps/runtime/cluster/train_job.py).
+    pod_meta: dict[str, Any] = {"labels": {TRAIN_RUN_LABEL: TRAIN_RUN}}
     topology = cfg.training.placement.topology
     if topology != "none" and cfg.cluster.topology_levels:
         pod_meta["annotations"] = {TOPOLOGY_ANNOTATIONS[topology]: cfg.training.placement.topology_level}
@@ -188,8 +190,7 @@ def _placement_patch(cfg: PipelineConfig) -> dict[str, Any]:
     if pretrained:  # the run's weights volume, read-only (patches may add volumes and mounts, not env)
         pod_template["spec"]["volumes"] = [pretrained[0]]
         pod_template["spec"]["containers"] = [{"name": NODE, "volumeMounts": [pretrained[1]]}]
-    if pod_meta:
-        pod_template["metadata"] = pod_meta
+    pod_template["metadata"] = pod_meta
     return {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {

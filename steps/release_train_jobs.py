@@ -36,7 +36,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace, api: Any = None) -> None:
     objects = Objects(api if api is not None else in_cluster_api(), args.namespace)
     kind = Kind.of({"apiVersion": args.job_api, "kind": args.job_kind})
     reason = stop_reason(objects.get(WORKFLOW, args.workflow_name))
-    jobs = objects.list(kind, f"{WORKFLOW_LABEL}={args.workflow_name}")
+    jobs = objects.select(kind, f"{WORKFLOW_LABEL}={args.workflow_name}")
     if not jobs:
         print(f"workflow {args.workflow_name}: no {kind.kind} left")
     for job in jobs:
@@ -46,7 +46,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace, api: Any = None) -> None:
         elif state.finished:
             print(f"{kind.kind} {name}: {state.describe()}; kept (its logs; `argo retry` replaces a failed one)")
         elif reason:
-            objects.delete(kind, name, foreground=False)
+            objects.delete(kind, name)
             print(f"{kind.kind} {name}: {state.phase}; deleted, {reason}")
         else:
             print(f"{kind.kind} {name}: {state.phase}; left to go on: `argo retry {args.workflow_name}` re-attaches "

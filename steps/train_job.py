@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,15 @@ from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import TRAINING_JOB_ENV
 from steps.runtime import runner
 from steps.runtime.caching import reuse
-from steps.runtime.cluster.objects import Objects, in_cluster_api
+from steps.runtime.cluster.objects import Objects, core_api, in_cluster_api
 from steps.runtime.cluster.train_job import StopSignal, TrainJobs
-from steps.runtime.runner import StepError
+from steps.runtime.cluster.workflow_stop import parse_time
+from steps.runtime.runner import StepError, StepFailed, StepStopped
 from steps.runtime.storage import workspace
 
 log = logging.getLogger("steps.train_job")
+# argo-workflows v4.1.2 workflow/common/common.go EnvVarDeadline: set in every container of a workflow pod.
+ARGO_DEADLINE_ENV = "ARGO_DEADLINE"
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +45,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", required=True, help="the workflow's namespace, where the job is created")
     parser.add_argument("--workflow-name", required=True, help="the workflow: a stop of it deletes the job")
     parser.add_argument("--poll-seconds", type=float, default=10.0, help="how often the job's status is read")
+    parser.add_argument(
+        "--attempt-deadline-seconds", type=float, default=0,
+        help="the template's activeDeadlineSeconds: the step releases the job before Argo ends it (0: no limit)",
+    )  # fmt: skip
     runner.add_cache_args(parser)
 
 
@@ -59,9 +66,28 @@ def manifest_from_env() -> dict[str, Any]:
 
 def _reused(cfg: PipelineConfig, args: argparse.Namespace) -> bool:
     """The model of this run's key is in the step cache (recorded by another run): restored into the workspace."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     target = {"model": workspace.join(args.workspace, "model")}
-    restored = reuse.restore_key_file(args.step_cache, args.rerun, args.workspace, target, cfg.storage.endpoint_url)
+    try:
+        restored = reuse.restore_key_file(args.step_cache, args.rerun, args.workspace, target, cfg.storage.endpoint_url)
+    except (BotoCoreError, ClientError, OSError) as exc:  # the store, not this step: retried
+        raise StepFailed(f"the step cache or workspace at {args.workspace} could not be read: {exc}") from None
     return restored is not None
+
+
+def attempt_end(args: argparse.Namespace, now: datetime) -> datetime | None:
+    """When Argo ends this attempt for good: the template's activeDeadlineSeconds from now, or `$ARGO_DEADLINE` (the
+    retries' maxDuration or the workflow's deadline, argo-workflows v4.1.2 workflow/controller/workflowpod.go
+    getDeadline; the zero time when there is none), whichever comes first; None when neither is set."""
+    ends = [now + timedelta(seconds=args.attempt_deadline_seconds)] if args.attempt_deadline_seconds else []
+    given = os.environ.get(ARGO_DEADLINE_ENV, "")
+    if given and not given.startswith("0001-"):
+        try:
+            ends.append(parse_time(given))
+        except ValueError:
+            log.warning("$%s %r is not a time; ignored", ARGO_DEADLINE_ENV, given)
+    return min(ends) if ends else None
 
 
 def run(
@@ -72,26 +98,41 @@ def run(
     now: Callable[[], datetime] | None = None,
     sleep: Callable[[float], None] | None = None,
 ) -> None:
-    """`api`, `stop`, `now`, `sleep`: the API client, SIGTERM and the clock (tests pass stand-ins)."""
+    """`api`, `stop`, `now`, `sleep`: the API client (custom objects and pods), SIGTERM and the clock (tests pass
+    stand-ins)."""
     manifest = manifest_from_env()
-    objects = Objects(api if api is not None else in_cluster_api(), args.namespace)
+    custom = api if api is not None else in_cluster_api()
+    objects = Objects(custom, args.namespace, api if api is not None else core_api())
     budget = cfg.training.job.step_deadline_seconds(cfg.training.backend)
-    jobs = TrainJobs(objects, manifest, budget, args.poll_seconds, now=now, sleep=sleep)
+    clock = now or (lambda: datetime.now(UTC))
+    jobs = TrainJobs(objects, manifest, budget, args.poll_seconds, now=clock, sleep=sleep,
+                     ends=attempt_end(args, clock()))  # fmt: skip
     stop = stop or StopSignal()
     with stop.installed():
-        if _reused(cfg, args):
-            jobs.supersede()
-            log.info("the model of this training run is in the step cache: restored, nothing trained")
-            return
-        placed = jobs.place()
-        log.info("%s %s: %s", jobs.kind.kind, placed.name, placed.how)
-        jobs.watch(placed, stop, args.workflow_name)
-        if placed.how == "adopted" and not _reused(cfg, args):
-            raise StepError(
-                f"{jobs.kind.kind} {placed.name}, another workflow's trainer of this run, ended without a model under "
-                "this run's key in the step cache (another configuration with the same run-id?): `argo retry` trains "
-                "this one"
-            )
+        try:
+            _place_and_watch(cfg, args, jobs, stop)
+        except (StepError, StepFailed, StepStopped):
+            raise
+        except Exception as exc:  # a defect of this step, not the environment: a retry would fail the same way
+            log.exception("the train step failed unexpectedly")
+            raise StepError(f"unexpected {type(exc).__name__}: {exc} (not retried; the job, if any, is left as it "
+                            "is: `argo retry` re-attaches)") from exc  # fmt: skip
+
+
+def _place_and_watch(cfg: PipelineConfig, args: argparse.Namespace, jobs: TrainJobs, stop: StopSignal) -> None:
+    if _reused(cfg, args):
+        jobs.supersede()
+        log.info("the model of this training run is in the step cache: restored, nothing trained")
+        return
+    placed = jobs.place()
+    log.info("%s %s: %s", jobs.kind.kind, placed.name, placed.how)
+    jobs.watch(placed, stop, args.workflow_name)
+    if placed.how == "adopted" and not _reused(cfg, args):
+        raise StepError(
+            f"{jobs.kind.kind} {placed.name}, another workflow's trainer of this run, ended without a model under "
+            "this run's key in the step cache (another configuration with the same run-id?): `argo retry` trains "
+            "this one"
+        )
 
 
 STEP = runner.Step("train-job", __doc__, run, _arguments)

@@ -41,6 +41,7 @@ EXPECTED_CRDS = {
     "inferenceservices.serving.kserve.io": ("serving.kserve.io", "InferenceService", ["v1beta1"]),
     "trainjobs.trainer.kubeflow.org": ("trainer.kubeflow.org", "TrainJob", ["v1alpha1"]),
     "clustertrainingruntimes.trainer.kubeflow.org": ("trainer.kubeflow.org", "ClusterTrainingRuntime", ["v1alpha1"]),
+    "jobsets.jobset.x-k8s.io": ("jobset.x-k8s.io", "JobSet", ["v1alpha2"]),
     **{
         f"{plural}.kueue.x-k8s.io": ("kueue.x-k8s.io", kind, ["v1beta2", "v1beta1"])
         for plural, kind in (

@@ -92,9 +92,9 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     # installed project (build-image's digest `local`), allowed as it is: no canary (pipelines/training_canary.py).
     skipped = [s for s in summary["steps"] if s["status"] == "Skipped"]
     canary = ["prepull-canary", "train-canary", "allow-training-image"]
-    assert [s["name"] for s in skipped] == [*canary, "prepull-image", "release-prepull"]
+    assert [s["name"] for s in skipped] == [*canary, "prepull-image"]
     cluster_only = [s for s in skipped if s["reason"].startswith("cluster only: ")]
-    assert [s["name"] for s in cluster_only] == ["prepull-canary", "prepull-image", "release-prepull"]
+    assert [s["name"] for s in cluster_only] == ["prepull-canary", "prepull-image"]
     assert all(s["reason"] == "when: true == false" for s in skipped if s not in cluster_only)
     names = [s["name"] for s in summary["steps"] if s not in skipped]
     # train-deploy ends at upload; the published manifest's notification starts the rollout workflow.
@@ -238,11 +238,7 @@ def test_bad_data_fails_the_run_and_registers_nothing(tmp_path: Path) -> None:
     # build-image) still does, as on Argo, and the cluster-only pre-pull tasks are listed as skipped, as always here.
     ran = [s["name"] for s in summary["steps"] if s["status"] != "Skipped"]
     assert ran == ["build-image", "prepare-data", "training-image"]
-    assert {s["name"] for s in summary["steps"] if s["status"] == "Skipped"} <= {
-        "prepull-canary",
-        "prepull-image",
-        "release-prepull",
-    }
+    assert {s["name"] for s in summary["steps"] if s["status"] == "Skipped"} <= {"prepull-canary", "prepull-image"}
     assert summary["model_version"] is None and summary["serving_url"] is None
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}")
     assert client.search_registered_models() == []

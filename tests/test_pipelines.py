@@ -79,23 +79,21 @@ ARGO_TASK_RESULTS = ("Succeeded", "Failed", "Errored", "Skipped", "Omitted", "Da
 
 
 def test_the_image_is_prepulled_beside_prepare_data_and_released_however_training_ends(doc: dict) -> None:
-    """Argo semantics: pkg/apis/workflow/v1alpha1/workflow_types.go DAGTemplate.FailFast (default true: no
-    new task is scheduled once one failed, which would strand the DaemonSet after a failed train);
-    workflow/controller/dag.go evaluates `depends` over the task results of ancestry.go."""
+    """The pre-pull DaemonSets go in the exit handler, which runs however the workflow ends (and again on `argo
+    retry`): a main-DAG task after a failed train would be a child of its last attempt (dag.go
+    connectDependencies, operator.go getOutboundNodes) and, succeeding, keep `argo retry` from resetting it
+    (util.go FormulateRetryWorkflow isDescendantNodeSucceeded; tests/test_upstream_argo_train.py)."""
     tasks = _tasks(doc)
-    for term in tasks["release-prepull"]["depends"].split("||"):
-        name, _, result = term.strip().partition(".")
-        assert name in tasks and result in ARGO_TASK_RESULTS, term
+    assert "release-prepull" not in tasks
+    exit_tasks = {t["name"]: t for t in _templates(doc)["exit-handler"]["dag"]["tasks"]}
+    assert exit_tasks["release-prepull"]["template"] == "release-prepull"
     # Every region pulls once the image is allowed (right away when it was before; after its canary otherwise).
     assert tasks["prepull-image"]["depends"] == "allow-training-image" and tasks["prepull-image"]["continueOn"] == {
         "failed": True
     }  # a failed pre-pull only costs the cold pull it was to save
-    release = tasks["release-prepull"]["depends"]
-    assert all(f"train.{outcome}" in release for outcome in ("Succeeded", "Failed", "Errored", "Omitted"))
-    (main,) = [t for t in doc["spec"]["templates"] if t["name"] == "main"]
-    assert main["dag"]["failFast"] is False  # else a failed train would stop release-prepull being scheduled
     legacy = train_deploy.build(_cfg("training.backend=kubeflow-paddlejob")).to_dict()
     assert "prepull-image" not in _tasks(legacy)
+    assert "release-prepull" not in {t["name"] for t in _templates(legacy)["exit-handler"]["dag"]["tasks"]}
 
 
 def test_dag_order_reads_depends_expressions_and_rejects_cycles(doc: dict) -> None:
@@ -155,7 +153,7 @@ def test_exit_handler_closes_the_run_and_releases_the_training_jobs(doc: dict) -
     assert doc["spec"]["onExit"] == "exit-handler"
     templates = _templates(doc)
     tasks = {t["name"]: t["template"] for t in templates["exit-handler"]["dag"]["tasks"]}
-    assert tasks == {"close-runs": "close-runs", "release-train-jobs": "release-train-jobs"}
+    assert tasks == {n: n for n in ("close-runs", "release-train-jobs", "release-prepull")}
     close = templates["close-runs"]["container"]
     assert close["command"] == ["python", "-m", "steps.close_run"]
     assert "{{workflow.status}}" in close["args"]

@@ -195,12 +195,14 @@ def test_executor_may_report_results_and_run_the_trainjob_only(cfg, files):
     rules = _rules(files, cfg.cluster.service_account)
     assert {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]} in rules
     groups = {g for r in rules for g in r["apiGroups"]}
-    # apps: the pre-pull DaemonSet; kueue: the train step reads its TrainJob's Workload (deactivation).
-    assert groups == {"argoproj.io", "trainer.kubeflow.org", "apps", "kueue.x-k8s.io"}
+    # apps: the pre-pull DaemonSet; kueue: the train step reads its TrainJob's Workload (deactivation); core (""): it
+    # waits for an earlier trainer's pods; jobset: for the JobSet of its TrainJob's name to be gone.
+    assert groups == {"argoproj.io", "trainer.kubeflow.org", "apps", "kueue.x-k8s.io", "", "jobset.x-k8s.io"}
     (job,) = [r for r in rules if r["resources"] == ["trainjobs"]]
-    # create, GET polls, list by label, delete (a failed job replaced, a person's stop; tests/test_upstream_rbac.py).
-    assert set(job["verbs"]) == {"create", "get", "list", "delete"}
+    # create, GET polls, list by label, patch (owning an adopted job), delete (tests/test_upstream_rbac.py).
+    assert set(job["verbs"]) == {"create", "get", "list", "patch", "delete"}
     assert {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]} in rules
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]} in rules
 
 
 def test_executor_follows_the_configured_operator():
@@ -208,7 +210,7 @@ def test_executor_follows_the_configured_operator():
         overrides=["training.backend=paddle-operator", "training.job.paddle_operator_init_container=false"]
     )
     groups = {g for r in rbac.executor_rules(cfg) for g in r["apiGroups"]}
-    assert groups == {"argoproj.io", "batch.paddlepaddle.org"}
+    assert groups == {"argoproj.io", "batch.paddlepaddle.org", ""}
 
 
 def test_training_account_has_no_token_and_no_role(files):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +340,126 @@ def test_the_canary_has_no_run_and_adopts_nothing(monkeypatch: pytest.MonkeyPatc
     assert not [c for c in server.calls if c[0] == "list" and "train-run" in c[2]]
 
 
+# --- an earlier trainer's remains, the step's own end, adoption's owner, a run that is not this one ---------------
+
+
+def _pod(server: ApiServer, name: str, phase: str = "Running", run: str = RUN) -> None:
+    server.pods[name] = ({"paddle-mlops/train-run": run, "jobset.sigs.k8s.io/jobset-name": "old"}, phase)
+
+
+def test_a_stopped_trainers_pods_are_waited_for_before_another_starts(server: ApiServer, tmp_path: Path) -> None:
+    """`argo stop` of one workflow deletes its TrainJob (background: its pods keep their grace period to write their
+    stop checkpoint) and Argo releases the run's mutex at once (exec_control.go marks the node Failed while the pods are
+    still stopping): the next workflow's step must not start a second gang before those pods are gone."""
+    _pod(server, "old-node-0-0")
+    _pod(server, "old-node-0-1")
+    _pod(server, "finished-node-0-0", phase="Succeeded")  # a finished job's pods write nothing: not waited for
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:  # their grace period ends
+            server.pods = {k: v for k, v in server.pods.items() if not k.startswith("old-")}
+
+    server.on_get = Script({1: lambda s, n: s.complete(n)})
+    argv = ["--workspace", str(tmp_path / "ws"), "--namespace", "ml", "--workflow-name", WORKFLOW,
+            "--poll-seconds", "0"]  # fmt: skip
+    assert train_job.main(argv, api=server, stop=StopSignal(), now=lambda: server.now, sleep=sleep) == 0
+    assert len(sleeps) == 3 and created(server) == 1
+    first_create = next(i for i, c in enumerate(server.calls) if c[:2] == ("create", "trainjobs"))
+    assert [c for c in server.calls[:first_create] if c[1] == "pods"], "created before looking at the run's pods"
+
+
+def test_a_jobset_of_the_same_name_is_waited_for_before_the_job_is_created_again(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    """A TrainJob created again under its name must not find the old one's JobSet (trainer v2.3.0
+    plugins/jobset/jobset.go Build applies onto the JobSet of its name)."""
+    key = ("jobset.x-k8s.io", "jobsets", "ml", JOB)
+    server.objects[key] = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": JOB}}
+    gone: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        gone.append(seconds)
+        server.objects.pop(key, None)
+
+    server.on_get = Script({1: lambda s, n: s.complete(n)})
+    argv = ["--workspace", str(tmp_path / "ws"), "--namespace", "ml", "--workflow-name", WORKFLOW,
+            "--poll-seconds", "0"]  # fmt: skip
+    assert train_job.main(argv, api=server, stop=StopSignal(), now=lambda: server.now, sleep=sleep) == 0
+    assert gone == [5.0]
+
+
+def test_an_adopted_job_is_owned_by_the_adopting_workflow_too(server: ApiServer, tmp_path: Path) -> None:
+    other = rendered(compiled(), workflow="train-deploy-old")
+    other["metadata"]["ownerReferences"][0]["uid"] = "uid-old-workflow"
+    server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", other)
+    server.on_get = Script({1: lambda s, n: s.fail(n)})  # ends at once: the ownership is what this test is about
+    assert step(server, tmp_path) == EXIT_FATAL
+    job = server.trainjob("train-deploy-old-train")
+    assert job is not None
+    owners = job["metadata"]["ownerReferences"]
+    assert [(o["uid"], o["controller"]) for o in owners] == [("uid-old-workflow", True), ("x", False)]
+
+
+def test_a_job_of_this_name_training_another_run_is_refused(
+    server: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """finetune-batch names a branch's job after its task: the same task listed twice would share it."""
+    other = rendered(compiled(), run="run-ffffffffffffffffffffffffffffffff")
+    server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", other)
+    assert step(server, tmp_path) == EXIT_FATAL
+    assert "trains another run" in capsys.readouterr().err
+    assert deletes(server) == 0
+
+
+def test_the_step_releases_the_job_before_argo_ends_it_for_good(
+    server: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A later attempt's pod is killed at the retries' maxDuration ($ARGO_DEADLINE, workflowpod.go getDeadline), and
+    then Argo retries nothing: the step deletes the job a minute before, rather than leave it training unwatched."""
+    monkeypatch.setenv("ARGO_DEADLINE", (server.now + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    server.on_get = Script({1: lambda s, n: s.admit(n), 2: hours(3)})
+    assert step(server, tmp_path) == EXIT_FATAL
+    assert "Argo ends the train step" in capsys.readouterr().err
+    assert server.trainjobs() == []
+
+
+def test_sigterm_at_the_steps_own_end_deletes_the_job(server: ApiServer, tmp_path: Path) -> None:
+    stop = StopSignal()
+    server.on_get = Script({1: lambda s, n: s.admit(n), 2: both(hours(1), sigterm(stop))})
+    assert step(server, tmp_path, stop, "--attempt-deadline-seconds", "3600") == EXIT_TERMINATED
+    assert server.trainjobs() == []
+
+
+def test_a_deadline_only_in_the_workflow_template_is_read_too(server: ApiServer, tmp_path: Path) -> None:
+    """The Sensor submits `workflowTemplateRef: train-deploy`: the deadline is the template's, which the controller
+    keeps in status.storedWorkflowTemplateSpec (operator.go getWorkflowDeadline reads the merged spec)."""
+    stop = StopSignal()
+    wf = server.workflow(WORKFLOW)
+    wf["status"]["storedWorkflowTemplateSpec"] = {"activeDeadlineSeconds": 3600}
+    server.on_get = Script({1: lambda s, n: s.admit(n), 2: both(hours(1.01), sigterm(stop))})
+    assert step(server, tmp_path, stop) == EXIT_TERMINATED
+    assert server.trainjobs() == []
+
+
+def test_a_defect_of_the_step_is_not_retried(
+    server: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An exception the step did not expect would fail every attempt alike, holding the run's mutex: exit 2."""
+    from steps.runtime.cluster import train_job as placing
+
+    def broken(job: dict[str, Any]) -> Any:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(placing, "job_state", broken)
+    assert step(server, tmp_path) == EXIT_FATAL
+    assert "unexpected TypeError: a bug" in capsys.readouterr().err
+    assert argo_model.next_attempt(compiled()["retryStrategy"], [argo_model.attempt("job-failed", 0, 1)], 1) == (
+        "retryStrategy.expression evaluated to false"
+    )
+
+
 # --- the exit handler ---------------------------------------------------------------------------------
 
 
@@ -371,14 +492,25 @@ def test_a_forbidden_call_is_a_clear_error_naming_the_rbac(
 
 def exercised_calls() -> set[tuple[str, str, str]]:
     """(group, resource, verb) of every API call the train step and the exit handler make, recorded while they run
-    through each of their paths: a create that finds the job, a failed job replaced (foreground deletion), Kueue's
-    Workload read, another trainer of the run looked up, a person's stop, the exit handler after it
+    through each of their paths: another workflow's trainer of the run adopted, a create that finds the job, a failed
+    job replaced (the run's pods and the JobSet of its name waited for), Kueue's Workload read, a person's stop, the
+    exit handler after it
     (tests/test_upstream_rbac.py checks the Role against them)."""
     import os
 
     server = ApiServer()
     server.workflow(WORKFLOW)
     body = rendered(compiled())
+    # A terminated workflow's live trainer of the run: adopted (patch: owned by this workflow too), then it fails.
+    other = rendered(compiled(), workflow="train-deploy-old")
+    other["metadata"]["ownerReferences"][0]["uid"] = "uid-old-workflow"
+    server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", other)
+    server.on_get = Script({1: lambda s, n: s.fail(n)})
+    os.environ[TRAINING_JOB_ENV] = yaml.safe_dump(body)
+    try:
+        assert step(server, Path(os.environ.get("TMPDIR", "/tmp")) / "exercised-train-step") == EXIT_FATAL
+    finally:
+        os.environ.pop(TRAINING_JOB_ENV)
     server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", body)
     server.fail(JOB)
     stop = StopSignal()
@@ -399,12 +531,13 @@ def exercised_calls() -> set[tuple[str, str, str]]:
         else:
             os.environ[TRAINING_JOB_ENV] = saved
     server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", body)
-    assert _release(server) == 0 and server.trainjobs() == []
+    assert _release(server) == 0 and JOB not in server.trainjobs()
     return server.grants_used
 
 
 def test_the_recorded_calls_cover_every_path_of_the_step() -> None:
     calls = exercised_calls()
     trainjobs = {verb for group, plural, verb in calls if plural == "trainjobs"}
-    assert trainjobs == {"create", "get", "list", "delete"}
+    assert trainjobs == {"create", "get", "list", "patch", "delete"}
     assert ("kueue.x-k8s.io", "workloads", "list") in calls and ("argoproj.io", "workflows", "get") in calls
+    assert ("", "pods", "list") in calls and ("jobset.x-k8s.io", "jobsets", "get") in calls

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from paddle_mlops.lint import resource_manifest
+from paddle_mlops.local.dag import dag_tasks, depends_met
 from pipelines.train_step import placed_manifest
 from steps import train_job
 from steps.runtime.cluster.job_state import job_state
@@ -173,6 +174,45 @@ def test_argo_retry_runs_a_failed_train_task_again() -> None:
             children[f"{task['name']}.onExit"] = "Succeeded"  # the hook deleted the failed job
         for retry in range(3):
             assert argo_model.reset_by_argo_retry("Failed", children), f"{where}: `argo retry` #{retry + 1} skips it"
+
+
+# A step's outcome the DAG walk cannot guess: finetune-batch's summary fails the workflow when a task failed
+# (steps/batch_summary.py).
+FAILS_WHEN_A_BRANCH_FAILED = {"summary"}
+
+
+def succeeded_below(name: str, dag: str, failed: str) -> set[str]:
+    """The tasks of DAG template `dag` that run and succeed after task `failed` failed, among those that follow it
+    (its dependents, and theirs): each becomes a child of the failed node's last attempt (workflow/controller/dag.go
+    connectDependencies: "add all outbound nodes of our dependencies as parents"; operator.go getOutboundNodes: a
+    retry node's outbound node is its last child), Omitted ones included (dag.go initializeNode ... NodeOmitted;
+    connectDependencies) — and one that succeeded keeps `argo retry` from resetting the failed node
+    (util.go FormulateRetryWorkflow: `!isDescendantNodeSucceeded`)."""
+    doc = _doc(name)
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    statuses: dict[str, str] = {}
+    below = {failed}
+    for task in dag_tasks(templates[dag], templates):
+        if task.name == failed:
+            statuses[task.name] = "Failed"
+            continue
+        if not depends_met(task.depends_expr, statuses, task.depends):
+            statuses[task.name] = "Omitted"
+        else:
+            statuses[task.name] = "Failed" if task.name in FAILS_WHEN_A_BRANCH_FAILED else "Succeeded"
+        if below & set(task.depends):
+            below.add(task.name)
+    return {n for n in below if statuses[n] == "Succeeded"}
+
+
+def test_nothing_that_runs_after_a_failed_train_task_succeeds_below_it() -> None:
+    """Defect 3's other half: a task run after a failed train (release-prepull's `train.Failed || ...`) hung below
+    it and, succeeding, kept `argo retry` from running train again. Such clean-up lives in the exit handler."""
+    cases = [("train-deploy", "main", "train"), ("train-deploy", "main", "train-canary"),
+             ("finetune-batch", "finetune-task", "train"), ("finetune-batch", "main", "finetune"),
+             ("finetune-batch", "main", "train-canary")]  # fmt: skip
+    for name, dag, failed in cases:
+        assert succeeded_below(name, dag, failed) == set(), f"{name}: below a failed {failed}"
 
 
 # --- defect 4: Kueue gives up -> the step fails at once ------------------------------------------------------------

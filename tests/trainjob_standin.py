@@ -1,9 +1,10 @@
 """A stand-in of the API server and of the controllers around a TrainJob, for the train step's tests.
 
-`ApiServer` answers the `CustomObjectsApi` calls the step makes (get, create, delete, list by label selector) the
-way kube-apiserver does: 404 `ApiException` for a missing object, 409 for a create of an existing name, a
-`deletionTimestamp` under foreground deletion until the garbage collector has removed the dependents (the object is
-read once so, then gone; `collect` finishes every one at once),
+`ApiServer` answers the `CustomObjectsApi` calls the step makes (get, create, patch, delete, list by label selector)
+and `CoreV1Api.list_namespaced_pod` the way kube-apiserver does: 404 `ApiException` for a missing object, 409 for a
+create of an existing name, a `deletionTimestamp` under foreground deletion until the garbage collector has removed
+the dependents (the object is read once so, then gone; `collect` finishes every one at once), background deletion
+at once (the pods a test left in `pods` stay until it removes them: their grace period),
 a `uid` and `creationTimestamp` on create. Faults are injected per call: an error before the call is applied, or
 after it (the answer lost: the create happened, the caller saw a connection reset), or the pod killed there.
 
@@ -23,6 +24,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -71,6 +73,7 @@ class ApiServer:
     grants_used: set[tuple[str, str, str]] = field(default_factory=set)  # (group, plural, RBAC verb)
     on_get: Callable[[ApiServer, str], None] | None = None  # a controller acting between two polls
     deleting: set[tuple[str, str, str, str]] = field(default_factory=set)  # seen with a deletionTimestamp once
+    pods: dict[str, tuple[dict[str, str], str]] = field(default_factory=dict)  # name -> (labels, phase)
     _uids: Any = field(default_factory=lambda: itertools.count(1))
 
     # -- CustomObjectsApi ---------------------------------------------------------------------------
@@ -123,6 +126,29 @@ class ApiServer:
             self._remove(key)
         self._fault("delete", plural, before=False)
         return {"status": "Success"}
+
+    def patch_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: dict[str, Any]
+    ) -> Any:
+        """A JSON merge patch (RFC 7386: maps merged, lists replaced whole) of metadata."""
+        self.grants_used.add((group, plural, "patch"))
+        self._fault("patch", plural, before=True)
+        key = (group, plural, namespace, name)
+        if key not in self.objects:
+            raise ApiException(status=404, reason="Not Found")
+        for field_name, value in (body.get("metadata") or {}).items():
+            self.objects[key]["metadata"][field_name] = copy.deepcopy(value)
+        return copy.deepcopy(self.objects[key])
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str = "") -> Any:
+        self.grants_used.add(("", "pods", "list"))
+        self.calls.append(("list", "pods", label_selector))
+        items = [
+            SimpleNamespace(metadata=SimpleNamespace(name=name, labels=labels), status=SimpleNamespace(phase=phase))
+            for name, (labels, phase) in self.pods.items()
+            if _matches({"metadata": {"labels": labels}}, label_selector)
+        ]
+        return SimpleNamespace(items=items)
 
     def list_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, label_selector: str = ""

@@ -60,9 +60,12 @@ def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
     return [
         TASK_RESULTS,
         # `train` (steps/runtime/cluster/train_job.py): create the job; get it when it exists, and every poll; list
-        # the run's jobs by label (another live trainer of the run); delete it on a person's stop, past its deadline,
-        # or a failed one before creating it again. `release-train-jobs` (the exit handler): list by label, delete.
-        {"apiGroups": [group], "resources": [resource], "verbs": ["create", "get", "list", "delete"]},
+        # the run's jobs by label (another live trainer of the run), and patch one it adopts (its ownerReferences);
+        # delete it on a person's stop, past its deadline, or a failed one before creating it again.
+        # `release-train-jobs` (the exit handler): list by label, delete.
+        {"apiGroups": [group], "resources": [resource], "verbs": ["create", "get", "list", "patch", "delete"]},
+        # `train` waits for an earlier trainer's pods of the run (its label) to be gone before it starts one.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         # `train` reads the Workflow it runs in on SIGTERM: spec.shutdown (a person's stop) and the deadline tell a
         # stop from an eviction (steps/runtime/cluster/workflow_stop.py); so does the exit handler.
         {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get"]},
@@ -77,10 +80,14 @@ def executor_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
 
 def _kueue_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:
     # `train` lists its TrainJob's Workload (label kueue.x-k8s.io/job-uid) for Kueue's deactivation
-    # (steps/runtime/cluster/job_state.py deactivated). Only the TrainJob backend is admitted by Kueue.
+    # (steps/runtime/cluster/job_state.py deactivated), and gets the JobSet of its name, which a TrainJob created again
+    # under that name must not find (trainer v2.3.0 plugins/jobset/jobset.go Build). Only the TrainJob backend.
     if cfg.training.backend != "trainjob":
         return []
-    return [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]}]
+    return [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]},
+        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]},
+    ]
 
 
 def _prepull_rules(cfg: PipelineConfig) -> list[dict[str, Any]]:

@@ -4,16 +4,21 @@ that any number of attempts, `argo retry`s and lost pods can run again without l
 Placing (`TrainJobs.place`), under the deterministic name the manifest carries (`<workflow>-train[-<task>]`):
 - another live training job of the same training run (the `paddle-mlops/train-run` label: the prefix its
   checkpoints are kept under), e.g. one a terminated workflow left running, is adopted — watched instead of
-  started beside it: two trainers of one run would resume from and prune each other's checkpoints;
-- else create; AlreadyExists means this step made it before (an earlier attempt, or one whose create reached the API
-  server but whose answer was lost): reuse it while it is queued, running or done; delete it and create it again
-  when it failed (or Kueue deactivated it) in an earlier attempt — it resumes from the run's checkpoints; wait
-  while it is being deleted. NotFound (an attempt that ended before its create) simply creates.
+  started beside it, and owned by this workflow too: two trainers of one run would resume from and prune each other's
+  checkpoints;
+- else, once nothing of an earlier trainer of the run is left (no pod of the run still running or terminating — a
+  job deleted in the background leaves its pods their grace period, in which they checkpoint — and no JobSet of this
+  name, which a new TrainJob of the same name would take over), create; AlreadyExists means this step made it before
+  (an earlier attempt, or one whose create reached the API server but whose answer was lost): reuse it while it is
+  queued, running or done; delete it and create it again when it failed (or Kueue deactivated it) in an earlier
+  attempt — it resumes from the run's checkpoints. NotFound (an attempt that ended before its create) simply creates.
 Watching (`TrainJobs.watch`): poll the job and, for a TrainJob, its Kueue Workload, until it succeeds (return), fails
 or is deactivated (StepError: exit 2, not retried; the job is kept for its logs, the next attempt replaces it), or
-outlives the step's budget from its creation (deleted: it would hold or claim GPUs nobody waits for).
-SIGTERM: when the workflow is being stopped by a person or its deadline (workflow_stop.py), delete the job; otherwise
-this pod is being evicted, drained or shut down: leave the job alone, exit 143, and the next attempt re-attaches.
+outlives the step's budget from its creation, or the step's own time (Argo's deadline for the attempt): deleted, it
+would hold or claim GPUs nobody waits for.
+SIGTERM: when the workflow is being stopped by a person or its deadline (workflow_stop.py), or the step's own time is
+up, delete the job; otherwise this pod is being evicted, drained or shut down: leave the job alone, exit 143, and the
+next attempt re-attaches.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from paddle_mlops_core.contracts import TRAIN_RUN_LABEL, WORKFLOW_LABEL
 from steps.runtime.cluster.job_state import JobState, deactivated, job_state
 from steps.runtime.cluster.objects import (
     JOB_UID_LABEL,
+    JOBSET,
+    JOBSET_NAME_LABEL,
     WORKFLOW,
     WORKLOAD,
     AlreadyExists,
@@ -46,9 +53,12 @@ from steps.runtime.runner import StepError, StepFailed, StepStopped
 log = logging.getLogger("steps.train_job")
 
 TRAINJOB = "TrainJob"
-# How long a foreground deletion of a failed job (its JobSet, Jobs and pods first) may take before this attempt
-# gives up and the next one looks again: the pods' grace period and then some.
+# How long an earlier trainer's remains (its pods in their grace period, its JobSet) may take to go before this attempt
+# gives up and the next one looks again: the training pods' grace period and then some.
 DELETION_TIMEOUT_SECONDS = 600.0
+# How long before the step's own end (Argo's deadline for the attempt) it stops watching and releases the job: the
+# job must not outlive the last attempt's kill unwatched.
+ATTEMPT_END_MARGIN_SECONDS = 60.0
 
 
 class StopSignal:
@@ -97,8 +107,10 @@ class TrainJobs:
         poll_seconds: float = 10.0,
         now: Callable[[], datetime] | None = None,
         sleep: Callable[[float], None] | None = None,
+        ends: datetime | None = None,
     ) -> None:
-        """`now`, `sleep`: the clock (default: the system's; tests pass the stand-in's)."""
+        """`now`, `sleep`: the clock (default: the system's; tests pass the stand-in's). `ends`: when Argo ends this
+        attempt for good (its deadline, the retries' maxDuration, the workflow's deadline); None: never."""
         self.objects, self.manifest = objects, manifest
         self.kind = Kind.of(manifest)
         self.name = str(manifest["metadata"]["name"])
@@ -107,6 +119,7 @@ class TrainJobs:
         self.poll = poll_seconds
         self.now: Callable[[], datetime] = now or (lambda: datetime.now(UTC))
         self.sleep: Callable[[float], None] = sleep or time.sleep
+        self.ends = ends
 
     # -- placing ---------------------------------------------------------------------------------
 
@@ -114,9 +127,10 @@ class TrainJobs:
         """Create the job, or reuse what an earlier attempt made (module docstring)."""
         other = self.live_trainer_of_run()
         if other is not None:
-            return Placed(other, "adopted")
+            return Placed(self.own(other), "adopted")
         replaced = False
         for _ in range(3):
+            self.wait_released()
             try:
                 return Placed(self.objects.create(self.kind, self.manifest), "recreated" if replaced else "created")
             except AlreadyExists:
@@ -124,26 +138,62 @@ class TrainJobs:
             found = self.objects.get(self.kind, self.name)
             if found is None:  # deleted between the create and the get: create again
                 continue
-            if deleting(found):
-                log.info("%s %s is being deleted; waiting for it to go before creating it again", self.kind.kind,
-                         self.name)  # fmt: skip
-                self.objects.wait_gone(self.kind, self.name, DELETION_TIMEOUT_SECONDS, sleep=self.sleep)
-                continue
+            theirs = (found["metadata"].get("labels") or {}).get(TRAIN_RUN_LABEL)
+            if theirs != self.run:
+                raise StepError(
+                    f"{self.kind.kind} {self.name} trains another run ({theirs}) than this step ({self.run}): does one "
+                    "finetune-batch list the same task twice? Each task may run once per batch"
+                )
             state = self.state(found)
-            if state.phase != "failed":
+            if state.phase != "failed" and not deleting(found):
                 return Placed(found, "reused")
-            log.warning("%s %s failed in an earlier attempt (%s): deleting it and creating it again; it resumes from "
-                        "the run's newest checkpoint", self.kind.kind, self.name, state.describe())  # fmt: skip
-            self.objects.delete(self.kind, self.name)
+            if state.phase == "failed":
+                log.warning("%s %s failed in an earlier attempt (%s): deleting it and creating it again; it "
+                            "resumes from the run's newest checkpoint", self.kind.kind, self.name,
+                            state.describe())  # fmt: skip
+                self.objects.delete(self.kind, self.name)
+                replaced = True
             self.objects.wait_gone(self.kind, self.name, DELETION_TIMEOUT_SECONDS, sleep=self.sleep)
-            replaced = True
         raise StepFailed(f"{self.kind.kind} {self.name} kept appearing and disappearing while it was being created")
+
+    def wait_released(self) -> None:
+        """Until nothing of an earlier trainer of this run (or of a job of this name) is left: no pod of it still
+        running or terminating (after a background deletion they have their grace period, in which they write their
+        stop checkpoint) and, for a TrainJob, no JobSet of this name (a new TrainJob of the same name would take it
+        over: trainer v2.3.0 plugins/jobset/jobset.go Build applies onto the JobSet of its name)."""
+        selector = f"{TRAIN_RUN_LABEL}={self.run}" if self.run else f"{JOBSET_NAME_LABEL}={self.name}"
+        waited, said = 0.0, False
+        while True:
+            pods = self.objects.running_pods(selector)
+            jobset = self.objects.get(JOBSET, self.name) if self.kind.kind == TRAINJOB else None
+            if not pods and jobset is None:
+                return
+            if waited >= DELETION_TIMEOUT_SECONDS:
+                left = f"pods {', '.join(pods) or '-'}, JobSet {self.name if jobset else '-'}"
+                raise StepFailed(f"an earlier trainer of this run is still going after {waited:.0f} s ({left}); "
+                                 "retrying")  # fmt: skip
+            if not said:
+                log.info("waiting for an earlier trainer of this run to be gone before starting one (pods %s%s)",
+                         ", ".join(pods) or "-", f", JobSet {self.name}" if jobset else "")  # fmt: skip
+                said = True
+            self.sleep(5.0)
+            waited += 5.0
+
+    def own(self, job: dict[str, Any]) -> dict[str, Any]:
+        """`job` owned by this workflow too (beside the one that made it, not as its controller: an object has one),
+        so deleting that workflow does not delete the job this one watches."""
+        ours = [dict(o, controller=False) for o in self.manifest["metadata"].get("ownerReferences") or []]
+        theirs = list(job["metadata"].get("ownerReferences") or [])
+        missing = [o for o in ours if o.get("uid") not in {t.get("uid") for t in theirs}]
+        if not missing:
+            return job
+        return self.objects.patch(self.kind, name_of(job), {"metadata": {"ownerReferences": theirs + missing}})
 
     def live_trainer_of_run(self) -> dict[str, Any] | None:
         """Another job of this training run that is still queued or running (not this workflow's own)."""
         if not self.run:
             return None
-        for job in self.objects.list(self.kind, f"{TRAIN_RUN_LABEL}={self.run}"):
+        for job in self.objects.select(self.kind, f"{TRAIN_RUN_LABEL}={self.run}"):
             if name_of(job) == self.name or deleting(job) or self.state(job).finished:
                 continue
             owner = (job["metadata"].get("labels") or {}).get(WORKFLOW_LABEL, "?")
@@ -158,7 +208,7 @@ class TrainJobs:
         uid = job.get("metadata", {}).get("uid")
         if state.finished or self.kind.kind != TRAINJOB or not uid:
             return state
-        return deactivated(self.objects.list(WORKLOAD, f"{JOB_UID_LABEL}={uid}")) or state
+        return deactivated(self.objects.select(WORKLOAD, f"{JOB_UID_LABEL}={uid}")) or state
 
     # -- watching --------------------------------------------------------------------------------
 
@@ -166,7 +216,8 @@ class TrainJobs:
         """Until the job succeeds (its state); StepError when it fails or outlives the budget, StepStopped on
         SIGTERM (module docstring)."""
         name, job = placed.name, placed.job
-        deadline = parse_time(job["metadata"]["creationTimestamp"]) + self.budget
+        budget_end = parse_time(job["metadata"]["creationTimestamp"]) + self.budget
+        deadline = min(budget_end, self.last_moment()) if self.ends else budget_end
         last: JobState | None = None
         while True:
             if stop.requested:
@@ -185,8 +236,12 @@ class TrainJobs:
                 )
             left = (deadline - self.now()).total_seconds()
             if left <= 0:
-                self.objects.delete(self.kind, name, foreground=False)
+                self.objects.delete(self.kind, name)
                 where = "still queued in Kueue" if state.phase == "queued" else "still running"
+                if deadline < budget_end:
+                    raise StepError(f"Argo ends the train step at {self.ends:%Y-%m-%dT%H:%M:%SZ} (its deadline) with "
+                                    f"{self.kind.kind} {name} {where}: deleted it, so that nothing trains unwatched. "
+                                    "Its checkpoints stay; `argo retry` resumes")  # fmt: skip
                 raise StepError(
                     f"{self.kind.kind} {name} was {where} {self.budget.total_seconds():.0f} s after it was created, "
                     "past the train step's deadline (training.job.queue_timeout_seconds + active_deadline_seconds): "
@@ -206,23 +261,30 @@ class TrainJobs:
 
     def stopped(self, name: str, workflow: str) -> None:
         """SIGTERM: delete the job when the workflow is ending (a person, its deadline); StepStopped either way."""
+        reason = None
+        if self.ends and self.now() >= self.last_moment():
+            reason = "the train step's time is up (Argo's deadline for it)"
         try:
-            reason = stop_reason(self.objects.get(WORKFLOW, workflow), self.now())
+            reason = reason or stop_reason(self.objects.get(WORKFLOW, workflow), self.now())
         except (StepError, StepFailed) as exc:  # unknown: never delete a job on a guess
             log.warning("could not read workflow %s to tell a stop from an eviction (%s); leaving %s alone", workflow,
                         exc, name)  # fmt: skip
-            reason = None
         if reason:
-            self.objects.delete(self.kind, name, foreground=False)
+            self.objects.delete(self.kind, name)
             raise StepStopped(f"{reason}: deleted {self.kind.kind} {name}")
         raise StepStopped(
             f"SIGTERM while workflow {workflow} runs (this pod is being evicted, drained or shut down): "
             f"{self.kind.kind} {name} goes on, and the next attempt of this step re-attaches to it"
         )
 
+    def last_moment(self) -> datetime:
+        """When this attempt stops watching for good: a margin before Argo ends it (`ends`)."""
+        assert self.ends is not None
+        return self.ends - timedelta(seconds=ATTEMPT_END_MARGIN_SECONDS)
+
     def supersede(self) -> None:
         """The model is already in the step cache: a live job of this workflow's would only train it again."""
         found = self.objects.get(self.kind, self.name)
         if found is not None and not deleting(found) and not self.state(found).finished:
             log.warning("the step cache holds this run's model now: deleting %s %s", self.kind.kind, self.name)
-            self.objects.delete(self.kind, self.name, foreground=False)
+            self.objects.delete(self.kind, self.name)

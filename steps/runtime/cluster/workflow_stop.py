@@ -5,10 +5,12 @@ training job must go on.
 argo-workflows v4.1.2: `argo stop` / `argo terminate` patch `spec.shutdown` (`Stop` / `Terminate`) on the Workflow
 before the controller signals any pod (workflow/util/util.go patchShutdownStrategy; the controller then runs
 `argoexec kill 15 1` in the pod's containers, workflow/controller/exec_control.go applyExecutionControl and
-pod/queue.go terminateContainers). Past `spec.activeDeadlineSeconds` from `status.startedAt` the controller signals
-the pods the same way. A kubelet eviction, a drain or a node shutdown sends the same SIGTERM and changes neither. An
-older CLI terminated by setting `activeDeadlineSeconds: 0` (workflow/util/util.go createNewRetryWorkflow still
-clears it on `argo retry`).
+pod/queue.go terminateContainers). Past `activeDeadlineSeconds` from `status.startedAt` the controller signals the
+pods the same way; a workflow submitted from a WorkflowTemplate (the Sensor's, `argo submit --from`) carries that
+deadline only in the template, which the controller merges in and stores in `status.storedWorkflowTemplateSpec`
+(workflow/controller/operator.go getWorkflowDeadline reads the merged spec). A kubelet eviction, a drain or a node
+shutdown sends the same SIGTERM and changes neither. An older CLI terminated by setting `activeDeadlineSeconds: 0`
+(workflow/util/util.go createNewRetryWorkflow still clears it on `argo retry`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def stop_reason(workflow: dict[str, Any] | None, now: datetime | None = None) ->
     shutdown = spec.get("shutdown")
     if shutdown:
         return f"the workflow was stopped (spec.shutdown: {shutdown}, `argo {str(shutdown).lower()}`)"
-    deadline = spec.get("activeDeadlineSeconds")
+    stored = (workflow.get("status") or {}).get("storedWorkflowTemplateSpec") or {}
+    deadline = spec.get("activeDeadlineSeconds", stored.get("activeDeadlineSeconds"))
     if deadline == 0:
         return "the workflow was terminated (activeDeadlineSeconds: 0)"
     started = (workflow.get("status") or {}).get("startedAt")
