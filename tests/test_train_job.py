@@ -466,7 +466,7 @@ def test_a_defect_of_the_step_is_not_retried(
 def _release(server: ApiServer) -> int:
     argv = ["--workflow-name", WORKFLOW, "--namespace", "ml", "--job-api", "trainer.kubeflow.org/v1alpha1",
             "--job-kind", "TrainJob"]  # fmt: skip
-    return release_train_jobs.main(argv, api=server)
+    return release_train_jobs.main(argv, api=server, sleep=lambda seconds: None)
 
 
 def test_the_exit_handler_releases_live_jobs_only_after_a_persons_stop(server: ApiServer) -> None:
@@ -480,6 +480,46 @@ def test_the_exit_handler_releases_live_jobs_only_after_a_persons_stop(server: A
     server.workflow(WORKFLOW, shutdown="Stop")
     server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", body)
     assert _release(server) == 0 and server.trainjobs() == []
+
+
+def test_the_exit_handler_retries_the_apis_transient_errors_itself(server: ApiServer) -> None:
+    """Argo retries no exit handler after a stop (processNodeRetries fails retry nodes under a shutdown)."""
+    server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", rendered(compiled()))
+    server.workflow(WORKFLOW, shutdown="Stop")
+    server.faults += [Fault("list", "trainjobs", ApiException(status=503, reason="Service Unavailable")),
+                      Fault("delete", "trainjobs", ConnectionResetError("connection reset by peer"))]  # fmt: skip
+    assert _release(server) == 0 and server.trainjobs() == []
+
+
+def test_the_exit_handler_leaves_a_job_another_workflow_adopted(server: ApiServer) -> None:
+    """Argo releases the run's mutex when it stops this workflow, before its exit handler runs: a waiting workflow of
+    the run may have adopted the job (and owns it too) by then. Deleting it would fail that one."""
+    body = rendered(compiled())
+    body["metadata"]["ownerReferences"].append(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "name": "train-deploy-next",
+            "uid": "u2",
+            "controller": False,
+        }  # fmt: skip
+    )
+    server.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "ml", "trainjobs", body)
+    server.workflow(WORKFLOW, shutdown="Stop")
+    assert _release(server) == 0 and server.trainjobs() == [JOB]
+
+
+@pytest.mark.parametrize(("before_end", "deleted"), [(240, True), (600, False)])
+def test_an_eviction_too_late_for_a_retry_deletes_the_job(
+    server: ApiServer, tmp_path: Path, before_end: int, deleted: bool
+) -> None:
+    """Argo starts no further attempt once the backoff would end past maxDuration (processNodeRetries): a SIGTERM in
+    the last minutes is the end, and the job must not train on unwatched; earlier, it is an eviction."""
+    stop = StopSignal()
+    late = both(lambda s, n: s.advance(3600 - before_end), sigterm(stop))
+    server.on_get = Script({1: lambda s, n: s.admit(n), 2: late})
+    assert step(server, tmp_path, stop, "--attempt-deadline-seconds", "3600") == EXIT_TERMINATED
+    assert (server.trainjobs() == []) is deleted
 
 
 def test_a_forbidden_call_is_a_clear_error_naming_the_rbac(

@@ -59,6 +59,10 @@ DELETION_TIMEOUT_SECONDS = 600.0
 # How long before the step's own end (Argo's deadline for the attempt) it stops watching and releases the job: the
 # job must not outlive the last attempt's kill unwatched.
 ATTEMPT_END_MARGIN_SECONDS = 60.0
+# A SIGTERM this close to that end is the end: Argo starts no further attempt once the backoff (capped at 2 minutes,
+# pipelines/train_step.py) would end past the retries' maxDuration (operator.go processNodeRetries: "Backoff would
+# exceed max duration limit"), so nothing would re-attach to the job.
+LAST_RETRY_WINDOW_SECONDS = 300.0
 
 
 class StopSignal:
@@ -262,8 +266,8 @@ class TrainJobs:
     def stopped(self, name: str, workflow: str) -> None:
         """SIGTERM: delete the job when the workflow is ending (a person, its deadline); StepStopped either way."""
         reason = None
-        if self.ends and self.now() >= self.last_moment():
-            reason = "the train step's time is up (Argo's deadline for it)"
+        if self.ends and self.now() >= self.ends - timedelta(seconds=LAST_RETRY_WINDOW_SECONDS):
+            reason = "the train step's time is up (Argo retries nothing this close to its deadline)"
         try:
             reason = reason or stop_reason(self.objects.get(WORKFLOW, workflow), self.now())
         except (StepError, StepFailed) as exc:  # unknown: never delete a job on a guess
