@@ -88,6 +88,18 @@ def finish(proc: subprocess.Popen, log_dir: Path, timeout: float = 300) -> tuple
     return proc.returncode, out + logs
 
 
+def sigterm_ends_it(job: subprocess.Popen, log_dir: Path, within: float) -> str:
+    """SIGTERM to the container's first process, as the kubelet sends it: the job exits 143 within `within` seconds;
+    its logs."""
+    signalled = time.monotonic()
+    job.send_signal(signal.SIGTERM)
+    code, logs = finish(job, log_dir, timeout=2 * within)
+    took = time.monotonic() - signalled
+    assert code == EXIT_TERMINATED, logs[-4000:]
+    assert took < within, f"{took:.1f} s from SIGTERM to exit; it had {within} s"
+    return logs
+
+
 def store(s3: str, ws: str, run_id: str) -> CheckpointStore:
     return CheckpointStore(f"{ws}/train/sentiment/{run_id}/checkpoints", s3)
 
@@ -156,12 +168,7 @@ def test_sigterm_then_sigkill_then_the_end_resumes_to_the_uninterrupted_runs_par
     # 1. SIGTERM to the container's first process, as the kubelet sends it: checkpoint, exit 143 within the grace.
     job = start(ws, base / "log-1", env, base / "unused.npz")
     wait_until(lambda: len(trace_steps_safe(traces[0])) >= 6, job, "six trained steps")
-    signalled = time.monotonic()
-    job.send_signal(signal.SIGTERM)
-    code, logs = finish(job, base / "log-1", timeout=grace)
-    took = time.monotonic() - signalled
-    assert code == EXIT_TERMINATED, logs[-4000:]
-    assert took < grace, f"{took:.1f} s from SIGTERM to exit; the grace period is {grace} s"
+    logs = sigterm_ends_it(job, base / "log-1", within=grace)
     stopped_at = max(trace_steps(traces[0]))
     assert checkpoints.complete()[-1] == stopped_at  # the stop's own checkpoint, complete in the store
     assert one_mlflow_run(base).info.status == "KILLED"
@@ -266,12 +273,7 @@ def test_sigterm_during_setup_exits_143_at_once_with_no_checkpoint(
     job = start(ws, base / "log-setup", env, base / "unused.npz")
     wait_until(lambda: registered(job), job, "both workers setting up")
     assert not trace_steps_safe(trace), "a step was trained before the signal: not in setup"
-    signalled = time.monotonic()
-    job.send_signal(signal.SIGTERM)
-    code, logs = finish(job, base / "log-setup", timeout=60)
-    took = time.monotonic() - signalled
-    assert code == EXIT_TERMINATED, logs[-4000:]
-    assert took < 30, f"{took:.1f} s from SIGTERM to exit in setup"
+    logs = sigterm_ends_it(job, base / "log-setup", within=30)
     assert "SIGTERM during setup" in logs and not trace_steps_safe(trace)  # stopped before the first step
     checkpoints = store(s3, ws, reference["run_id"])
     assert checkpoints.steps() == [] and checkpoints.writers() == []
@@ -296,12 +298,7 @@ def test_sigterm_during_rank_0s_dev_scoring_checkpoints_the_epochs_last_step_and
     rank0_log = base / "log-scoring-1" / "workerlog.0"
     in_scoring = "before the dev scoring of epoch 1"
     wait_until(lambda: rank0_log.is_file() and in_scoring in rank0_log.read_text(errors="replace"), job, "the scoring")
-    signalled = time.monotonic()
-    job.send_signal(signal.SIGTERM)
-    code, logs = finish(job, base / "log-scoring-1", timeout=grace)
-    took = time.monotonic() - signalled
-    assert code == EXIT_TERMINATED, logs[-4000:]
-    assert took < grace, f"{took:.1f} s from SIGTERM to exit; the grace period is {grace} s"
+    logs = sigterm_ends_it(job, base / "log-scoring-1", within=grace)
     assert "SIGTERM during the dev scoring of epoch 1" in logs
     assert max(trace_steps(traces[0])) == 8 and checkpoints.complete()[-1] == 8
     state = json.loads(checkpoints.backend.read("8/state.json") or b"{}")
