@@ -280,7 +280,10 @@ def test_the_compiled_pipeline_carries_the_production_weights_to_prepare_and_the
     assert load_config(env=env).model.pretrained == "ernie-3.0-medium-zh"
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     prepare_args = templates["prepare-data"]["container"]["args"]
-    trainjob = yaml.safe_load(templates["train"]["resource"]["manifest"])
+    from pipelines.train_step import placed_manifest
+
+    trainjob = placed_manifest(templates["train"])
+    assert trainjob is not None
     node_args = trainjob["spec"]["trainer"]["command"]
     for args in (prepare_args, node_args):
         assert _follows(args, "--env") == "{{workflow.parameters.env}}"
