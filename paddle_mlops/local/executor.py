@@ -291,12 +291,9 @@ class LocalExecutor:
             return self.handler.run(workflow.exit_task, scope, prefix)
         # A DAG of exit tasks (close the MLflow runs; release the training jobs, on a cluster only): each runs,
         # whatever the others did; the result is the first that failed, else the last that ran.
-        ran: TaskResult | None = None
-        for task in dag_tasks(workflow.exit_task.template, workflow.templates):
-            if self._cluster_only(task) is None:
-                result = self.handler.run(task, scope, prefix)
-                ran = result if ran is None or ran.status != "Failed" else ran
-        return ran
+        tasks = dag_tasks(workflow.exit_task.template, workflow.templates)
+        ran = [self.handler.run(task, scope, prefix) for task in tasks if self._cluster_only(task) is None]
+        return next((result for result in ran if result.status == "Failed"), ran[-1] if ran else None)
 
     # -- the follow-on run ----------------------------------------------------------------------
 
