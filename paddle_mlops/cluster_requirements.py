@@ -14,6 +14,7 @@ from typing import Any
 from paddle_mlops.lint import ARGO_WORKFLOW_KINDS, resource_manifest, workflow_spec
 from paddle_mlops.release_overlay import unpinned_repositories
 from paddle_mlops_core.config import PipelineConfig
+from paddle_mlops_core.contracts import resource_plural
 from pipelines.platform.kyverno import KEY_NAMESPACE as KYVERNO_NAMESPACE
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -29,9 +30,6 @@ GROUP_COMPONENT = {
     "kubeflow.org": "training-operator",
     "batch.paddlepaddle.org": "paddle-operator",
 }
-# argo-events manifests/base/crds/argoproj.io_eventbus.yaml: `plural: eventbus`; every other kind here
-# takes the regular English plural.
-IRREGULAR_PLURALS = {"EventBus": "eventbus"}
 
 
 @dataclass(frozen=True)
@@ -63,15 +61,6 @@ class Requirements:
     gateway_namespaces: tuple[str, ...] | None = None  # serving.gateway_namespaces when set by hand
     digest_overlay: str | None = None  # images.require_digest: the overlay that pins the install set by digest
     tagged_images: tuple[str, ...] = ()  # the repositories the install set runs by tag (the overlay must pin them)
-
-
-def plural(kind: str) -> str:
-    if kind in IRREGULAR_PLURALS:
-        return IRREGULAR_PLURALS[kind]
-    lower = kind.lower()
-    if lower.endswith("y"):
-        return lower[:-1] + "ies"
-    return lower + ("es" if lower.endswith("s") else "s")
 
 
 def is_custom_group(group: str) -> bool:
@@ -185,13 +174,13 @@ def _collect(req: Requirements, cfg: PipelineConfig, file: str, doc: dict[str, A
     group, _, version = api_version.rpartition("/")
     meta = doc.get("metadata") or {}
     if is_custom_group(group):
-        _add_crd(req, Crd(f"{plural(kind)}.{group}", group, component_of(group, kind), kind, version))
+        _add_crd(req, Crd(f"{resource_plural(kind)}.{group}", group, component_of(group, kind), kind, version))
     rules = doc.get("rules") or [] if kind in ("Role", "ClusterRole") else []
     for rule in rules:  # what the steps create or read at run time (inferenceservices, workflows, ...)
         for rule_group in rule.get("apiGroups") or []:
             for resource in rule.get("resources") or []:
                 if is_custom_group(rule_group) and "/" not in resource:
-                    kind_guess = next((k for k in ARGO_EVENTS_KINDS if plural(k) == resource), resource)
+                    kind_guess = next((k for k in ARGO_EVENTS_KINDS if resource_plural(k) == resource), resource)
                     _add_crd(req, Crd(f"{resource}.{rule_group}", rule_group, component_of(rule_group, kind_guess)))
     if kind == "Namespace":
         labels = meta.get("labels") or {}

@@ -185,6 +185,21 @@ TRAIN_RUN_LABEL = "paddle-mlops/train-run"
 TRAINING_JOB_ENV = "PADDLE_MLOPS_TRAINING_JOB"
 
 
+# argo-events manifests/base/crds/argoproj.io_eventbus.yaml: `plural: eventbus`; every other kind the project names
+# takes the regular English plural.
+IRREGULAR_PLURALS = {"EventBus": "eventbus"}
+
+
+def resource_plural(kind: str) -> str:
+    """The plural a custom resource of `kind` is addressed by (`trainjobs`, `workloads`): RBAC rules, the API, CRDs."""
+    if kind in IRREGULAR_PLURALS:
+        return IRREGULAR_PLURALS[kind]
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + ("es" if lower.endswith("s") else "s")
+
+
 def train_run_name(task: str, run_id: str) -> str:
     """The label value (and Argo mutex name) of one training run: `run-` and 32 hex digits of `<task>/<run id>`, the
     prefix its checkpoints are kept under (steps/runtime/training/run_id.py): a label value has at most 63 characters

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from paddle_mlops_core.contracts import PART_OF
+from paddle_mlops_core.contracts import PART_OF, resource_plural
 from pipelines.labels import TASK_LABEL, TRAIN_RUN_LABEL, WORKFLOW_LABEL
 from pipelines.run_scope import WORKFLOW, RunScope
 
@@ -21,7 +21,7 @@ class TrainingJobSpec:
     @property
     def resource(self) -> str:
         """`<kind>s.<group>` (paddlejobs.kubeflow.org, trainjobs.trainer.kubeflow.org): what kubectl resolves."""
-        return f"{self.manifest['kind'].lower()}s." + self.manifest["apiVersion"].split("/", 1)[0]
+        return f"{resource_plural(self.manifest['kind'])}." + self.manifest["apiVersion"].split("/", 1)[0]
 
 
 # The Workflow owns every training job it creates: deleting the workflow (by hand, or its ttlStrategy) deletes the

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paddle_mlops_core.contracts import resource_plural
 from steps.runtime.runner import StepError, StepFailed
 
 
@@ -28,9 +29,9 @@ class Kind:
 
     @classmethod
     def of(cls, manifest: dict[str, Any]) -> Kind:
-        """The kind of `manifest` (a training job: `<kind>s` is its plural, as for every kind here)."""
+        """The kind of `manifest` (a training job)."""
         group, _, version = manifest["apiVersion"].partition("/")
-        return cls(group, version, manifest["kind"].lower() + "s", manifest["kind"])
+        return cls(group, version, resource_plural(manifest["kind"]), manifest["kind"])
 
     @property
     def resource(self) -> str:
