@@ -15,6 +15,7 @@ from paddle_mlops.lint import ARGO_WORKFLOW_KINDS, resource_manifest, workflow_s
 from paddle_mlops.release_overlay import unpinned_repositories
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import resource_plural
+from pipelines.platform.controller_settings import DIRECTORY as SETTINGS_DIR
 from pipelines.platform.kyverno import KEY_NAMESPACE as KYVERNO_NAMESPACE
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -61,6 +62,11 @@ class Requirements:
     gateway_namespaces: tuple[str, ...] | None = None  # serving.gateway_namespaces when set by hand
     digest_overlay: str | None = None  # images.require_digest: the overlay that pins the install set by digest
     tagged_images: tuple[str, ...] = ()  # the repositories the install set runs by tag (the overlay must pin them)
+    # Our keys in the controllers' own objects (pipelines/platform/controller_settings.py), as this environment
+    # ships them (the overlay's, images by digest, under images.require_digest), and the directory that holds them.
+    settings: list[dict[str, Any]] = field(default_factory=list)
+    settings_dir: str = "argo/controller-settings"
+    deployment_mode: str = "Serverless"  # serving.deployment_mode
 
 
 def is_custom_group(group: str) -> bool:
@@ -146,9 +152,11 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
     req = Requirements()
     # With cluster.multikueue the cluster checked is the manager; workers/<region>.yaml are other clusters' sets.
     sources = [(name, doc) for name, docs in files.items() if not name.startswith(f"{WORKERS_DIR}/") for doc in docs]
+    req.settings = [doc for name, docs in files.items() if name.startswith(f"{SETTINGS_DIR}/") for doc in docs]
     if cfg.images.require_digest:  # the rollout's InferenceServices run the serving image by digest, always
         req.digest_overlay = cfg.images.digest_overlay
         req.tagged_images = tuple(unpinned_repositories(doc for _, doc in sources))
+        req.settings, req.settings_dir = _overlay_settings(cfg, req.settings, req.settings_dir)
     sources += [("(created by the rollout step)", doc) for doc in runtime_documents(cfg)]
     for file, outer in sources:
         outer_ns = (outer.get("metadata") or {}).get("namespace") or cfg.cluster.namespace
@@ -166,7 +174,26 @@ def requirements(cfg: PipelineConfig, files: dict[str, list[dict[str, Any]]] | N
         req.kueue_frameworks = (TRAINJOB_FRAMEWORK,)
     req.multikueue = cfg.cluster.multikueue
     req.networking_layer, req.gateway_namespaces = cfg.serving.networking_layer, cfg.serving.gateway_namespaces
+    req.deployment_mode = cfg.serving.deployment_mode
     return req
+
+
+def _overlay_settings(
+    cfg: PipelineConfig, base: list[dict[str, Any]], base_dir: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The digest overlay's controller settings (images pinned by its digests); argo/'s when it cannot be read
+    (the release-digests check reports why)."""
+    from pathlib import Path
+
+    from paddle_mlops.release_overlay import OverlayError, settings_files
+
+    overlay = Path(cfg.images.digest_overlay or "")
+    root = Path(__file__).resolve().parents[1]
+    try:
+        files = settings_files(overlay if overlay.is_absolute() else root / overlay, cfg)
+    except OverlayError:
+        return base, base_dir
+    return [doc for docs in files.values() for doc in docs], f"{cfg.images.digest_overlay}/{SETTINGS_DIR}"
 
 
 def _collect(req: Requirements, cfg: PipelineConfig, file: str, doc: dict[str, Any], namespace: str) -> None:

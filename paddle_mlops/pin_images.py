@@ -1,6 +1,6 @@
 """`paddle-mlops pin-images`: write pushed release images' digests into a release overlay
-(paddle_mlops/release_overlay.py), or list what a release pins: the overlay's names, or the images the install set
-runs by tag."""
+(paddle_mlops/release_overlay.py) and its controller settings (`<overlay>/controller-settings/`), or list what a
+release pins: the overlay's names, or the images the install set runs by tag (the controllers' own included)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from paddle_mlops.compile import default_compile_config, render_all
+from paddle_mlops.compile import default_compile_config, dump, render_all
 from paddle_mlops.release_overlay import (
     DEFAULT_OVERLAY,
     KUSTOMIZATION,
@@ -17,6 +17,7 @@ from paddle_mlops.release_overlay import (
     pins,
     read,
     set_digests,
+    settings_files,
     tagged_images,
 )
 from paddle_mlops_core.contracts import EXIT_OK, EXIT_USAGE
@@ -54,6 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise OverlayError("give at least one REPOSITORY@sha256:DIGEST (or --list)")
         for name, digest in set_digests(args.overlay, args.references).items():
             print(f"pinned {name}@{digest} in {args.overlay / KUSTOMIZATION}")
+        # The images the controllers give their pods are strings in their settings, out of kustomize's reach.
+        for path, docs in settings_files(args.overlay, default_compile_config()).items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(dump(docs), encoding="utf-8")
+            print(f"wrote {path}")
     except OverlayError as exc:
         print(f"pin-images: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -24,8 +24,11 @@ from typing import Any
 import yaml
 
 from paddle_mlops.lint import controller_executor, pods_of
+from paddle_mlops.lint.events_images import events_images
 from paddle_mlops.lint.trainjob import runtimes_in
+from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import PLACEHOLDER_DIGEST, image_repository
+from pipelines.platform import controller_settings
 
 KUSTOMIZATION = "kustomization.yaml"
 DEFAULT_OVERLAY = "overlays/prod"
@@ -40,10 +43,10 @@ def tagged_images(docs: Iterable[dict[str, Any]]) -> list[str]:
     """Every image the documents' pods run by tag (a digest, or an Argo parameter that becomes one, pins the others
     at run time), as written: what a release resolves and an overlay pins."""
     docs = list(docs)
-    executor, runtimes = controller_executor(docs), runtimes_in(docs)
+    executor, runtimes, events = controller_executor(docs), runtimes_in(docs), events_images(docs)
     images = set()
     for doc in docs:
-        for pod in pods_of(doc, executor, runtimes):
+        for pod in pods_of(doc, executor, runtimes, events):
             for container in pod.containers:
                 image = str(container.get("image") or "")
                 if image and "@" not in image and "{{" not in image:
@@ -101,6 +104,14 @@ def name_problems(overlay: Path, required: Sequence[str]) -> list[str]:
         for name in sorted(have - set(required))
     ]
     return problems
+
+
+def settings_files(overlay: Path, cfg: PipelineConfig) -> dict[Path, list[dict[str, Any]]]:
+    """The controller settings of the release (`<overlay>/controller-settings/`): argo/'s, with the images the
+    controllers give their pods pinned by the overlay's digests (kustomize cannot reach them: they are strings in
+    upstream objects' data and env, pipelines/platform/upstream_images.py)."""
+    digests = {name: digest for name, digest in pins(read(overlay)).items() if digest}
+    return {overlay / name: docs for name, docs in controller_settings.render_files(cfg, digests).items()}
 
 
 def parse_reference(ref: str) -> tuple[str, str]:

@@ -199,10 +199,11 @@ FEATURES: tuple[Feature, ...] = (
         "kyverno api/kyverno/v1/image_verification_types.go (Rekor, CTLog; Cosign 2.0 support, kyverno#7248)",
     ),
     Feature(
-        "EventBus jetstream.version 2.10.29",
+        "EventBus jetstream.version paddle-mlops-2.10.29",
         "argo-events",
         "1.9.10",
-        "argo-events manifests/install.yaml, argo-events-controller-config eventBus.jetstream.versions",
+        "argo-events manifests/install.yaml, argo-events-controller-config eventBus.jetstream.versions: the images "
+        "and startCommand of upstream's 2.10.29 entry, listed from 1.9.10 (our settings add the entry)",
     ),
 )
 

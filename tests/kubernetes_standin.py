@@ -31,6 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
 from paddle_mlops import preflight
+from paddle_mlops.compile import default_compile_config
+from pipelines.platform import controller_settings
 
 SECRET_VALUE = "s3cr3t-VALUE-never-printed-7f3a"
 EXPECTED_CRDS = {
@@ -345,6 +347,30 @@ def api_for(cluster: Cluster) -> preflight.KubernetesApi:
     )
 
 
+def apply_settings(cluster: Cluster, files: dict[str, list[dict[str, Any]]]) -> None:
+    """What `kubectl apply --server-side -f argo/controller-settings/` leaves: each ConfigMap key it sends set, every
+    other key kept; the Deployment's one env entry set (merged by container and env name)."""
+    for doc in (d for docs in files.values() for d in docs):
+        meta = doc["metadata"]
+        if doc["kind"] == "ConfigMap":
+            live = cluster.config_maps.setdefault(
+                (meta["namespace"], meta["name"]),
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]), data={}
+                ),
+            )
+            live.data = {**(live.data or {}), **doc["data"]}
+        elif doc["kind"] == "Deployment":
+            target = next(
+                d for d in cluster.deployments.values()
+                if (d.metadata.namespace, d.metadata.name) == (meta["namespace"], meta["name"])
+            )  # fmt: skip
+            for patch in doc["spec"]["template"]["spec"]["containers"]:
+                container = next(c for c in target.spec.template.spec.containers if c.name == patch["name"])
+                kept = [e for e in container.env or [] if e.name not in {p["name"] for p in patch["env"]}]
+                container.env = kept + [client.V1EnvVar(name=e["name"], value=e["value"]) for e in patch["env"]]
+
+
 def ready_cluster() -> Cluster:
     cluster = Cluster()
     for name, spec in EXPECTED_CRDS.items():
@@ -366,6 +392,7 @@ def ready_cluster() -> Cluster:
         data={"executor": EXECUTOR, "metricsConfig": "enabled: true\nsecure: true\n"},
     )
     cluster.config_maps[("argo-events", "argo-events-controller-config")] = controller_config(JETSTREAM_1_9_11)
+    apply_settings(cluster, controller_settings.render_files(default_compile_config()))
     cluster.config_maps[("knative-serving", "config-features")] = client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="config-features", namespace="knative-serving"),
         data={"kubernetes.podspec-nodeselector": "enabled", "kubernetes.podspec-tolerations": "Enabled"},

@@ -14,7 +14,7 @@ def test_required_crds_namespaces_and_secrets_come_from_the_install_set() -> Non
     assert {n: level for n, (level, _) in req.namespaces.items()} == NAMESPACES
     assert set(req.secrets) == SECRETS
     assert req.secrets[("ml-pipelines", "minio-credentials")] == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    assert req.event_bus_version == "2.10.29"
+    assert req.event_bus_version == "paddle-mlops-2.10.29"  # the entry our controller settings add
     assert req.components == sorted(req.components[:1]) + req.components[1:]  # argo-workflows first
     assert set(req.components) == set(CONTROLLER_DEPLOYMENTS)
 

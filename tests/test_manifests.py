@@ -19,6 +19,7 @@ from paddle_mlops.lint import resource_manifest
 from paddle_mlops_core.config import load_config
 from paddle_mlops_core.contracts import TRAINING_JOB_ENV
 from pipelines.train_step import env_literal, placed_manifest
+from tests.kubectl_apply_model import is_partial
 from tests.validate_manifests import pod_templates, validate_document, validate_documents
 
 FLAVOURS = {
@@ -70,7 +71,7 @@ def _templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def _pods(rendered: dict[str, list[dict[str, Any]]]) -> Iterator[tuple[str, dict[str, Any] | None, list[dict]]]:
     """(where, pod-level securityContext, containers) for every pod the documents can create."""
     for doc in _all_documents(rendered):
-        if doc["kind"] in POD_OWNER_KINDS:
+        if doc["kind"] in POD_OWNER_KINDS and not is_partial(doc):  # a patch of an upstream controller: not ours
             pod = doc["spec"]["template"]["spec"]
             yield f"{doc['kind']}/{doc['metadata']['name']}", pod.get("securityContext"), pod["containers"]
         if doc["kind"] == "ClusterTrainingRuntime":  # the TrainJob's pods

@@ -13,6 +13,7 @@ import yaml
 from paddle_mlops import cli, cluster_requirements, preflight
 from paddle_mlops.compile import default_compile_config
 from paddle_mlops_core.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from pipelines.platform import argo_controller
 from tests.kubernetes_standin import (
     CONTROLLER_DEPLOYMENTS,
     EXECUTOR,
@@ -103,7 +104,9 @@ def _relabel(namespace: str, level: str):
 def _deploy(component: str, image: str | None = None, ready: int = 1):
     def change(cluster: Cluster) -> None:
         namespace, name, old_image, args, labels = CONTROLLER_DEPLOYMENTS[component]
+        env = cluster.deployments[component].spec.template.spec.containers[0].env  # only the image changes
         cluster.deployments[component] = deployment(namespace, name, image or old_image, args, labels, ready)
+        cluster.deployments[component].spec.template.spec.containers[0].env = env
 
     return change
 
@@ -111,6 +114,37 @@ def _deploy(component: str, image: str | None = None, ready: int = 1):
 def _executor(data: dict[str, str]):
     def change(cluster: Cluster) -> None:
         cluster.config_maps[("argo", "workflow-controller-configmap")].data = data
+
+    return change
+
+
+def _executor_image(image: str):
+    def change(cluster: Cluster) -> None:
+        data = cluster.config_maps[("argo", "workflow-controller-configmap")].data
+        executor = yaml.safe_load(data["executor"])
+        data["executor"] = yaml.safe_dump({**executor, "image": image})
+
+    return change
+
+
+def _events_image(image: str):
+    def change(cluster: Cluster) -> None:
+        (container,) = cluster.deployments["argo-events"].spec.template.spec.containers
+        for env in container.env:
+            if env.name == "ARGO_EVENTS_IMAGE":
+                env.value = image
+
+    return change
+
+
+def _jetstream_images(nats: str):
+    def change(cluster: Cluster) -> None:
+        data = cluster.config_maps[("argo-events", "argo-events-controller-config")].data
+        config = yaml.safe_load(data["controller-config.yaml"])
+        for version in config["eventBus"]["jetstream"]["versions"]:
+            if version["version"].startswith("paddle-mlops-"):
+                version["natsImage"] = nats
+        data["controller-config.yaml"] = yaml.safe_dump(config)
 
     return change
 
@@ -190,13 +224,37 @@ MISSING = [
     *_same_finding(
         "argo-executor",
         "argo/workflow-controller-configmap",
-        "kubectl apply -f argo/argo-controller.yaml",
+        "for f in argo/controller-settings/*.yaml; do kubectl patch -f",
         {
             "no-controller-config": _drop("config_maps", ("argo", "workflow-controller-configmap")),
             "executor-privilege-escalation": _executor(
                 {"executor": EXECUTOR.replace("allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true")}
             ),
         },
+    ),
+    pytest.param(
+        # An Argo upgrade that wrote the executor back without our image: argoexec would run by the controller's tag.
+        _executor_image("quay.io/argoproj/argoexec:v4.1.3"),
+        "argo-executor",
+        "argo/workflow-controller-configmap",
+        "kubectl patch -f",
+        id="executor-image-replaced",
+    ),
+    pytest.param(
+        # An Argo Events upgrade applied its manifest: ARGO_EVENTS_IMAGE is upstream's tag again.
+        _events_image("quay.io/argoproj/argo-events:v1.9.12"),
+        "events-image",
+        "argo-events/deployment/controller-manager",
+        "kubectl patch -f",
+        id="events-image-replaced",
+    ),
+    pytest.param(
+        # Our JetStream entry, listed but with other images (a hand edit, an older release's settings).
+        _jetstream_images("nats:2.10.30"),
+        "eventbus",
+        "argo-events/argo-events-controller-config",
+        "kubectl patch -f",
+        id="jetstream-images-replaced",
     ),
     pytest.param(
         # The upstream default: no executor key at all, so init/wait run without a securityContext.
@@ -209,7 +267,7 @@ MISSING = [
     *_same_finding(
         "knative-features",
         "knative-serving/config-features",
-        "kubectl apply -f argo/knative.yaml",
+        "for f in argo/controller-settings/*.yaml; do kubectl patch -f",
         {
             "knative-flags-default": _drop("config_maps", ("knative-serving", "config-features")),
             "knative-tolerations-disabled": _knative_feature("kubernetes.podspec-tolerations", "disabled"),
@@ -254,7 +312,7 @@ MISSING = [
         ),
         "eventbus",
         "argo-events/argo-events-controller-config",
-        "upgrade Argo Events to 1.9.10",
+        "kubectl patch -f",
         id="jetstream-version-not-listed",
     ),
     pytest.param(
@@ -300,13 +358,20 @@ def test_a_cluster_missing_one_item_gets_one_finding_with_its_fix(monkeypatch, c
 
 
 def test_executor_in_a_single_config_key_is_read_too(monkeypatch, capsys) -> None:
-    """parseConfigMap: a lone `config` key holds the whole configuration (what the Helm chart writes)."""
+    """parseConfigMap: a lone `config` key holds the whole configuration (what the Helm chart writes from the values
+    README gives: our executor and metricsConfig)."""
     cluster = ready_cluster()
-    executor = yaml.safe_load(EXECUTOR)
     cluster.config_maps[("argo", "workflow-controller-configmap")].data = {
-        "config": yaml.safe_dump({"executor": executor})
+        "config": yaml.safe_dump(argo_controller.controller_settings())
     }
     assert run(cluster, monkeypatch, capsys)[0] == 0
+    # The same without the executor's image: workflow pods would run argoexec by the controller's tag.
+    settings = argo_controller.controller_settings()
+    del settings["executor"]["image"]
+    cluster.config_maps[("argo", "workflow-controller-configmap")].data = {"config": yaml.safe_dump(settings)}
+    code, items = results(cluster, monkeypatch, capsys)
+    assert code == EXIT_FINDINGS
+    assert [(r["check"], r["message"].split(" ")[0]) for r in findings(items)] == [("argo-executor", "executor")]
 
 
 def test_the_configmap_named_by_the_controller_flag_is_checked(monkeypatch, capsys) -> None:

@@ -23,7 +23,6 @@ import yaml
 
 from paddle_mlops import pin_images, release_overlay
 from paddle_mlops.compile import check, default_compile_config, render_all
-from paddle_mlops.lint import lint_documents
 from paddle_mlops.lint.findings import lint_paths
 from paddle_mlops_core.config.loader import load_config
 from paddle_mlops_core.contracts import PLACEHOLDER_DIGEST
@@ -68,28 +67,72 @@ def released(tmp_path: Path) -> Path:
     return overlay
 
 
-def test_the_released_overlay_renders_and_lints_clean_for_prod(released: Path) -> None:
+def lint_rendered(overlay: Path, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """`kubectl kustomize OVERLAY > rendered.yaml; paddle-mlops lint --env prod rendered.yaml`, run from the root the
+    overlay sits in (lint reads the environment's controller settings from overlays/prod/controller-settings/)."""
+    root = overlay.parent.parent
+    rendered = root / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(kustomize(overlay)))
+    monkeypatch.chdir(root)
+    return lint_paths([rendered], env="prod")
+
+
+CONTROLLER_IMAGES = {
+    "quay.io/argoproj/argoexec",  # init/wait of every workflow pod (the workflow controller's executor)
+    "quay.io/argoproj/argo-events",  # EventSource and Sensor pods (the Argo Events controller's ARGO_EVENTS_IMAGE)
+    "nats",  # the EventBus pods' containers (the controller config's jetstream version)
+    "natsio/prometheus-nats-exporter",
+    "natsio/nats-server-config-reloader",
+}
+
+
+def test_the_released_overlay_renders_and_lints_clean_for_prod(released: Path, monkeypatch) -> None:
+    """0 findings with the controllers' own containers counted: lint models argoexec, Argo Events and NATS with the
+    images the released controller settings give them, by the release's digests."""
+    assert lint_rendered(released, monkeypatch) == []
     docs = kustomize(released)
-    assert lint_documents(docs, "rendered overlays/prod", env="prod") == []
     images = {c["image"] for d in docs for c in _containers(d)}
-    for name in release_overlay.pins(release_overlay.read(released)):
+    for name in set(release_overlay.pins(release_overlay.read(released))) - CONTROLLER_IMAGES:
         assert f"{name}@{fake_digest(name)}" in images, name
     assert not [i for i in images if "@" not in i], "an image still runs by tag"
+    text = "".join(p.read_text() for p in sorted((released / "controller-settings").glob("*.yaml")))
+    for name in CONTROLLER_IMAGES:
+        assert f"{name}@{fake_digest(name)}" in text, name
+
+
+def test_a_tag_in_a_pod_a_controller_adds_is_found(released: Path, monkeypatch) -> None:
+    """Fails on a lint that models the controllers' containers without their images: with argo/'s settings (tags) in
+    place of the release's, the rendered overlay is clean of tags in our manifests, yet every workflow pod's
+    init/wait, every EventSource/Sensor pod and the EventBus pods would run upstream images by tag."""
+    shutil.rmtree(released / "controller-settings")
+    findings = lint_rendered(released, monkeypatch)
+    tagged = {f.message.split()[1].rsplit(":", 1)[0] for f in findings if f.rule == "image-digest"}
+    assert tagged == CONTROLLER_IMAGES
+    assert any(f.container.endswith("/wait") for f in findings)  # an executor container Argo adds
+    assert any(f.document.startswith("EventBus/") for f in findings)
 
 
 def test_the_base_renders_and_holds_every_generated_document() -> None:
+    """Everything but the controller settings, which are patched into upstream objects, never applied with -k."""
     docs = kustomize(ROOT / "argo")
-    generated = [d for ds in render_all(default_compile_config()).values() for d in ds]
+    files = render_all(default_compile_config())
+    generated = [d for name, ds in files.items() if not name.startswith("controller-settings/") for d in ds]
     key = lambda d: (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])  # noqa: E731
     assert sorted(map(key, docs)) == sorted(map(key, generated))
+    settings = {key(d) for name, ds in files.items() if name.startswith("controller-settings/") for d in ds}
+    assert settings and not settings & set(map(key, docs))
 
 
-def test_the_checked_in_overlay_is_reported_as_not_released() -> None:
-    """Before a release every digest is the placeholder: lint says so for every image it pins, never 'pinned'."""
+def test_the_checked_in_overlay_is_reported_as_not_released(tmp_path: Path, monkeypatch) -> None:
+    """Before a release every digest is the placeholder: lint says so for every image it pins, the controllers' own
+    included, never 'pinned'."""
     doc = release_overlay.read(OVERLAY)
     assert release_overlay.placeholders(doc) == sorted(release_overlay.pins(doc))
-    findings = lint_documents(kustomize(OVERLAY), env="prod")
+    shutil.copytree(ROOT / "argo", tmp_path / "argo")
+    shutil.copytree(OVERLAY, tmp_path / "overlays" / "prod")
+    findings = lint_rendered(tmp_path / "overlays" / "prod", monkeypatch)
     assert findings and all(f.rule == "image-digest" and "placeholder digest" in f.message for f in findings)
+    assert {f.message.split()[1].split("@")[0] for f in findings} == set(release_overlay.pins(doc))
 
 
 def test_prod_requires_digests_and_names_the_overlay() -> None:

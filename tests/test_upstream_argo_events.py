@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from paddle_mlops_core.versions import MATRIX, at_least, supports
-from pipelines.platform import events, publish_events
+from pipelines.platform import events, events_controller, publish_events
 from tests.validate_crds import ARGO_EVENTS_SUBSET
 
 ARGO = Path(__file__).resolve().parents[1] / "argo"
@@ -71,8 +71,9 @@ def load(directory: Path = ARGO) -> dict[str, dict[str, Any]]:
 # --- mirrors of the controller's checks ---------------------------------------------------------
 
 
-def jetstream_version_problem(bus: dict[str, Any], release: str) -> str | None:
-    """GetJetStreamVersion + eventbus validate.go for one Argo Events release; None when accepted."""
+def jetstream_version_problem(bus: dict[str, Any], release: str, added: tuple[str, ...] = ()) -> str | None:
+    """GetJetStreamVersion + eventbus validate.go for one Argo Events release whose controller config lists upstream's
+    versions plus `added` (what a patch of the controller config adds); None when accepted."""
     js = bus["spec"]["jetstream"]
     version = js.get("version", "")
     if not version:
@@ -80,8 +81,9 @@ def jetstream_version_problem(bus: dict[str, Any], release: str) -> str | None:
     replicas = js.get("replicas")
     if replicas is not None and (replicas == 2 or replicas <= 0):
         return "invalid spec: a jetstream eventbus requires 1 replica or >= 3 replicas"
-    if version not in JETSTREAM_VERSIONS[release]:
-        return f"unsupported version {version!r} on v{release}, supported: {','.join(JETSTREAM_VERSIONS[release])}"
+    listed = (*JETSTREAM_VERSIONS[release], *added)
+    if version not in listed:
+        return f"unsupported version {version!r} on v{release}, supported: {','.join(listed)}"
     return None
 
 
@@ -201,9 +203,35 @@ def test_the_matrix_releases_are_all_encoded():
 
 @pytest.mark.parametrize("release", releases_in_matrix())
 def test_event_bus_version_is_one_the_controller_lists(release):
+    """Listed once argo/controller-settings/argo-events-config.yaml is patched in; not by upstream alone, whose own
+    entries would run NATS by tag (installer/jetstream.go takes the entry's images as they are)."""
     bus = load()[f"EventBus/{events.EVENT_BUS}"]
-    assert jetstream_version_problem(bus, release) is None
+    added = tuple(v["version"] for v in shipped_controller_config()["eventBus"]["jetstream"]["versions"])
+    assert jetstream_version_problem(bus, release, added) is None
+    assert jetstream_version_problem(bus, release) is not None
     assert bus["spec"]["jetstream"]["version"] == events.JETSTREAM_VERSION
+
+
+def shipped_controller_config(directory: Path = ARGO / "controller-settings") -> dict[str, Any]:
+    (doc,) = yaml.safe_load_all((directory / "argo-events-config.yaml").read_text())
+    return yaml.safe_load(doc["data"][events_controller.CONTROLLER_CONFIG_KEY])
+
+
+def test_the_patched_controller_config_keeps_upstreams_versions_and_pins_ours() -> None:
+    """The key is one document (pkg/reconciler/config.go LoadConfig: viper reads the whole file), so ours carries
+    upstream v1.9.11's own lists (other EventBuses of the cluster keep their versions; ValidateConfig wants a stan and
+    a jetstream version) plus our entry: upstream's 2.10.29 images, by digest in the release overlay."""
+    config = shipped_controller_config()
+    versions = {v["version"]: v for v in config["eventBus"]["jetstream"]["versions"]}
+    assert set(JETSTREAM_VERSIONS["1.9.11"]) < set(versions)
+    assert config["eventBus"]["nats"]["versions"][0]["version"] == "0.22.1"
+    ours = versions[events.JETSTREAM_VERSION]
+    upstream = versions["2.10.29"]
+    assert {k: v for k, v in ours.items() if k != "version"} == {k: v for k, v in upstream.items() if k != "version"}
+    assert upstream["natsImage"] == "nats:2.10.29" and upstream["startCommand"] == "/nats-server"
+    released = shipped_controller_config(ARGO.parent / "overlays" / "prod" / "controller-settings")
+    pinned = next(v for v in released["eventBus"]["jetstream"]["versions"] if v["version"] == events.JETSTREAM_VERSION)
+    assert all("@sha256:" in pinned[k] for k in ("natsImage", "metricsExporterImage", "configReloaderImage"))
 
 
 def test_jetstream_version_is_declared_version_dependent():
@@ -269,5 +297,7 @@ def test_dead_letter_trigger_is_retried_when_it_fails():
 def test_controller_config_names_match_upstream():
     # preflight reads the accepted versions from this ConfigMap key (install.yaml, config.go LoadConfig
     # reads /etc/argo-events/controller-config.yaml).
-    assert events.CONTROLLER_CONFIGMAP == "argo-events-controller-config"
-    assert events.CONTROLLER_CONFIG_KEY == "controller-config.yaml"
+    assert events_controller.CONTROLLER_CONFIGMAP == "argo-events-controller-config"
+    assert events_controller.CONTROLLER_CONFIG_KEY == "controller-config.yaml"
+    # start.go reads the EventSource/Sensor image from this variable of the controller-manager Deployment.
+    assert (events_controller.DEPLOYMENT, events_controller.IMAGE_ENV) == ("controller-manager", "ARGO_EVENTS_IMAGE")

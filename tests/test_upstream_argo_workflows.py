@@ -1,5 +1,5 @@
 """The pods the Argo Workflows controller really creates for our templates, and the controller
-settings the install ships (argo/argo-controller.yaml), as argoproj/argo-workflows behaves.
+settings the install ships (argo/controller-settings/argo-workflows.yaml), as argoproj/argo-workflows behaves.
 
 Upstream behaviour encoded here (argo-workflows v4.1.2; v3.6.0 the same where named):
 - workflow/controller/workflowpod.go (podBuilder.build): every pod gets the `init` init container
@@ -60,7 +60,7 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 
 def install_set(argo: Path = ARGO) -> list[dict[str, Any]]:
-    return [doc for path in sorted(argo.glob("*.yaml")) if path.name != "kustomization.yaml" for doc in _docs(path)]
+    return [doc for path in sorted(argo.rglob("*.yaml")) if path.name != "kustomization.yaml" for doc in _docs(path)]
 
 
 def _exec_container(name: str, executor: dict[str, Any] | None, resource: bool) -> dict[str, Any]:
@@ -188,7 +188,8 @@ def cm(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_every_pod_argo_creates_for_our_templates_is_restricted(docs: list[dict[str, Any]]) -> None:
-    """Fails on the install set without argo-controller.yaml: init/wait would run with no securityContext."""
+    """Fails on the install set without controller-settings/argo-workflows.yaml: init/wait would run with no
+    securityContext."""
     executor = shipped_executor(docs)
     assert executor is not None, f"no {argo_controller.CONTROLLER_CONFIGMAP} among argo/*.yaml"
     pods = workflow_pods(docs, executor)
@@ -257,10 +258,23 @@ def _chart_config(values: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _chart_executor_image(values: dict[str, Any]) -> str:
+    """The controller's --executor-image as argo-helm's workflow-controller-deployment.yaml renders it
+    (`argo-workflows.image` registry/repository, then `:` and the tag)."""
+    image = values["executor"]["image"]
+    return f"{image['registry']}/{image['repository']}:{image['tag']}"
+
+
 def test_helm_values_render_the_same_controller_settings(cm: dict[str, Any]) -> None:
     want = controller_config(cm)
     got = _chart_config(argo_controller.helm_values())
-    assert {k: got["executor"][k] for k in ("resources", "securityContext")} == want["executor"]
+    assert {k: got["executor"][k] for k in ("resources", "securityContext")} == {
+        k: v for k, v in want["executor"].items() if k != "image"
+    }
+    assert _chart_executor_image(argo_controller.helm_values()) == want["executor"]["image"]
+    digest = "sha256:" + "a" * 64
+    pinned = _chart_executor_image(argo_controller.helm_values({"quay.io/argoproj/argoexec": digest}))
+    assert pinned == f"quay.io/argoproj/argoexec:v4.1.2@{digest}"  # pulled by the digest
     assert {k: got["metricsConfig"][k] for k in want["metricsConfig"]} == want["metricsConfig"]
     assert argo_controller.helm_values()["controller"]["metricsConfig"]["scheme"] == "https"
 
@@ -291,7 +305,7 @@ def test_every_version_dependent_argo_field_is_in_the_matrix(docs: list[dict[str
 
 
 def test_readme_shows_the_helm_values_the_code_renders() -> None:
-    """README's chart values for a Helm-installed controller are the same settings as argo-controller.yaml."""
+    """README's chart values for a Helm-installed controller are the same settings as controller-settings/."""
     import textwrap
     from pathlib import Path
 

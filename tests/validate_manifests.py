@@ -30,6 +30,7 @@ from pydantic import BaseModel, RootModel, ValidationError
 
 from paddle_mlops_core.contracts import TRAINING_JOB_ENV
 from pipelines.train_step import placed_manifest
+from tests.kubectl_apply_model import applied_to_upstream
 from tests.validate_crds import validate_crd
 
 KUBERNETES_VERSION = "1.30.0"
@@ -47,7 +48,9 @@ PADDLEJOB_SCHEMAS = {
 
 
 def validate_document(doc: dict[str, Any], where: str = "document") -> list[str]:
-    """Every problem found in one manifest, each naming where it is; empty when valid."""
+    """Every problem found in one manifest, each naming where it is; empty when valid (a patch of an upstream object
+    is validated as the object it patches, with the patch in)."""
+    doc = applied_to_upstream(doc)
     api_version, kind = doc.get("apiVersion", ""), doc.get("kind", "")
     if api_version.startswith("argoproj.io/") and kind in ARGO_KINDS:
         return _validate_argo(doc, ARGO_KINDS[kind], where)

@@ -11,6 +11,7 @@ import yaml
 
 from paddle_mlops.lint.documents import LintInputError, document_name
 from pipelines.platform.argo_controller import CONTROLLER_CONFIGMAP
+from pipelines.platform.upstream_images import ARGOEXEC
 
 # What argoexec's containers get when a resource template runs without an executor securityContext
 # (argo-workflows v4.1.2 workflow/common/security_context.go MinimalCtrSC; readOnlyRootFilesystem
@@ -25,7 +26,10 @@ ARGO_RESOURCE_DEFAULT_SECURITY_CONTEXT: dict[str, Any] = {
 }
 # Marks the modelled argoexec containers, whose fix belongs in the controller's config.
 EXECUTOR_MARK = "x-paddle-mlops-argo-executor"
-EXECUTOR_FIX = f"in the `executor` setting of the Argo {CONTROLLER_CONFIGMAP} (argo/argo-controller.yaml)"
+EXECUTOR_FIX = (
+    f"in the `executor` setting of the Argo {CONTROLLER_CONFIGMAP} (argo/controller-settings/argo-workflows.yaml, "
+    "by digest in overlays/<env>/controller-settings/)"
+)
 
 
 def executor_setting(data: dict[str, str]) -> dict[str, Any]:
@@ -53,12 +57,14 @@ def controller_executor(docs: Iterable[dict[str, Any]]) -> dict[str, Any] | None
 
 
 def executor_container(name: str, executor: dict[str, Any] | None, resource_template: bool) -> dict[str, Any]:
-    """One argoexec container as workflowpod.go newExecContainer builds it (its image is the controller's)."""
+    """One argoexec container as workflowpod.go newExecContainer builds it: the image is the `executor` setting's,
+    else the controller's `--executor-image` default, argoexec by its version tag (workflow/controller/config.go
+    executorImage)."""
     executor = executor or {}
     security = executor.get("securityContext")
     if security is None and resource_template:
         security = ARGO_RESOURCE_DEFAULT_SECURITY_CONTEXT
-    container: dict[str, Any] = {"name": name, EXECUTOR_MARK: True}
+    container: dict[str, Any] = {"name": name, "image": executor.get("image") or ARGOEXEC, EXECUTOR_MARK: True}
     if security is not None:
         container["securityContext"] = security
     if executor.get("resources") is not None:

@@ -4,10 +4,11 @@ Pods are rendered from Argo Workflow/WorkflowTemplate/CronWorkflow templates (co
 templates with their sidecars and init containers; resource templates' embedded manifests),
 Deployments/StatefulSets/DaemonSets/Jobs/CronJobs/Pods, PaddleJobs of both operators, Trainer v2
 ClusterTrainingRuntimes and TrainJobs (on their runtime, see lint/trainjob.py),
-InferenceServices, and Argo Events EventSource/Sensor pod templates (their image is the
-controller's, so only the other rules apply). Argo's executor containers are added as the
-controller adds them: `init` in every pod, `wait` beside a container/script/containerSet
-template's main, and a resource template's `main` running argoexec (see `executor`).
+InferenceServices, Argo Events EventSource/Sensor pod templates and JetStream EventBus pods (with
+the images the Argo Events controller gives them, see `events_images`). Argo's executor containers
+are added as the controller adds them: `init` in every pod, `wait` beside a container/script/containerSet
+template's main, and a resource template's `main` running argoexec (see `executor`), with the image
+the controller gives them.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from paddle_mlops.lint.documents import document_name, resource_manifest, workflow_spec
+from paddle_mlops.lint.events_images import EventsImages
 from paddle_mlops.lint.executor import executor_container
 from paddle_mlops.lint.trainjob import pod_template, replicated_jobs, trainjob_pod_templates
+from pipelines.platform.events_controller import PARTIAL
 
 EXEMPT_ANNOTATION = "paddle-mlops/pod-security-exempt"
 ARGO_WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate"}
@@ -175,12 +178,43 @@ def _trainjob_pods(doc: dict[str, Any], runtimes: dict[str, Any] | None) -> Iter
         yield _from_pod_template(f"replicated job {job} (runtime {name})", template)
 
 
+def _event_bus_pods(spec: dict[str, Any], events: EventsImages) -> Iterator[Pod]:
+    """A JetStream bus's StatefulSet pod (argo-events installer/jetstream.go): main, reloader and metrics, each with
+    its container template's securityContext and resources, the pod with `jetstream.securityContext`."""
+    jetstream = spec.get("jetstream")
+    if not isinstance(jetstream, dict):
+        return
+    templates = {
+        "main": "containerTemplate",
+        "reloader": "reloaderContainerTemplate",
+        "metrics": "metricsContainerTemplate",
+    }
+    containers = []
+    for name, image in events.bus_images(str(jetstream.get("version", ""))):
+        template = jetstream.get(templates[name]) or {}
+        extra = {k: template[k] for k in ("securityContext", "resources") if k in template}
+        containers.append({"name": name, "image": image, **extra})
+    pod_spec = {
+        "securityContext": jetstream.get("securityContext") or {},
+        "containers": containers,
+        **({"serviceAccountName": jetstream["serviceAccountName"]} if jetstream.get("serviceAccountName") else {}),
+    }
+    yield _pod(f"jetstream {jetstream.get('version', '?')}", pod_spec)
+
+
 def pods_of(
-    doc: dict[str, Any], executor: dict[str, Any] | None = None, runtimes: dict[str, Any] | None = None
+    doc: dict[str, Any],
+    executor: dict[str, Any] | None = None,
+    runtimes: dict[str, Any] | None = None,
+    events: EventsImages | None = None,
 ) -> Iterator[Pod]:
     """Every pod one manifest will create (nested manifests of resource templates included);
     `executor` is the workflow controller's executor setting (see `controller_executor`), `runtimes`
-    the ClusterTrainingRuntimes a TrainJob may name (see lint/trainjob.py)."""
+    the ClusterTrainingRuntimes a TrainJob may name (see lint/trainjob.py), `events` the images the Argo
+    Events controller gives its pods (upstream's defaults when None)."""
+    events = events or EventsImages()
+    if PARTIAL in ((doc.get("metadata") or {}).get("annotations") or {}):
+        return  # a few fields of an upstream object (events_controller.py), not a pod template of ours
     kind, spec = doc.get("kind"), doc.get("spec") or {}
     if kind in ARGO_WORKFLOW_KINDS or kind == "CronWorkflow":
         yield from _argo_pods(workflow_spec(doc), executor, runtimes)
@@ -199,8 +233,10 @@ def pods_of(
         yield from _trainjob_pods(doc, runtimes)
     elif kind == "InferenceService":
         yield from _inference_service_pods(spec)
-    elif kind in ("EventSource", "Sensor") and isinstance(spec.get("template"), dict):
-        template = spec["template"]
-        container = dict(template.get("container") or {}, name="main")
+    elif kind in ("EventSource", "Sensor"):
+        template: dict[str, Any] = spec["template"] if isinstance(spec.get("template"), dict) else {}
+        container = dict(template.get("container") or {}, name="main", image=events.image)
         pod_spec = {k: v for k, v in template.items() if k != "container"}
         yield _pod("pod", dict(pod_spec, containers=[container]))
+    elif kind == "EventBus":
+        yield from _event_bus_pods(spec, events)

@@ -14,8 +14,10 @@ from paddle_mlops.cluster_requirements import Requirements
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controllers import controller_namespace
 from paddle_mlops.preflight.results import FINDING, OK, Result, install_fix
+from paddle_mlops.preflight.settings_applied import settings_document
 from paddle_mlops_core.config import networking
 from paddle_mlops_core.versions import MATRIX
+from pipelines.platform.controller_settings import apply_command
 
 
 def check_knative_features(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
@@ -31,7 +33,7 @@ def check_knative_features(api: KubernetesApi, req: Requirements) -> Iterator[Re
     off = sorted(flag for flag in knative.feature_flags() if str(data.get(flag, "disabled")).lower() == "disabled")
     if off:
         message = f"{', '.join(off)} disabled: Knative refuses the regional predictors (nodeSelector, tolerations)"
-        yield Result("knative-features", subject, FINDING, message, "kubectl apply -f argo/knative.yaml")
+        yield Result("knative-features", subject, FINDING, message, apply_command(req.settings_dir))
     else:
         yield Result("knative-features", subject, OK, "nodeSelector and tolerations are allowed on predictors")
 
@@ -105,18 +107,29 @@ def check_kueue_config(api: KubernetesApi, req: Requirements) -> Iterator[Result
 
 
 def check_event_bus(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
-    from pipelines.platform import events
+    from pipelines.platform import events_controller
 
     if req.event_bus_version is None:
         return
     namespace = controller_namespace(api.deployments(), "argo-events") or "argo-events"
-    subject = f"{namespace}/{events.CONTROLLER_CONFIGMAP}"
-    data = api.config_map_data(events.CONTROLLER_CONFIGMAP, namespace)
+    subject = f"{namespace}/{events_controller.CONTROLLER_CONFIGMAP}"
+    data = api.config_map_data(events_controller.CONTROLLER_CONFIGMAP, namespace)
     if data is None:
         yield Result("eventbus", subject, FINDING, "controller config not found", install_fix("argo-events"))
         return
     listed = jetstream_versions(data)
-    if req.event_bus_version in listed:
+    ours = settings_document(req, "ConfigMap", events_controller.CONTROLLER_CONFIGMAP)
+    want = _entry(ours or {}, req.event_bus_version)
+    if req.event_bus_version in listed and want is not None and _entry({"data": data}, req.event_bus_version) != want:
+        yield Result(
+            "eventbus",
+            subject,
+            FINDING,
+            f"jetstream version {req.event_bus_version} names other images than {req.settings_dir} (by digest in a "
+            "release): the EventBus pods would run them",
+            apply_command(req.settings_dir),
+        )
+    elif req.event_bus_version in listed:
         yield Result("eventbus", subject, OK, f"jetstream version {req.event_bus_version} is listed")
     else:
         yield Result(
@@ -125,7 +138,8 @@ def check_event_bus(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
             FINDING,
             f"jetstream version {req.event_bus_version} is not listed (it has: {', '.join(listed) or 'none'}); "
             "the controller refuses the EventBus",
-            f"upgrade Argo Events to {MATRIX['argo-events'].minimum} or newer: {install_fix('argo-events')}",
+            f"{apply_command(req.settings_dir)} (the install's controller settings list it; Argo Events "
+            f"{MATRIX['argo-events'].minimum} or newer)",
         )
     if req.event_bus:
         yield from _event_bus_status(api, *req.event_bus)
@@ -144,6 +158,13 @@ def _event_bus_status(api: KubernetesApi, name: str, namespace: str, file: str) 
             f"not deployed: {failed.get('reason', '')} {failed.get('message', '')}".strip(),
             f"kubectl -n {namespace} describe eventbus {name}; after fixing the cause, kubectl apply -f argo/{file}",
         )
+
+
+def _entry(configmap: dict[str, Any], version: str) -> dict[str, Any] | None:
+    from pipelines.platform import events_controller
+
+    text = (configmap.get("data") or {}).get(events_controller.CONTROLLER_CONFIG_KEY)
+    return events_controller.jetstream_entry(yaml.safe_load(text or "null"), version)
 
 
 def jetstream_versions(data: dict[str, str]) -> list[str]:

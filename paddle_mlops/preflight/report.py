@@ -25,6 +25,7 @@ from paddle_mlops.preflight.pods_ready import check_kueue_pods_ready
 from paddle_mlops.preflight.release import check_release_digests
 from paddle_mlops.preflight.results import FINDING, OK, WARNING, PreflightUsageError, Result
 from paddle_mlops.preflight.security import check_argo_executor, check_namespaces
+from paddle_mlops.preflight.settings_applied import check_events_image
 from paddle_mlops.preflight.versions import check_controllers, check_kubernetes
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
@@ -41,6 +42,7 @@ CHECKS = (
     ("kueue-pods-ready", check_kueue_pods_ready),
     ("secret", check_secrets),
     ("eventbus", check_event_bus),
+    ("events-image", check_events_image),
     ("release-digests", check_release_digests),
 )
 STYLES = {OK: "green", WARNING: "yellow", FINDING: "bold red"}

@@ -15,7 +15,9 @@ from paddle_mlops.lint import RESTRICTED_RULES, Pod, check_pod, executor_setting
 from paddle_mlops.preflight.cluster import KubernetesApi
 from paddle_mlops.preflight.controllers import controller_configmap
 from paddle_mlops.preflight.results import FINDING, OK, Result
+from paddle_mlops.preflight.settings_applied import differing_keys
 from pipelines.platform import argo_controller
+from pipelines.platform.controller_settings import apply_command
 
 
 def check_namespaces(api: KubernetesApi, req: Requirements) -> Iterator[Result]:
@@ -44,7 +46,7 @@ def check_argo_executor(api: KubernetesApi, req: Requirements) -> Iterator[Resul
     name, namespace = controller_configmap(api.deployments())
     subject = f"{namespace}/{name}"
     helm = json.dumps(argo_controller.executor_security_context())
-    fix = f"kubectl apply -f argo/{req.controller_file}" if req.controller_file else f"set key executor of {subject}"
+    fix = apply_command(req.settings_dir) if req.controller_file else f"set key executor of {subject}"
     fix += f" (Helm chart argo/argo-workflows: executor.securityContext={helm})"
     data = api.config_map_data(name, namespace)
     if data is None:
@@ -52,11 +54,20 @@ def check_argo_executor(api: KubernetesApi, req: Requirements) -> Iterator[Resul
         yield Result("argo-executor", subject, FINDING, message, fix)
         return
     problems = _executor_problems(executor_setting(data), req)
+    differ = differing_keys(req, data)
     if problems:
         message = "executor securityContext is not restricted: " + "; ".join(problems)
         yield Result("argo-executor", subject, FINDING, message, fix)
+    elif differ:
+        message = (
+            f"{', '.join(differ)} not as {req.settings_dir} sets them (an upgrade or another apply replaced them; "
+            "the executor names argoexec's image)"
+        )
+        yield Result("argo-executor", subject, FINDING, message, fix)
     else:
-        yield Result("argo-executor", subject, OK, "executor securityContext meets the restricted profile")
+        yield Result(
+            "argo-executor", subject, OK, f"executor (restricted, image pinned) and metricsConfig as {req.settings_dir}"
+        )
 
 
 def _executor_problems(executor: dict[str, Any], req: Requirements) -> list[str]:

@@ -9,10 +9,9 @@ from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig, TeamConfig, load_regions, load_teams
 from pipelines.platform import (
-    argo_controller,
     buildkit,
+    controller_settings,
     events,
-    knative,
     kueue,
     kyverno,
     mlflow_server,
@@ -28,8 +27,8 @@ def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = N
     """File name under argo/ → the documents it holds (teams default to `configs/teams/*.yaml`)."""
     teams = load_teams() if teams is None else teams
     files = {
-        "argo-controller.yaml": argo_controller.render(cfg),
-        "knative.yaml": knative.render(cfg),
+        # Applied server-side, not by `kubectl apply -k argo/` (controller_settings.py says why).
+        **controller_settings.render_files(cfg),
         "tenancy.yaml": tenancy.render(cfg, teams),
         "rbac.yaml": rbac.render(cfg),
         "network-policies.yaml": network.render(cfg),

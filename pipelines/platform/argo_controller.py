@@ -6,18 +6,21 @@ resources come only from the controller's `executor` setting, nil by default. Un
 "restricted" in the pipeline namespace, a nil securityContext (no allowPrivilegeEscalation: false,
 no capabilities drop) gets every container step refused. This module writes that setting, and the
 metrics setting the controller PodMonitor relies on, as a `workflow-controller-configmap` document and as
-the equivalent values of the argo/argo-workflows Helm chart.
+the equivalent values of the argo/argo-workflows Helm chart. The `executor` setting also names argoexec's image
+(pipelines/platform/upstream_images.py): by tag in argo/, by digest in a release overlay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from paddle_mlops_core.config import PipelineConfig
-from paddle_mlops_core.contracts import RUN_AS_GROUP, RUN_AS_USER
+from paddle_mlops_core.contracts import RUN_AS_GROUP, RUN_AS_USER, image_repository
 from pipelines.platform.meta import metadata
+from pipelines.platform.upstream_images import ARGOEXEC, pinned
 
 # Names of the upstream install (manifests/base/workflow-controller/workflow-controller-configmap.yaml,
 # namespace `argo` in manifests/install.yaml); `paddle-mlops preflight` reads the live one by these.
@@ -56,9 +59,15 @@ def executor_security_context() -> dict[str, Any]:
     }
 
 
-def executor() -> dict[str, Any]:
-    """The controller's `executor` setting (a core/v1 Container, image left to the install)."""
-    return {"resources": EXECUTOR_RESOURCES, "securityContext": executor_security_context()}
+def executor(pins: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The controller's `executor` setting (a core/v1 Container): argoexec's image, pinned by `pins` (an overlay's
+    repository → digest), its resources and securityContext. Without `image` the controller runs its
+    `--executor-image` default, `quay.io/argoproj/argoexec:<its version>`, by tag (workflow/controller/config.go)."""
+    return {
+        "image": pinned(ARGOEXEC, pins or {}),
+        "resources": EXECUTOR_RESOURCES,
+        "securityContext": executor_security_context(),
+    }
 
 
 def metrics_config() -> dict[str, Any]:
@@ -66,23 +75,23 @@ def metrics_config() -> dict[str, Any]:
     return {"enabled": True, "path": METRICS_PATH, "port": METRICS_PORT, "secure": METRICS_SECURE}
 
 
-def controller_settings() -> dict[str, Any]:
+def controller_settings(pins: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Top-level controller config keys (config/config.go `Config` json names) → their values."""
-    return {"executor": executor(), "metricsConfig": metrics_config()}
+    return {"executor": executor(pins), "metricsConfig": metrics_config()}
 
 
-def controller_configmap(cfg: PipelineConfig) -> dict[str, Any]:
+def controller_configmap(cfg: PipelineConfig, pins: Mapping[str, str] | None = None) -> dict[str, Any]:
     """`workflow-controller-configmap` with one data key per setting, as the controller reads it.
 
     config/controller.go parseConfigMap: either a lone `config` key holding the whole YAML, or one
     key per top-level field, joined and strictly unmarshalled (an unknown key stops the controller
-    from loading its config). Per-key data is what lets `kubectl apply` add these two keys to an
-    existing ConfigMap without touching the others.
+    from loading its config). Per-key data is what lets a strategic merge patch set these two keys of the
+    upstream ConfigMap and nothing else (pipelines/platform/controller_settings.py).
     """
     del cfg  # the settings do not depend on the pipeline configuration (yet); kept for one signature
     data = {
         key: yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
-        for key, value in controller_settings().items()
+        for key, value in controller_settings(pins).items()
     }
     return {
         "apiVersion": "v1",
@@ -92,19 +101,28 @@ def controller_configmap(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def helm_values() -> dict[str, Any]:
+def helm_values(pins: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The same settings as values of the argo/argo-workflows chart (argoproj/argo-helm,
     charts/argo-workflows/values.yaml, templates/controller/workflow-controller-config-map.yaml).
 
     The chart writes one `config` key into `<release>-workflow-controller-configmap`; with Helm, use
-    these values instead of argo/argo-controller.yaml (a per-key patch beside `config` is refused by
-    the controller). `scheme: https` is the chart's own ServiceMonitor, should it be enabled.
+    these values instead of argo/controller-settings/argo-workflows.yaml (a per-key patch beside `config` is refused
+    by the controller). The chart passes argoexec's image as the controller's `--executor-image` flag
+    (templates/controller/workflow-controller-deployment.yaml: `registry/repository:tag`), so a digest goes into
+    `tag` as `vX@sha256:…` (a reference with both is pulled by its digest). `scheme: https` is the chart's own
+    ServiceMonitor, should it be enabled.
     """
+    settings = executor(pins)
+    registry, _, rest = settings.pop("image").partition("/")
+    repository = rest.split("@", 1)[0].split(":", 1)[0]
+    tag = ARGOEXEC.rsplit(":", 1)[1]
+    digest = (pins or {}).get(image_repository(ARGOEXEC))
+    image = {"registry": registry, "repository": repository, "tag": f"{tag}@{digest}" if digest else tag}
     return {
-        "executor": executor(),
+        "executor": {"image": image, **settings},
         "controller": {"metricsConfig": {**metrics_config(), "scheme": "https" if METRICS_SECURE else "http"}},
     }
 
 
-def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    return [controller_configmap(cfg)]
+def render(cfg: PipelineConfig, pins: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    return [controller_configmap(cfg, pins)]

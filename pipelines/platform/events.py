@@ -16,6 +16,7 @@ from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import PART_OF
+from pipelines.platform.events_controller import PINNED_JETSTREAM_VERSION
 from pipelines.platform.meta import metadata, restricted_container_security_context, restricted_pod_security_context
 
 API_VERSION = "argoproj.io/v1alpha1"
@@ -23,19 +24,19 @@ SKIP_MARKERS: tuple[str, ...] = ("[skip ci]", "[ci skip]")
 
 EVENT_BUS = "default"
 # EventBus `jetstream.version` is looked up by exact string in the controller's version list
-# (argo-events pkg/reconciler/config.go GetJetStreamVersion), which ships in the ConfigMap below,
-# key CONTROLLER_CONFIG_KEY, at `eventBus.jetstream.versions[].version`. 2.10.29 is listed from
-# Argo Events v1.9.10 on (v1.9.9 and older list 2.10.10 instead); "latest" is listed too, but it
-# names a different NATS image in each release, and the install pins images.
-JETSTREAM_VERSION = "2.10.29"
-CONTROLLER_CONFIGMAP = "argo-events-controller-config"
-CONTROLLER_CONFIG_KEY = "controller-config.yaml"
+# (argo-events pkg/reconciler/config.go GetJetStreamVersion). Ours is an entry the install's controller
+# settings add (events_controller.py), upstream's 2.10.29 images pinned by digest in a release: a version
+# upstream lists ("2.10.29", "latest") would run its NATS images by tag.
+JETSTREAM_VERSION = PINNED_JETSTREAM_VERSION
 GITHUB_SOURCE = "github"
 GITEA_SOURCE = "gitea"
 SENSOR = "train-deploy-on-push"
 WORKFLOW_TEMPLATE = "train-deploy"
 EVENTSOURCE_SERVICE_ACCOUNT = "paddle-mlops-eventsource"
 SENSOR_SERVICE_ACCOUNT = "paddle-mlops-sensor"
+# The EventBus's NATS pods call no Kubernetes API: an account of their own without a token (the bus's pods otherwise
+# run as the namespace's default account, token mounted; argo-events installer/jetstream.go serviceAccountName).
+EVENTBUS_SERVICE_ACCOUNT = "paddle-mlops-eventbus"
 GITHUB_SECRET = {"name": "github-webhook-secret", "key": "secret"}
 GITEA_TOKEN = {"name": "gitea-webhook-token", "key": "token"}
 GITHUB_PORT = 12000
@@ -118,6 +119,7 @@ def event_bus(cfg: PipelineConfig) -> dict[str, Any]:
                 # A key of the controller's version list (see JETSTREAM_VERSION), not an image tag.
                 "version": JETSTREAM_VERSION,
                 "replicas": 3,
+                "serviceAccountName": EVENTBUS_SERVICE_ACCOUNT,
                 "persistence": {"accessMode": "ReadWriteOnce", "volumeSize": "10Gi"},
                 "securityContext": pod,
                 "containerTemplate": {

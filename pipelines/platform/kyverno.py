@@ -48,6 +48,11 @@ def workload_namespaces(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> li
     return sorted({cfg.cluster.namespace, *(t.namespace for t in teams.values())})
 
 
+def owned_namespaces(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> list[str]:
+    """Every namespace the install set creates pods in: the workload namespaces and the build namespace (BuildKit)."""
+    return sorted({*workload_namespaces(cfg, teams), cfg.cluster.build_namespace})
+
+
 def key_configmap() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -139,23 +144,21 @@ def latest_rule(namespaces: list[str]) -> dict[str, Any]:
 
 
 def digest_rule(cfg: PipelineConfig, namespaces: list[str]) -> dict[str, Any]:
-    """Our images must reach the kubelet by digest (verify-signature rewrites signed ones); an image
-    from our registry that escaped verification is refused here."""
+    """Every image reaches the kubelet by digest: ours because verify-signature rewrites a signed tag to its digest
+    (mutateDigest), upstream's (argoexec, Argo Events, NATS, BuildKit) because the release overlay and its controller
+    settings name them by digest (pipelines/platform/upstream_images.py). A tag that escaped both is refused."""
+    del cfg
     return {
         "name": "require-digest",
         "match": _match(namespaces),
         "validate": {
-            "message": "Image {{ element.image }} from {registry} must be pinned by @sha256 digest.".replace(
-                "{registry}", cfg.images.registry
+            "message": (
+                "Image {{ element.image }} must be pinned by @sha256 digest: install from the release overlay "
+                "(overlays/<env>) and apply its controller-settings/ server-side (README, Cluster install)."
             ),
             "foreach": [
                 {
                     "list": ALL_CONTAINERS,
-                    "preconditions": {
-                        "all": [
-                            {"key": "{{ element.image }}", "operator": "Equals", "value": f"{cfg.images.registry}/*"}
-                        ]
-                    },
                     "deny": {
                         "conditions": {
                             "any": [{"key": "{{ element.image }}", "operator": "NotEquals", "value": "*@sha256:*"}]
@@ -168,7 +171,7 @@ def digest_rule(cfg: PipelineConfig, namespaces: list[str]) -> dict[str, Any]:
 
 
 def cluster_policy(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> dict[str, Any]:
-    namespaces = workload_namespaces(cfg, teams)
+    namespaces, owned = workload_namespaces(cfg, teams), owned_namespaces(cfg, teams)
     return {
         "apiVersion": "kyverno.io/v1",
         "kind": "ClusterPolicy",
@@ -177,8 +180,8 @@ def cluster_policy(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> dict[st
             annotations={
                 "policies.kyverno.io/title": "Signed and pinned images",
                 "policies.kyverno.io/description": (
-                    "Images from the project registry must carry a valid cosign signature and run by digest; "
-                    "no pod in the training and serving namespaces may use ':latest' or an untagged image."
+                    "Images from the project registry must carry a valid cosign signature; every image of every pod "
+                    "in the namespaces the install set owns runs by digest, never ':latest' or untagged."
                 ),
             },
         ),
@@ -188,7 +191,7 @@ def cluster_policy(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> dict[st
             "background": False,
             "webhookTimeoutSeconds": 30,
             "failurePolicy": "Fail",
-            "rules": [verify_rule(cfg, namespaces), latest_rule(namespaces), digest_rule(cfg, namespaces)],
+            "rules": [verify_rule(cfg, namespaces), latest_rule(owned), digest_rule(cfg, owned)],
         },
     }
 

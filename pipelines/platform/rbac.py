@@ -145,4 +145,5 @@ def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
         service_account(events.SENSOR_SERVICE_ACCOUNT, ns, True, "Argo Events sensor: submits train-deploy"),
         *_with_role(events.SENSOR_SERVICE_ACCOUNT, ns, sensor_rules(), events.SENSOR_SERVICE_ACCOUNT),
         service_account(events.EVENTSOURCE_SERVICE_ACCOUNT, ns, False, "Argo Events webhooks: no API access"),
+        service_account(events.EVENTBUS_SERVICE_ACCOUNT, ns, False, "Argo Events bus (NATS): no API access"),
     ]
