@@ -22,6 +22,7 @@ from paddle_mlops.preflight.controller_settings import (
 )
 from paddle_mlops.preflight.objects import check_crds, check_secrets
 from paddle_mlops.preflight.pods_ready import check_kueue_pods_ready
+from paddle_mlops.preflight.raw_ingress import check_raw_ingress
 from paddle_mlops.preflight.release import check_release_digests
 from paddle_mlops.preflight.results import FINDING, OK, WARNING, PreflightUsageError, Result
 from paddle_mlops.preflight.security import check_argo_executor, check_namespaces
@@ -38,6 +39,7 @@ CHECKS = (
     ("argo-executor", check_argo_executor),
     ("knative-features", check_knative_features),
     ("knative-network", check_knative_network),
+    ("raw-ingress", check_raw_ingress),
     ("kueue-config", check_kueue_config),
     ("kueue-pods-ready", check_kueue_pods_ready),
     ("secret", check_secrets),
