@@ -21,10 +21,9 @@ from paddle_mlops_core.config.region_store_rules import has_own_store, own_crede
 from paddle_mlops_core.config.regions import RegionConfig
 from steps.runtime.runner import StepError, StepFailed
 from steps.runtime.storage import s3
-from steps.runtime.storage.objectstore import manifest
 from steps.runtime.storage.objectstore.backends import resolve_root
-from steps.runtime.storage.objectstore.manifest import IntegrityError, split_model_uri
-from steps.runtime.storage.objectstore.replication import Place, Replica, replicate
+from steps.runtime.storage.objectstore.manifest import split_model_uri
+from steps.runtime.storage.objectstore.replication import Place, replicate
 
 log = logging.getLogger("steps.region_stores")
 
@@ -85,17 +84,20 @@ class RegionStoreMissing(StepFailed):
 
 def replicate_to(cfg: PipelineConfig, model_uri: str, regions: list[RegionConfig]) -> dict[str, str]:
     """The version published at `model_uri`, copied into the store of each region (0 bytes where it is already
-    complete) and checked there; region name → the URI its predictors read. RegionStoreMissing, naming the region
-    and its store, when one does not hold it: raised before the caller changes any region."""
+    complete); region name → the URI its predictors read. RegionStoreMissing, naming the region and its store, when
+    one cannot be made to hold it: raised before the caller changes any region. A region without a store of its own
+    reads the publishing store, which holds the version by construction (manifest last)."""
     source = store_of_uri(cfg, model_uri, {r.name: r for r in regions})
     placed = {}
     for region in regions:
         target = of_region(cfg, region)
         try:
             # A region without a store of its own shares the pipeline's: it reads the version where it was published.
+            # replicate() leaves the target complete (every body verified, the published manifest last) or raises.
             replica = replicate(model_uri, source, target) if has_own_store(cfg, region) else None
-            placed[region.name] = _check(model_uri, source, target if replica else source, replica)
-        except (StepError, IntegrityError, OSError, ClientError, BotoCoreError) as exc:
+        except s3.MissingCredentials:
+            raise  # a Secret missing from the pod: exit 2, no retry sets it
+        except (StepError, OSError, ClientError, BotoCoreError) as exc:
             raise RegionStoreMissing(
                 f"region {region.name}: its store {describe(target)} does not hold {model_uri} ({exc}); nothing was "
                 "changed in any region. Check that store (configs/regions/"
@@ -108,17 +110,5 @@ def replicate_to(cfg: PipelineConfig, model_uri: str, regions: list[RegionConfig
                 "region %s reads %s from %s: %d bytes sent, %d objects copied, %d already there",
                 region.name, replica.model_uri, describe(target), replica.bytes_sent, replica.copied, replica.present,
             )  # fmt: skip
+        placed[region.name] = model_uri if replica is None else replica.model_uri
     return placed
-
-
-def _check(model_uri: str, source: Place, store: Place, replica: Replica | None) -> str:
-    """The URI `store` serves the version at, once its manifest there is the published one byte for byte (what
-    the predictor verifies every file against); StepError when it is absent or differs."""
-    _, model, version = split_model_uri(model_uri)
-    uri = replica.model_uri if replica else model_uri
-    key = manifest.manifest_key(model, version)
-    published = source.open().read(key)
-    held = published if store == source else store.open().read(key)
-    if held is None or held != published:
-        raise StepError(f"no {manifest.MANIFEST} at {uri}" if held is None else f"{uri}/{manifest.MANIFEST} differs")
-    return uri
