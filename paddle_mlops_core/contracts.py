@@ -253,6 +253,11 @@ def mlflow_ui_url(base: str, experiment_id: str, run_id: str | None = None) -> s
 PRETRAINED_PREFIX = "pretrained"
 PRETRAINED_RECORD = "pretrained.json"
 REGION_ENV = "PADDLE_MLOPS_REGION"
+# The region an object is for (an InferenceService and so its predictor pods, a MultiKueue worker's training pods, a
+# ResourceFlavor): the per-region NetworkPolicies select by it.
+REGION_OBJECT_LABEL = "paddle-mlops/region"
+# The keys of a store's credentials Secret (storage.credentials_secret, configs/regions store_credentials_secret).
+STORE_CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 PVC_SCHEME = "pvc://"
 PRETRAINED_MOUNT = "/mnt/pretrained"
 PRETRAINED_MOUNT_ENV = "PADDLE_MLOPS_PRETRAINED_MOUNT"
@@ -270,6 +275,14 @@ def pvc_location(location: str) -> tuple[str, str] | None:
             f"{location!r} is not pvc://CLAIM/path (CLAIM: the PersistentVolumeClaim's name, lower case, digits, '-')"
         )
     return match.group(1), (match.group(3) or "").strip("/")
+
+
+def store_credentials_env(region: str) -> dict[str, str]:
+    """Secret key → the variable that carries it for `region`'s own store, beside the default store's
+    AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY: a pod that reads several stores has each one's keys
+    (PADDLE_MLOPS_STORE_CN_EAST_AWS_ACCESS_KEY_ID for cn-east)."""
+    prefix = "PADDLE_MLOPS_STORE_" + region.upper().replace("-", "_")
+    return {key: f"{prefix}_{key}" for key in STORE_CREDENTIAL_KEYS}
 
 
 # A template annotated so does something only a cluster can (pre-pulling images on its nodes): the local

@@ -13,6 +13,7 @@ from hera.workflows import models as m
 
 from paddle_mlops_core.config import ConfigError, PipelineConfig, load_regions, load_teams
 from paddle_mlops_core.config.placement import allowed_regions
+from paddle_mlops_core.config.region_store_rules import credential_secrets
 from paddle_mlops_core.config.regions import RegionConfig
 from paddle_mlops_core.config.teams import TeamConfig
 from paddle_mlops_core.contracts import (
@@ -21,7 +22,9 @@ from paddle_mlops_core.contracts import (
     QUIET_LIBRARIES_ENV,
     RUN_AS_GROUP,
     RUN_AS_USER,
+    STORE_CREDENTIAL_KEYS,
     pvc_location,
+    store_credentials_env,
 )
 
 # The images put the project here; contracts.md runs every step from the project root.
@@ -111,17 +114,24 @@ def gpu_node_selector(region: RegionConfig) -> dict[str, str]:
     return region.node_selector()
 
 
+def _secret_env(name: str, secret: str, key: str) -> m.EnvVar:
+    return m.EnvVar(name=name, value_from=m.EnvVarSource(secret_key_ref=m.SecretKeySelector(name=secret, key=key)))
+
+
+def store_credentials(cfg: PipelineConfig) -> list[m.EnvVar]:
+    """The pipeline store's keys (storage.credentials_secret), then each region's own store's under that region's
+    names (contracts.store_credentials_env): a step or training pod reads and writes several stores (the rollout
+    copies a model into every region's, a run reads weights from the region it trains in), each with its own keys."""
+    env = [_secret_env(key, cfg.storage.credentials_secret, key) for key in STORE_CREDENTIAL_KEYS]
+    for region, secret in credential_secrets(cfg, load_regions().values()).items():
+        env += [_secret_env(name, secret, key) for key, name in store_credentials_env(region).items()]
+    return env
+
+
 def runtime_env(cfg: PipelineConfig, git_sha: str) -> list[m.EnvVar]:
     """Credentials only by Secret reference; endpoints are not secrets and come from config.
     `git_sha` is the Argo expression of the commit the template records (see step_container.COMMIT)."""
-    secret = cfg.storage.credentials_secret
-    env = [
-        m.EnvVar(
-            name=key,
-            value_from=m.EnvVarSource(secret_key_ref=m.SecretKeySelector(name=secret, key=key)),
-        )
-        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-    ]
+    env = store_credentials(cfg)
     env.append(m.EnvVar(name="AWS_DEFAULT_REGION", value=cfg.storage.region))
     if cfg.storage.endpoint_url:
         env.append(m.EnvVar(name="S3_ENDPOINT_URL", value=cfg.storage.endpoint_url))

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig
-from paddle_mlops_core.contracts import PART_OF, REGION_ENV
+from paddle_mlops_core.contracts import PART_OF, REGION_ENV, REGION_OBJECT_LABEL
 from pipelines import k8s, restart_policy
 from pipelines.job_spec import TRAIN_RUN, TrainingJobSpec, job_metadata
 from pipelines.kueue_names import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
@@ -108,8 +108,9 @@ def _node_pod(cfg: PipelineConfig, region: str | None = None) -> dict[str, Any]:
             {"name": shm.name, "mountPath": shm.mount_path},
         ],
     }
+    labels = {**PART_OF, **TRAIN_POD_LABELS, **({REGION_OBJECT_LABEL: region} if region else {})}
     return {
-        "metadata": {"labels": {**PART_OF, **TRAIN_POD_LABELS}},
+        "metadata": {"labels": labels},
         "spec": {
             "serviceAccountName": TRAIN_SERVICE_ACCOUNT,
             "automountServiceAccountToken": False,

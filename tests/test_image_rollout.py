@@ -24,7 +24,8 @@ from tests.rollout_doubles import IMAGE, FakeProbe, previous_services
 
 OLD_URI = "s3://paddle-mlops/models/ernie-sentiment/7"
 NEW_DIGEST = "sha256:" + "9f" * 32
-FAST = '["serving.canary_window_seconds=0", "serving.ready_timeout_seconds=1"]'
+# No region MinIO here: every region reads the pipeline's store (region stores: test_model_replication.py).
+FAST = '["serving.canary_window_seconds=0", "serving.ready_timeout_seconds=1", "storage.region_stores=false"]'
 
 
 class ChampionRegistry:

@@ -1,19 +1,23 @@
-"""Models served from their own region's store (#39 item 5), on moto's S3 server (production: one MinIO per region).
+"""Models served from their own region's store (#39 item 5, #60 item 3), on moto's S3 server (production: one MinIO
+per region).
 
-Two regions with stores of their own (configs/regions `store`, `store_endpoint_url`): cn-north holds the pipeline's
-store, where the model is published; cn-east has its own bucket. The rollout copies the version into cn-east's
-store before any region changes (content-addressed bodies, manifest last and byte for byte the same), points
-cn-east's predictor at that copy through cn-east's endpoint, and a rerun sends nothing. The predictor then loads the
-model from cn-east's store with the north copy gone.
+Two regions with stores of their own (configs/regions `store`, `store_endpoint_url`, `store_credentials_secret`):
+cn-north holds the pipeline's store, where the model is published; cn-east has its own bucket and its own keys. The
+rollout copies the version into cn-east's store, signed with cn-east's keys, before any region changes
+(content-addressed bodies, manifest last and byte for byte the same), points cn-east's predictor at that copy through
+cn-east's endpoint with cn-east's Secret, and a rerun sends nothing. The predictor then loads the model from cn-east's
+store with the north copy gone. A region whose store cannot hold the model fails the rollout naming region and store,
+with no region changed.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 
@@ -27,6 +31,7 @@ from steps.runtime.storage.objectstore import manifest, publish
 from steps.runtime.storage.objectstore.manifest import AlreadyPublishedError
 from steps.runtime.storage.objectstore.replication import Place, replicate
 from tests.kserve_standin import KServeStandIn
+from tests.region_sites import copy_configs, export_region_keys, region_keys
 from tests.rollout_doubles import FakeProbe
 from tests.s3server import moto_s3_server
 from tests.serving_fixtures import shared_tiny_export
@@ -67,14 +72,36 @@ def endpoint(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def site(tmp_path: Path, endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """configs/ with both regions' stores on their own endpoint (one moto server, two buckets)."""
-    configs = tmp_path / "configs"
-    shutil.copytree(ROOT / "configs", configs)
-    for region, store in (("cn-north", NORTH), ("cn-east", EAST)):
-        path = configs / "regions" / f"{region}.yaml"
-        path.write_text(path.read_text() + f"store: {store}\nstore_endpoint_url: {endpoint}\n", encoding="utf-8")
+    """configs/ with both regions' stores on their own endpoint (one moto server, two buckets), cn-east with keys of
+    its own (in the variables its Secret fills in a pod)."""
+    stores = {
+        "cn-north": {"store": NORTH, "store_endpoint_url": endpoint},
+        "cn-east": {"store": EAST, "store_endpoint_url": endpoint, "store_credentials_secret": "minio-cn-east-keys"},
+    }
+    export_region_keys(monkeypatch, "cn-east")
     monkeypatch.delenv("PADDLE_MLOPS_REGION", raising=False)
-    return configs / "pipeline.yaml"
+    return copy_configs(tmp_path / "configs", stores)
+
+
+@pytest.fixture
+def signed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
+    """(bucket, access key) of every S3 request any client of s3.client sends: who signed what."""
+    seen: list[tuple[str, str]] = []
+    made = s3.client
+
+    def record(request: Any, **_: Any) -> None:
+        auth = request.headers.get("Authorization", b"")
+        auth = auth.decode() if isinstance(auth, bytes) else auth
+        key = auth.partition("Credential=")[2].partition("/")[0]
+        seen.append((request.url.split("/")[3].partition("?")[0], key))
+
+    def client(*args: Any, **kwargs: Any) -> Any:
+        c = made(*args, **kwargs)
+        c.meta.events.register("before-send.s3", record)
+        return c
+
+    monkeypatch.setattr(s3, "client", client)
+    yield seen
 
 
 def overrides(endpoint: str) -> list[str]:
@@ -103,18 +130,35 @@ def roll_out(site: Path, endpoint: str, uri: str, api: KServeStandIn, tmp_path: 
 
 
 def test_published_in_one_region_served_from_anothers_store(
-    site: Path, endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    site: Path, endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signed: list[tuple[str, str]]
 ) -> None:
+    """A model served in cn-east is fetched from cn-east's store with cn-east's secret: the rollout copies it there
+    with cn-east's keys, and cn-east's predictor reads that copy through cn-east's endpoint with the keys of
+    cn-east's Secret (steps/runtime/release/inference_service.py; no storageUri, so KServe injects no storage
+    initializer and no credentials of its own: kserve pkg/webhook/admission/pod/storage_initializer_injector.go
+    InjectStorageInitializer returns without the source-URI annotation; the variables are the ones
+    pkg/credentials/s3/s3_secret.go BuildSecretEnvs would set)."""
+    east_key = region_keys("cn-east")[0]
     uri = publish_north(endpoint)
     api = KServeStandIn(lag=False, ready_after=0)
+    signed.clear()
     assert roll_out(site, endpoint, uri, api, tmp_path) == 0
+    assert {key for bucket, key in signed if bucket == "east"} == {east_key}  # cn-east's store: cn-east's keys only
+    assert east_key not in {key for bucket, key in signed if bucket == "north"}  # the pipeline's: its own
     cfg = load_config(site, "prod", overrides(endpoint))
     regions = load_regions(site.parent)
     east = isvc.service_name(cfg, regions["cn-east"])
     assert api.model_uri(east) == f"{EAST}/ernie-sentiment/v1"
-    env = {e["name"]: e.get("value") for e in api.objects[east]["spec"]["predictor"]["containers"][0]["env"]}
+    container = api.objects[east]["spec"]["predictor"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
     assert env["S3_ENDPOINT_URL"] == endpoint
-    assert api.model_uri(isvc.service_name(cfg, regions["cn-north"])) == uri  # the publishing region reads its own
+    assert refs == {k: {"name": "minio-cn-east-keys", "key": k} for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    north = isvc.service_name(cfg, regions["cn-north"])
+    assert api.model_uri(north) == uri  # the publishing region reads its own
+    north_env = api.objects[north]["spec"]["predictor"]["containers"][0]["env"]
+    north_refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in north_env if "valueFrom" in e}
+    assert north_refs == {cfg.storage.credentials_secret}  # a region without a Secret of its own: storage's
     north_manifest = s3.client(endpoint, exact=True).get_object(
         Bucket="north", Key="models/ernie-sentiment/v1/manifest.json"
     )
@@ -123,15 +167,51 @@ def test_published_in_one_region_served_from_anothers_store(
     )
     assert east_manifest["Body"].read() == north_manifest["Body"].read()  # the same manifest, same sha256
 
-    # cn-east's predictor, as its pod starts it: the model URI and S3_ENDPOINT_URL of its InferenceService, with
-    # the published copy in cn-north gone.
+    # cn-east's predictor, as its pod starts it: the model URI and S3_ENDPOINT_URL of its InferenceService and the
+    # keys its Secret holds, with the published copy in cn-north gone.
     for key in keys("north", endpoint):
         s3.client(endpoint, exact=True).delete_object(Bucket="north", Key=key)
     monkeypatch.setenv("S3_ENDPOINT_URL", env["S3_ENDPOINT_URL"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", east_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", region_keys("cn-east")[1])
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # a new process: credentials read from this environment
+    signed.clear()
     model = serving.ErnieModel("ernie-sentiment", ServingConfig(), model_uri=api.model_uri(east))
     assert model.load()
+    assert signed and set(signed) == {("east", east_key)}
     (prediction,) = model._run_batch(["这个手机质量很好，非常满意"])
     assert set(prediction["probabilities"]) == {"negative", "positive"}
+
+
+def test_a_region_whose_store_lacks_the_model_fails_the_rollout_naming_it_and_no_region_changes(
+    site: Path, endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cn-east's store refuses the copy (its bucket is gone): the rollout step fails (exit 1: the store may come
+    back, a retry may clear it; not the rolled-back verdict, which says the model was tried) naming cn-east and its
+    store, before cn-north, which comes first, is changed."""
+    uri = publish_north(endpoint)
+    s3.client(endpoint, exact=True).delete_bucket(Bucket="east")
+    api = KServeStandIn(lag=False, ready_after=0)
+    assert roll_out(site, endpoint, uri, api, tmp_path) == 1
+    err = capsys.readouterr().err
+    assert "region cn-east" in err and f"{EAST} at {endpoint}" in err and "does not hold" in err
+    assert api.objects == {}  # no region touched, cn-north included
+    assert not (tmp_path / "outcome").exists() or "rolled-back" not in (tmp_path / "outcome").read_text()
+
+
+def test_a_regions_own_keys_missing_from_the_pod_is_named(
+    site: Path, endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The region names a Secret but the pod has not got its keys: an error naming the region, the Secret's field
+    and the variables, never the default keys sent to cn-east's MinIO."""
+    uri = publish_north(endpoint)
+    monkeypatch.delenv("PADDLE_MLOPS_STORE_CN_EAST_AWS_ACCESS_KEY_ID")
+    api = KServeStandIn(lag=False, ready_after=0)
+    assert roll_out(site, endpoint, uri, api, tmp_path) == 2  # a missing Secret: no retry sets it
+    err = capsys.readouterr().err
+    assert "region cn-east" in err and "store_credentials_secret" in err
+    assert "PADDLE_MLOPS_STORE_CN_EAST_AWS_ACCESS_KEY_ID" in err
+    assert api.objects == {}
 
 
 def test_a_rerun_sends_nothing(site: Path, endpoint: str, tmp_path: Path) -> None:

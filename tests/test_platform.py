@@ -264,7 +264,8 @@ def test_training_pods_talk_to_each_other_dns_minio_and_mlflow_only(cfg):
         for peer in rule.get("to", [])
         if "namespaceSelector" in peer
     }
-    assert namespaces == {"kube-system", "minio", "ml-pipelines"}
+    # the pipeline's store (checkpoints) and every region's own (pretrained weights; test_network_region_stores.py)
+    assert namespaces == {"kube-system", "minio", "minio-cn-east", "minio-cn-north", "ml-pipelines"}
 
 
 def test_serving_pods_accept_gateway_and_prometheus(cfg):
@@ -278,7 +279,7 @@ def test_serving_pods_accept_gateway_and_prometheus(cfg):
     }
     assert {"knative-serving", "istio-system", "monitoring"} <= sources
     ports = {(p["protocol"], p["port"]) for rule in spec["egress"] for p in rule.get("ports", [])}
-    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 9000)}
+    assert ports == {("UDP", 53), ("TCP", 53)}  # the region's store: its own policy (test_network_region_stores.py)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fixtures_ernie import TINY_OVERRIDES, sentiment_rows, write_jsonl
+from region_sites import copy_configs
 from s3server import moto_s3_server
 from test_pretrained import offline  # noqa: F401  (fixture: any connection off loopback fails the test)
 
@@ -45,10 +46,9 @@ VOCAB = [
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of configs/ whose two regions have object stores of their own (on one moto server), as cwd."""
     configs = tmp_path / "site" / "configs"
-    shutil.copytree(ROOT / "configs", configs)
-    for region, store in (("cn-north", NORTH), ("cn-east", EAST)):
-        path = configs / "regions" / f"{region}.yaml"
-        path.write_text(path.read_text(encoding="utf-8") + f"store: {store}\n", encoding="utf-8")
+    copy_configs(configs, {"cn-north": {"store": NORTH}, "cn-east": {"store": EAST}})
+    local = configs / "env" / "local.yaml"  # this laptop reads the regions' stores (moto's, on loopback)
+    local.write_text(local.read_text().replace("region_stores: false", "region_stores: true"), encoding="utf-8")
     monkeypatch.chdir(tmp_path / "site")
     monkeypatch.setenv("PADDLE_MLOPS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -109,7 +109,9 @@ def test_step_outputs_and_tags_keep_champion_on_failure(tmp_path: Path, regions:
     registry = FakeRegistry(champion="7")
     api = FakeCustomObjectsApi(existing=previous_services(cfg, regions), lag=False, ready_after=0)
     probe = FakeProbe(unhealthy_urls=(isvc.service_name(cfg, regions[1]),))
-    common = ["--env", "prod", "--overrides", '["serving.canary_window_seconds=0", "serving.ready_timeout_seconds=1"]']
+    # No region MinIO here: every region reads the pipeline's store (region stores: test_model_replication.py).
+    fast = '["serving.canary_window_seconds=0", "serving.ready_timeout_seconds=1", "storage.region_stores=false"]'
+    common = ["--env", "prod", "--overrides", fast]
     args = [
         *common,
         "--model-uri",

@@ -214,7 +214,7 @@ def test_generated_policies_select_real_pods_and_admit_their_peers(cfg: Pipeline
 def test_the_check_catches_the_policies_of_issue_15(cfg: PipelineConfig) -> None:
     """Before #15 the predictor policy selected the model name (no InferenceService has it) and the
     training policy admitted replicas only."""
-    train, serve = network.render(cfg)
+    train, serve, *_ = network.render(cfg)
     serve["spec"]["podSelector"] = {"matchLabels": {"serving.kserve.io/inferenceservice": cfg.serving.model_name}}
     train["spec"]["ingress"] = train["spec"]["ingress"][:1]
     problems = check_policies([train, serve], cfg)
@@ -288,8 +288,9 @@ def test_every_policy_of_the_install_set_selects_a_pod_it_is_for(cfg: PipelineCo
     assert names == {
         (cfg.cluster.namespace, "paddle-mlops-train"),
         (cfg.cluster.namespace, network.PREDICTORS_POLICY),
+        *((cfg.cluster.namespace, f"{network.PREDICTORS_POLICY}-{r}") for r in load_regions()),
         (cfg.cluster.build_namespace, buildkit.NAME),
-    }, "a new NetworkPolicy needs its own selection check here"
+    }, "a new NetworkPolicy needs its own selection check here (per-region ones: test_network_region_stores.py)"
     (policy,) = [p for p in policies if p["metadata"]["name"] == buildkit.NAME]
     daemon = buildkit.deployment(cfg)["spec"]["template"]["metadata"]["labels"]
     assert selects(policy["spec"]["podSelector"], daemon)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
-from paddle_mlops_core.config.strict import DNS_LABEL, Strict
+from paddle_mlops_core.config.strict import DNS_LABEL, DNS_SUBDOMAIN, Strict
 
 
 class Toleration(Strict):
@@ -49,6 +49,23 @@ class RegionConfig(Strict):
         description="S3 endpoint of `store` (the region's own MinIO), used as named whatever S3_ENDPOINT_URL says; "
         "null: storage.endpoint_url",
     )
+    store_credentials_secret: str | None = Field(
+        None,
+        pattern=DNS_SUBDOMAIN,
+        description="Secret (in the namespaces of the serving and training pods) with the AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY of `store`, as storage.credentials_secret; the region's predictors and every pod that "
+        "reads or writes this store sign with it; null: storage.credentials_secret",
+    )
+
+    @model_validator(mode="after")
+    def _store_named(self) -> RegionConfig:
+        if self.store is None and (self.store_endpoint_url is not None or self.store_credentials_secret is not None):
+            given = "store_endpoint_url" if self.store_endpoint_url is not None else "store_credentials_secret"
+            raise ValueError(
+                f"{given} is set but `store` is not: name the region's own store (s3://bucket/prefix) it applies to, "
+                f"or remove {given} (the region then uses storage.uri and its endpoint and credentials)"
+            )
+        return self
 
     @property
     def flavor(self) -> str:

@@ -23,6 +23,11 @@ class StorageConfig(Strict):
     credentials_secret: str = Field(
         "minio-credentials", description="Secret with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
     )
+    region_stores: bool = Field(
+        True,
+        description="each region reads its own store (configs/regions `store`, `store_endpoint_url`, "
+        "`store_credentials_secret`); false: every region reads this one (a laptop, where nothing leaves the machine)",
+    )
     workspace: str = Field(
         "s3://paddle-mlops/runs", description="where steps exchange data and models on the cluster (per workflow)"
     )

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 # A Kubernetes object name (RFC 1123 label): namespaces, priority classes, teams, regions, the served model.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A Secret's, ConfigMap's or Service's name (RFC 1123 subdomain): labels joined by dots.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class Strict(BaseModel):

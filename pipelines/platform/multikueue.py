@@ -39,7 +39,7 @@ from paddle_mlops_core.config import ConfigError, PipelineConfig, RegionConfig, 
 from paddle_mlops_core.config.placement import team_regions
 from pipelines import kueue_names, trainjob
 from pipelines.labels import TEAM_LABEL
-from pipelines.platform import kueue_objects, rbac, tenancy
+from pipelines.platform import kueue_objects, network, rbac, tenancy
 from pipelines.platform.meta import metadata
 from pipelines.service_accounts import TRAIN_SERVICE_ACCOUNT
 
@@ -193,8 +193,9 @@ def worker(
     """What one region's worker cluster needs to admit and run the copies the manager sends: the job namespaces
     (team label for the queues' namespaceSelector, restricted Pod Security), the training pods' ServiceAccount,
     the region's flavor, per team a ClusterQueue with its quota here (no admission check) and the LocalQueue of the
-    same name as on the manager, the priority classes, the Topology, and the ClusterTrainingRuntime (whose pods get
-    PADDLE_MLOPS_REGION: the train step reads pretrained weights from this region's store)."""
+    same name as on the manager, the priority classes, the Topology, the ClusterTrainingRuntime (whose pods get
+    PADDLE_MLOPS_REGION: the train step reads pretrained weights from this region's store) and, per job namespace,
+    the training pods' NetworkPolicy admitting the pipeline's store and this region's alone."""
     here = {name: t for name, t in teams.items() if any(q.region == region.name for q in t.regions)}
     only_here = {name: t.model_copy(update={"regions": tuple(q for q in t.regions if q.region == region.name)})
                  for name, t in here.items()}  # fmt: skip
@@ -203,6 +204,7 @@ def worker(
         labels = {**tenancy.pod_security_labels("restricted"), TEAM_LABEL: team.name}
         docs.append(tenancy.namespace(ns, labels))
         docs.append(rbac.service_account(TRAIN_SERVICE_ACCOUNT, ns, False, "training pods: no Kubernetes API access"))
+        docs.append(network.training_policy(cfg, [region], ns))
     if cfg.cluster.topology_levels:
         docs.append(kueue_objects.topology(cfg))
     docs.append(kueue_objects.resource_flavor(cfg, region))

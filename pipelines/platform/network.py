@@ -3,9 +3,18 @@
 A NetworkPolicy cannot name a job created at run time, so "same job" is approximated by "training
 pods of this namespace" (label `paddle-mlops/component: train` on the PaddleJob pod template);
 besides them only Prometheus may reach them, on the metrics port. Destinations come from the
-configured in-cluster URLs (`storage.endpoint_url`, `mlflow.tracking_uri`, of the form
-http://<service>.<namespace>.svc:<port>). tests/test_upstream_network_policies.py checks that each
-policy selects the pods the operators and KServe really create.
+configured in-cluster URLs (`storage.endpoint_url`, `mlflow.tracking_uri`, each region's
+`store_endpoint_url`, of the form http://<service>.<namespace>.svc:<port>).
+
+Stores, region by region (paddle_mlops_core/config/region_store_rules.py): a predictor reads its model from its own
+region's store only, so the predictors' policy lets nothing out but DNS and one policy per region (selecting that
+region's predictors by the `paddle-mlops/region` label KServe copies from the InferenceService) admits that region's
+store. Training pods write checkpoints to the pipeline's store and read pretrained weights from the store of the
+region they train in; on one cluster Kueue picks that region at admission and labels no pod with it, so their policy
+admits the pipeline's store and every region's; a MultiKueue worker's training pods are all its region's, and its
+policy admits the pipeline's store and that region's alone (pipelines/platform/multikueue.py).
+tests/test_upstream_network_policies.py checks that each policy selects the pods the operators and KServe really
+create.
 """
 
 from __future__ import annotations
@@ -14,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from paddle_mlops_core.config import PipelineConfig
-from paddle_mlops_core.config.loader import load_task_configs
-from paddle_mlops_core.contracts import PART_OF, SERVING_PORT
+from paddle_mlops_core.config import PipelineConfig, RegionConfig
+from paddle_mlops_core.config.loader import load_regions, load_task_configs
+from paddle_mlops_core.config.region_store_rules import store_endpoint
+from paddle_mlops_core.contracts import PART_OF, REGION_OBJECT_LABEL, SERVING_PORT
 from pipelines.labels import TRAIN_POD_LABELS
 from pipelines.platform.meta import metadata
 
@@ -76,15 +86,16 @@ def _egress_to(target: Endpoint, pod_labels: dict[str, str]) -> dict[str, Any]:
     return rule
 
 
-def _targets(cfg: PipelineConfig, mlflow: bool) -> list[dict[str, Any]]:
-    rules = []
-    storage = endpoint(cfg.storage.endpoint_url, 9000)
-    if storage:
-        rules.append(_egress_to(storage, {}))
-    tracking = endpoint(cfg.mlflow.tracking_uri, 5000) if mlflow else None
-    if tracking:
-        rules.append(_egress_to(tracking, {"app.kubernetes.io/name": "mlflow"}))
-    return rules
+def _stores(urls: list[str | None]) -> list[dict[str, Any]]:
+    """Egress to each object store endpoint in `urls`, once each (a rule admits the service's namespace and port:
+    two stores are told apart by their namespaces)."""
+    rules = [_egress_to(t, {}) for url in urls if (t := endpoint(url, 9000)) is not None]
+    return [rule for i, rule in enumerate(rules) if rule not in rules[:i]]
+
+
+def _mlflow(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    tracking = endpoint(cfg.mlflow.tracking_uri, 5000)
+    return [_egress_to(tracking, {"app.kubernetes.io/name": "mlflow"})] if tracking else []
 
 
 def _prometheus(port: int | None) -> dict[str, Any]:
@@ -100,6 +111,7 @@ def _prometheus(port: int | None) -> dict[str, Any]:
 
 
 PREDICTORS_POLICY = "paddle-mlops-predictors"
+TRAINING_POLICY = "paddle-mlops-train"
 
 
 def predictor_selector(cfg: PipelineConfig) -> dict[str, Any]:
@@ -118,7 +130,13 @@ def predictor_selector(cfg: PipelineConfig) -> dict[str, Any]:
     }
 
 
-def training_policy(cfg: PipelineConfig) -> dict[str, Any]:
+def training_policy(
+    cfg: PipelineConfig, regions: list[RegionConfig] | None = None, namespace: str | None = None
+) -> dict[str, Any]:
+    """The training pods of `namespace` (cluster.namespace): each other, Prometheus in; DNS, MLflow, the pipeline's
+    store and the stores of `regions` (every region: one cluster's pods may be admitted in any) out."""
+    regions = list(load_regions().values()) if regions is None else regions
+    stores = [cfg.storage.endpoint_url, *(store_endpoint(cfg, r) for r in regions)]
     same_job = [{"podSelector": {"matchLabels": dict(TRAIN_POD_LABELS)}}]
     # Collective (NCCL/gloo) and parameter-server traffic between replicas; Prometheus on the metrics port.
     ingress: list[dict[str, Any]] = [{"from": same_job}]
@@ -127,12 +145,12 @@ def training_policy(cfg: PipelineConfig) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": metadata("paddle-mlops-train", cfg.cluster.namespace),
+        "metadata": metadata(TRAINING_POLICY, namespace or cfg.cluster.namespace),
         "spec": {
             "podSelector": {"matchLabels": dict(TRAIN_POD_LABELS)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": ingress,
-            "egress": [_dns(), *_targets(cfg, mlflow=True), {"to": same_job}],
+            "egress": [_dns(), *_stores(stores), *_mlflow(cfg), {"to": same_job}],
         },
     }
 
@@ -164,11 +182,28 @@ def serving_policy(cfg: PipelineConfig) -> dict[str, Any]:
                 # Prometheus scrapes the model server's /metrics on the serving port.
                 _prometheus(SERVING_PORT),
             ],
-            # The storage initializer downloads the model from object storage; nothing else leaves.
-            "egress": [_dns(), *_targets(cfg, mlflow=False)],
+            # Names resolve; the model comes from the region's store (region_store_policy); nothing else leaves.
+            "egress": [_dns()],
+        },
+    }
+
+
+def region_store_policy(cfg: PipelineConfig, region: RegionConfig) -> dict[str, Any]:
+    """`region`'s predictors (the label KServe copies from the InferenceService) may reach its store: its own
+    (configs/regions store_endpoint_url), else the pipeline's."""
+    selector = predictor_selector(cfg)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(f"{PREDICTORS_POLICY}-{region.name}", cfg.cluster.namespace),
+        "spec": {
+            "podSelector": {**selector, "matchLabels": {**selector["matchLabels"], REGION_OBJECT_LABEL: region.name}},
+            "policyTypes": ["Egress"],
+            "egress": _stores([store_endpoint(cfg, region)]),
         },
     }
 
 
 def render(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    return [training_policy(cfg), serving_policy(cfg)]
+    regions = sorted(load_regions().values(), key=lambda r: r.name)
+    return [training_policy(cfg), serving_policy(cfg), *(region_store_policy(cfg, r) for r in regions)]

@@ -32,8 +32,9 @@ def _source_client(cfg: PipelineConfig, source: str) -> Any:
     """The S3 client that reads `source`: data in a region's store (data.region) goes through that store's own
     endpoint (configs/regions)."""
     place = region_stores.place_of(cfg, source, load_regions(), prefer=cfg.data.region)
-    endpoint, exact = (place.endpoint_url, True) if place else (cfg.storage.endpoint_url, False)
-    return s3.client(endpoint, cfg.storage.region, exact)
+    if place is None:
+        return s3.client(cfg.storage.endpoint_url, cfg.storage.region)
+    return s3.client(place.endpoint_url, cfg.storage.region, True, place.credentials)
 
 
 def _s3_call(source: str, call: Callable[[str, str], T]) -> T:

@@ -8,8 +8,11 @@ Decisions, and why:
 - The model URI of the region's copy (steps/runtime/storage/region_stores.py `replicate_to`; the published one where the
   region has no store of its own) goes in the container's `--model-uri` argument, not in the `STORAGE_URI`
   env / `storageUri`: either would make KServe inject its storage-initializer, which downloads
-  without checking `manifest.json`. Our server fetches and verifies every file itself (S3
-  credentials come from the storage Secret by reference).
+  without checking `manifest.json`. Our server fetches and verifies every file itself, from the region's store:
+  its endpoint in S3_ENDPOINT_URL and its keys in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY by reference to the
+  region's Secret (configs/regions store_credentials_secret, else storage.credentials_secret) -- the variables
+  KServe's own S3 credential builder would set from a ServiceAccount's Secret (kserve
+  pkg/credentials/s3/s3_secret.go), set here on the container because no storage initializer runs.
 - Canary: Serverless mode uses `spec.predictor.canaryTrafficPercent` (Knative splits traffic between
   the new and the previously rolled-out revision). KServe does not support canaryTrafficPercent in
   RawDeployment mode, so there the rollout step deploys the new revision as a separate
@@ -31,8 +34,18 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops_core.config.models import PipelineConfig
+from paddle_mlops_core.config.region_store_rules import own_credentials
 from paddle_mlops_core.config.regions import RegionConfig
-from paddle_mlops_core.contracts import PART_OF, RUN_AS_GROUP, RUN_AS_USER, SERVING_PORT, image_repository
+from paddle_mlops_core.contracts import (
+    PART_OF,
+    REGION_OBJECT_LABEL,
+    RUN_AS_GROUP,
+    RUN_AS_USER,
+    SERVING_PORT,
+    STORE_CREDENTIAL_KEYS,
+    image_repository,
+)
+from steps.runtime.storage import region_stores
 
 GROUP = "serving.kserve.io"
 VERSION = "v1beta1"
@@ -70,23 +83,20 @@ def _security_context_container() -> dict[str, Any]:
 
 
 def _env(cfg: PipelineConfig, region: RegionConfig) -> list[dict[str, Any]]:
-    secret = cfg.storage.credentials_secret
-    # The predictor reads the model from its own region's store (the rollout replicated it there), through the
-    # endpoint of that store: the region's own (configs/regions store_endpoint_url), else the pipeline's.
-    endpoint = region.store_endpoint_url or cfg.storage.endpoint_url
+    # The predictor reads the model from its own region's store (the rollout replicated it there), through that
+    # store's endpoint and with its keys: the region's own (configs/regions store_endpoint_url,
+    # store_credentials_secret), else the pipeline's (storage.endpoint_url, storage.credentials_secret).
+    store = region_stores.of_region(cfg, region)
+    secret = own_credentials(cfg, region) or cfg.storage.credentials_secret
     env: list[dict[str, Any]] = [
         # The root filesystem is read-only; model downloads and library caches go to the /tmp volume.
         {"name": "HOME", "value": "/tmp"},
         {"name": "PPNLP_HOME", "value": "/tmp/paddlenlp"},
         {"name": "AWS_DEFAULT_REGION", "value": cfg.storage.region},
-        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_ACCESS_KEY_ID"}}},
-        {
-            "name": "AWS_SECRET_ACCESS_KEY",
-            "valueFrom": {"secretKeyRef": {"name": secret, "key": "AWS_SECRET_ACCESS_KEY"}},
-        },
+        *({"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in STORE_CREDENTIAL_KEYS),
     ]
-    if endpoint:
-        env.append({"name": "S3_ENDPOINT_URL", "value": endpoint})
+    if store.endpoint_url:
+        env.append({"name": "S3_ENDPOINT_URL", "value": store.endpoint_url})
     return env
 
 
@@ -173,7 +183,7 @@ def _predictor(cfg: PipelineConfig, region: RegionConfig, container: dict[str, A
 def _metadata(
     cfg: PipelineConfig, region: RegionConfig, model_uri: str, model_version: str, name: str, image: str
 ) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": cfg.serving.model_name, **PART_OF, "paddle-mlops/region": region.name}
+    labels = {"app.kubernetes.io/name": cfg.serving.model_name, **PART_OF, REGION_OBJECT_LABEL: region.name}
     if model_version:
         labels["paddle-mlops/model-version"] = str(model_version)
     return {

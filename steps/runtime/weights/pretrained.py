@@ -32,6 +32,7 @@ from steps.runtime.storage.objectstore import fetching, manifest
 from steps.runtime.storage.objectstore.backends import Backend, open_backend, resolve_root
 from steps.runtime.storage.objectstore.manifest import IntegrityError
 from steps.runtime.storage.objectstore.publishing import PublishResult, publish
+from steps.runtime.storage.region_stores import of_region
 
 log = logging.getLogger("steps.pretrained")
 KIND = "pretrained-weights"
@@ -45,6 +46,7 @@ class WeightsStore:
     endpoint_url: str | None = None
     region: str | None = None
     exact: bool = False  # the region's own endpoint: S3_ENDPOINT_URL (the default store's) does not override it
+    credentials: str | None = None  # the region whose own keys sign (s3.client); None: the default credentials
 
     @property
     def root(self) -> str:
@@ -77,16 +79,21 @@ class Staged:
 
 
 def weights_store(
-    uri: str, endpoint_url: str | None = None, region: str | None = None, exact: bool = False
+    uri: str,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    exact: bool = False,
+    credentials: str | None = None,
 ) -> WeightsStore:
     """The weights area of the object store at `uri` ('local', a directory or s3://bucket/prefix)."""
-    return WeightsStore(workspace.join(resolve_root(uri), PRETRAINED_PREFIX), endpoint_url, region, exact)
+    return WeightsStore(workspace.join(resolve_root(uri), PRETRAINED_PREFIX), endpoint_url, region, exact, credentials)
 
 
 def region_stores(cfg: PipelineConfig, region: str | None = None) -> list[WeightsStore]:
     """The stores a run reads weights from, first the one of the region it runs in: `region`, else
     $PADDLE_MLOPS_REGION (set where the pipeline pins the region), else the regions its training may be
-    admitted in, in the team's preference order. A region without a `store` uses storage.uri."""
+    admitted in, in the team's preference order. A region without a `store` uses storage.uri
+    (steps/runtime/storage/region_stores.py of_region: its endpoint and credentials too)."""
     from paddle_mlops_core.config import ConfigError
     from paddle_mlops_core.config.loader import load_regions, load_teams
     from paddle_mlops_core.config.placement import allowed_regions
@@ -104,10 +111,8 @@ def region_stores(cfg: PipelineConfig, region: str | None = None) -> list[Weight
             chosen = []
     stores: list[WeightsStore] = []
     for r in chosen:
-        own = r.store_endpoint_url is not None
-        store = weights_store(
-            r.store or cfg.storage.uri, r.store_endpoint_url if own else cfg.storage.endpoint_url, r.name, own
-        )
+        place = of_region(cfg, r)
+        store = weights_store(place.root, place.endpoint_url, r.name, place.exact, place.credentials)
         if all((s.uri, s.endpoint_url) != (store.uri, store.endpoint_url) for s in stores):
             stores.append(store)
     return stores or [weights_store(cfg.storage.uri, cfg.storage.endpoint_url)]
@@ -174,6 +179,7 @@ def stage(
                     progress,
                     repair=True,
                     exact=store.exact,
+                    credentials=store.credentials,
                 ),
             )
             for store in stores
@@ -187,7 +193,7 @@ def _staged(store: WeightsStore, name: str, digest: str, backend: Backend | None
     """The staged copy `digest` of `name` in `store` (read through `backend` when the caller has one open), None
     when its manifest is absent."""
     uri = store.version_uri(name, digest)
-    backend = backend or open_backend(store.uri, store.endpoint_url, exact=store.exact)
+    backend = backend or open_backend(store.uri, store.endpoint_url, exact=store.exact, credentials=store.credentials)
     raw = backend.read(manifest.manifest_key(name, digest))
     if raw is None:
         return None  # objects without a manifest: a stage that never finished, not a staged copy
@@ -197,7 +203,7 @@ def _staged(store: WeightsStore, name: str, digest: str, backend: Backend | None
 
 def list_staged(store: WeightsStore, name: str | None = None) -> list[Staged]:
     """Every staged copy in `store` (of `name` only, when given), oldest first."""
-    backend = open_backend(store.uri, store.endpoint_url, exact=store.exact)
+    backend = open_backend(store.uri, store.endpoint_url, exact=store.exact, credentials=store.credentials)
     names = [name] if name else [n for n in backend.children("") if n != manifest.OBJECTS.split("/")[0]]
     found = [s for n in names for d in backend.children(n) if (s := _staged(store, n, d, backend)) is not None]
     return sorted(found, key=lambda s: (s.name, s.created, s.digest))
@@ -235,6 +241,7 @@ def resolve(cfg: PipelineConfig) -> dict[str, Any] | None:
                 "store": store.uri,
                 "endpoint_url": store.endpoint_url,
                 "endpoint_exact": store.exact,
+                "credentials": store.credentials,
                 "region": store.region,
                 "manifest_sha256": staged.manifest_sha256,
                 "paddlenlp_version": staged.manifest.get("paddlenlp_version"),
@@ -308,7 +315,11 @@ def _nearest(cfg: PipelineConfig | None, record: dict[str, Any]) -> tuple[Weight
     MultiKueue worker's runtime) when it holds the same digest, else the one prepare-data resolved it in."""
     name, digest = record["name"], record["digest"]
     resolved = WeightsStore(
-        record["store"], record.get("endpoint_url"), record.get("region"), bool(record.get("endpoint_exact"))
+        record["store"],
+        record.get("endpoint_url"),
+        record.get("region"),
+        bool(record.get("endpoint_exact")),
+        record.get("credentials"),
     )
     here = os.environ.get(REGION_ENV)
     if cfg is not None and here and here != resolved.region:
@@ -343,7 +354,14 @@ def materialize(record: dict[str, Any], cfg: PipelineConfig | None = None) -> tu
         target = cache / name / record["digest"]
         try:
             if not _verified_copy(target, staged.manifest, uri):
-                fetching.fetch(uri, target, store.endpoint_url, published=staged.manifest, exact=store.exact)
+                fetching.fetch(
+                    uri,
+                    target,
+                    store.endpoint_url,
+                    published=staged.manifest,
+                    exact=store.exact,
+                    credentials=store.credentials,
+                )
         except IntegrityError as exc:
             shutil.rmtree(target, ignore_errors=True)
             raise IntegrityError(

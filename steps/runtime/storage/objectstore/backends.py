@@ -126,11 +126,16 @@ class S3Backend:
     """Any S3 endpoint (MinIO in production) through boto3's managed transfers."""
 
     def __init__(
-        self, uri: str, endpoint_url: str | None = None, transfer: TransferConfig | None = None, exact: bool = False
+        self,
+        uri: str,
+        endpoint_url: str | None = None,
+        transfer: TransferConfig | None = None,
+        exact: bool = False,
+        credentials: str | None = None,
     ) -> None:
         self.root = uri.rstrip("/")
         self.bucket, self.prefix = s3.split_s3(self.root)
-        self.client = s3.client(endpoint_url, exact=exact)
+        self.client = s3.client(endpoint_url, exact=exact, credentials=credentials)
         self.transfer = transfer or DEFAULT_TRANSFER
 
     def _key(self, key: str) -> str:
@@ -233,9 +238,14 @@ def resolve_root(store_uri: str) -> str:
 
 
 def open_backend(
-    root: str, endpoint_url: str | None = None, transfer: TransferConfig | None = None, exact: bool = False
+    root: str,
+    endpoint_url: str | None = None,
+    transfer: TransferConfig | None = None,
+    exact: bool = False,
+    credentials: str | None = None,
 ) -> Backend:
-    """The store at `root`; `exact`: reach it through `endpoint_url` whatever S3_ENDPOINT_URL says (s3.client)."""
+    """The store at `root`; `exact`: reach it through `endpoint_url` whatever S3_ENDPOINT_URL says, `credentials`:
+    with that region's own keys (s3.client)."""
     if s3.is_s3(root):
-        return S3Backend(root, endpoint_url, transfer, exact)
+        return S3Backend(root, endpoint_url, transfer, exact, credentials)
     return LocalBackend(root)

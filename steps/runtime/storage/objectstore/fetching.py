@@ -70,15 +70,16 @@ def fetch(
     progress: bool = False,
     published: dict[str, Any] | None = None,
     exact: bool = False,
+    credentials: str | None = None,
 ) -> Path:
     """Download a published version into `dest_dir`, verifying every file; all or nothing.
 
     `published`: the version's manifest when the caller has read and checked it already, so the files
     fetched are exactly the ones it lists (not a second read's). `exact`: through `endpoint_url` whatever
-    S3_ENDPOINT_URL says (a region's own store)."""
+    S3_ENDPOINT_URL says (a region's own store), `credentials`: with that region's own keys."""
     files = (published if published is not None else read_manifest(model_uri, endpoint_url))["files"]
     root, _, _ = split_model_uri(model_uri)
-    backend = open_backend(root, endpoint_url, exact=exact)
+    backend = open_backend(root, endpoint_url, exact=exact, credentials=credentials)
     dest = Path(dest_dir).resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
     # Staged beside the destination so the final rename stays on one filesystem.

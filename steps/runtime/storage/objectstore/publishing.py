@@ -91,6 +91,7 @@ def publish(
     content_suffix: bool = False,
     repair: bool = False,
     exact: bool = False,
+    credentials: str | None = None,
 ) -> PublishResult:
     """Upload the files of `local_dir` as `model_name`/`version`; idempotent for the same content.
 
@@ -103,7 +104,7 @@ def publish(
     if content_suffix:
         version = f"{version}-{manifest.content_digest(files)[:8]}"
     root = resolve_root(store_uri)
-    backend = open_backend(root, endpoint_url, transfer_config, exact)
+    backend = open_backend(root, endpoint_url, transfer_config, exact, credentials)
     model_uri = f"{root.rstrip('/')}/{model_name}/{version}"
     key = manifest.manifest_key(model_name, version)
     ours = manifest.build(model_name, version, files, metadata)

@@ -32,14 +32,16 @@ class Replica:
 
 @dataclass(frozen=True)
 class Place:
-    """A store and how to reach it: `root` (s3://bucket/prefix or a directory), its endpoint, whether exactly."""
+    """A store and how to reach it: `root` (s3://bucket/prefix or a directory), its endpoint, whether exactly, and
+    the region whose own keys sign (None: the default credentials)."""
 
     root: str
     endpoint_url: str | None = None
     exact: bool = False
+    credentials: str | None = None
 
     def open(self) -> Backend:
-        return open_backend(self.root, self.endpoint_url, exact=self.exact)
+        return open_backend(self.root, self.endpoint_url, exact=self.exact, credentials=self.credentials)
 
 
 def replicate(model_uri: str, source: Place, target: Place) -> Replica:
