@@ -15,6 +15,7 @@ from pipelines.platform import (
     knative,
     kueue,
     kyverno,
+    log_archive,
     mlflow_server,
     multikueue,
     network,
@@ -30,7 +31,8 @@ def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = N
     files = {
         "argo-controller.yaml": argo_controller.render(cfg),
         "knative.yaml": knative.render(cfg),
-        "tenancy.yaml": tenancy.render(cfg, teams),
+        # each namespace our workflows run in, and where Argo archives their steps' logs
+        "tenancy.yaml": [*tenancy.render(cfg, teams), *log_archive.render(cfg, teams)],
         "rbac.yaml": rbac.render(cfg),
         "network-policies.yaml": network.render(cfg),
         "policies.yaml": kyverno.render(cfg, teams),
