@@ -321,6 +321,10 @@ DELEGATED = {
         "show the Kueue training queues: quota, borrowing and lending per region, admitted and pending jobs",
     ),
     "report": ("paddle_mlops.report", "write an MLflow run's plots and an HTML summary to a local folder"),
+    "logs": (
+        "paddle_mlops.logs",
+        "print a finished run's step logs: a local run's, or a cluster run's archived in the object store",
+    ),
     "weights": (
         "paddle_mlops.weights",
         "stage pretrained ERNIE weights (a PaddleNLP name) into the object store once; list what is staged",

@@ -82,12 +82,40 @@ TRAIN_RUNS = "train"
 CHECKPOINTS = "checkpoints"
 # steps.runtime.training.launch hands its workers a folder for their pid files and fatal-error markers.
 LAUNCH_CONTROL_ENV = "PADDLE_MLOPS_LAUNCH_DIR"
+# A trainer's rank 0 leaves its run's folder (`<root>/<task>/<run id>`) in this file of that folder, so that the launch
+# supervisor archives the node's worker logs beside the run's checkpoints, under WORKER_LOGS.
+RUN_URI_FILE = "run-uri"
 # Seconds after forwarding SIGTERM before steps.runtime.training.launch SIGKILLs the launcher's process tree and exits
 # 143 (its `--stop-timeout` when that is not given; unset: no hard stop).
 LAUNCH_STOP_TIMEOUT_ENV = "PADDLE_MLOPS_LAUNCH_STOP_TIMEOUT"
 # How long a TrainJob node waits for rank 0's DNS name before it fails (steps.runtime.training.launch); Kueue's
 # waitForPodsReady timeout must leave the pods that long and the image pull (pipelines/platform/kueue_config.py).
 RENDEZVOUS_TIMEOUT_SECONDS = 600
+
+# --- Logs that outlive their pods (docs/observability.md "Logs") ------------------------------------------------
+# Every pod the templates write sets LOG_FORMAT=json: each step line is one JSON object with these fields besides
+# `ts`, `level` and `msg` (steps/runtime/runner.py), the same in step pods and training workers.
+LOG_FORMAT_ENV = "LOG_FORMAT"
+LOG_FORMAT_JSON = "json"
+LOG_FIELDS = ("workflow", "step", "task", "run_id", "rank", "git_sha")
+# Argo archives every pod's `main` log (`archiveLogs`) through the artifact repository of the workflow's namespace:
+# ConfigMap ARTIFACT_REPOSITORIES, key ARTIFACT_REPOSITORY_KEY (pipelines/platform/log_archive.py), at
+# `<storage.workspace>/<workflow>/ARCHIVED_LOGS/<pod>/ARCHIVED_LOG_FILE`; `paddle-mlops logs` reads them there.
+ARTIFACT_REPOSITORIES = "artifact-repositories"
+ARTIFACT_REPOSITORY_KEY = "paddle-mlops"
+ARCHIVED_LOGS = "logs"
+ARCHIVED_LOG_FILE = "main.log"
+# A training node's worker logs (paddle.distributed.launch --log_dir) beside its run's checkpoints:
+# `<root>/<task>/<run id>/WORKER_LOGS/node-<node rank>/<file>`; the run's rank 0 says where in TRAINING_RUN_RECORD of
+# its workflow's workspace.
+WORKER_LOGS = "logs"
+TRAINING_RUN_RECORD = "training-run.json"
+
+
+def archived_logs_prefix(workspace: str, workflow: str) -> str:
+    """Where Argo archives a workflow's pod logs: `<workspace>/<workflow>/logs` (the keyFormat's folder)."""
+    return f"{workspace.rstrip('/')}/{workflow}/{ARCHIVED_LOGS}"
+
 
 # --- Published models and their bucket notifications ---------------------------------------------------------
 # A version is `<store>/<model>/<version>/manifest.json` (written last); the Sensor's key filter

@@ -18,6 +18,8 @@ from paddle_mlops_core.config.regions import RegionConfig
 from paddle_mlops_core.config.teams import TeamConfig
 from paddle_mlops_core.contracts import (
     FINAL_EXIT_CODES,
+    LOG_FORMAT_ENV,
+    LOG_FORMAT_JSON,
     PRETRAINED_MOUNT,
     QUIET_LIBRARIES_ENV,
     RUN_AS_GROUP,
@@ -141,6 +143,9 @@ def runtime_env(cfg: PipelineConfig, git_sha: str) -> list[m.EnvVar]:
     env.append(m.EnvVar(name="HOME", value="/tmp"))
     env.append(m.EnvVar(name="PYTHONPATH", value=PROJECT_DIR))
     env.append(m.EnvVar(name="GIT_SHA", value=git_sha))
+    # One JSON object per line with the run's workflow, step, task, run id and rank: what a log stack (Fluent Bit,
+    # Loki) indexes, and what the archived logs hold (docs/observability.md "Logs"). Local runs keep plain lines.
+    env.append(m.EnvVar(name=LOG_FORMAT_ENV, value=LOG_FORMAT_JSON))
     # Quiet before Python starts: the PaddleJob's launcher imports Paddle before any step module could filter.
     env += [m.EnvVar(name=name, value=value) for name, value in QUIET_LIBRARIES_ENV.items()]
     return env

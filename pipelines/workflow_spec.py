@@ -11,7 +11,14 @@ from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.config.loader import known_tasks
-from paddle_mlops_core.contracts import PART_OF, RERUN_ALL, RERUN_PARAMETER, STEP_CACHE_PARAMETER
+from paddle_mlops_core.contracts import (
+    ARTIFACT_REPOSITORIES,
+    ARTIFACT_REPOSITORY_KEY,
+    PART_OF,
+    RERUN_ALL,
+    RERUN_PARAMETER,
+    STEP_CACHE_PARAMETER,
+)
 from pipelines import k8s
 from pipelines.labels import TEAM_LABEL
 
@@ -85,8 +92,14 @@ def workflow_settings(cfg: PipelineConfig) -> dict[str, Any]:
     return {
         "namespace": cfg.cluster.namespace,
         "service_account_name": cfg.cluster.service_account,
-        # Keep failed pods for their logs; successful runs clean up at once.
+        # Keep failed pods for their logs; successful runs clean up at once. Either way every step's log is archived
+        # first (`archiveLogs`) through the namespace's artifact repository, named here so that a namespace without
+        # it fails the workflow at once instead of archiving nothing (pipelines/platform/log_archive.py).
         "pod_gc": m.PodGC(strategy="OnWorkflowSuccess"),
+        "archive_logs": True,
+        "artifact_repository_ref": m.ArtifactRepositoryRef(
+            config_map=ARTIFACT_REPOSITORIES, key=ARTIFACT_REPOSITORY_KEY
+        ),
         "ttl_strategy": m.TTLStrategy(
             seconds_after_completion=cfg.cluster.ttl_seconds_after_completion,
             seconds_after_success=min(cfg.cluster.ttl_seconds_after_completion, 24 * 3600),

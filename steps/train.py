@@ -13,6 +13,7 @@ while scoring or exporting once the checkpoint that protects the work is in the 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -32,8 +33,10 @@ from steps.runtime import runner
 from steps.runtime.caching import reuse
 from steps.runtime.runner import StepError  # noqa: E402
 from steps.runtime.storage import s3, workspace  # noqa: E402
-from steps.runtime.training import graceful_stop, ps
+from steps.runtime.training import graceful_stop, ps, worker_logs
 from steps.runtime.training.trainer import Trainer  # noqa: E402
+
+log = logging.getLogger("steps.train")
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +98,9 @@ def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     run_id = args.run_id or args.train_key
     trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri,
                       checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=run_id)  # fmt: skip
+    runner.set_log_fields(run_id=trainer.run_id)
+    if not args.canary_steps:
+        _keep_worker_logs(cfg, trainer, ws)
     try:
         trainer.run()
         if trainer.rank == 0:
@@ -108,6 +114,18 @@ def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         # would die with the process, is in the store, within the grace period.
         graceful_stop.REQUEST.enter(graceful_stop.Phase.STOPPING)
         trainer.checkpointer.close(graceful_stop.REQUEST.seconds_left(cfg.training.checkpoint.grace_seconds))
+
+
+def _keep_worker_logs(cfg: PipelineConfig, trainer: Trainer, ws: str) -> None:
+    """The node's launch supervisor copies its worker logs into the run's folder; rank 0 says in the workspace which
+    run this workflow trained (steps/runtime/training/worker_logs.py)."""
+    worker_logs.announce(trainer.run_uri)
+    if trainer.rank != 0:
+        return
+    try:
+        worker_logs.record_run(ws, trainer.run_id, trainer.run_uri, cfg.storage.endpoint_url)
+    except Exception as exc:  # noqa: BLE001 - a missing pointer to the logs must not fail the training
+        log.warning("could not record the training run in %s: %s", ws, exc)
 
 
 def _stage_out(cfg: PipelineConfig, local: Path, ws: str, canary: int) -> None:

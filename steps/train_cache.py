@@ -110,6 +110,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     # The training run the job's checkpoints are kept under (steps/train.py: the run id, else the key): the train
     # step's mutex and its job's label.
     run = train_run_name(cfg.task, args.run_id or key.digest)
+    runner.set_log_fields(run_id=args.run_id or key.digest)
     cached = reuse.begin(args, key, cfg.storage.endpoint_url)
     restored = cached.restore({MODEL: workspace.join(ws, MODEL)})
     if restored is None:

@@ -71,7 +71,9 @@ def test_changed_pipeline_value_is_reported_by_file(tmp_path: Path, cfg) -> None
     problems = compiler.check(tmp_path, changed)
     stale = [p for p in problems if "stale" in p]
     assert any(str(tmp_path / "train-deploy.yaml") in p for p in stale)
-    assert all("s3://elsewhere/runs" in p for p in stale)  # the diff shows the new value
+    # the diff shows the new value: the templates' workspace, the log archive's bucket (argo/tenancy.yaml)
+    assert all("s3://elsewhere/runs" in p or "bucket: elsewhere" in p for p in stale)
+    assert any(str(tmp_path / "tenancy.yaml") in p and "bucket: elsewhere" in p for p in stale)
 
 
 def test_edited_file_is_reported_with_a_diff(tmp_path: Path, cfg) -> None:

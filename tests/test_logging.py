@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from paddle_mlops_core.contracts import ARGO_WORKFLOW_ENV, RUN_ENV
+from paddle_mlops_core.contracts import ARGO_WORKFLOW_ENV, LOG_FIELDS, RUN_ENV
 from steps.runtime import runner
 from steps.runtime.training import tracking as train_tracking
 
@@ -41,6 +41,9 @@ def test_step_logs_are_json_with_workflow_step_rank_and_sha(tmp_path: Path) -> N
     for record in records:
         assert record["workflow"] == "train-deploy-abc12" and record["step"] == "prepare-data"
         assert record["rank"] == "0" and record["git_sha"] == "deadbeef" and record["msg"]
+        assert set(LOG_FIELDS) <= record.keys()
+    # the task is named from the configuration the step loaded (the default task when --task is not given)
+    assert records[-1]["task"] == "sentiment"
     assert any("prepared 40 text-classification examples" in r["msg"] for r in records)
 
 
@@ -57,3 +60,27 @@ def test_logs_and_mlflow_name_the_same_run_when_both_variables_are_set(monkeypat
     assert logged["workflow"] == train_tracking.run_name() == "train-deploy-abc12"
     monkeypatch.delenv(ARGO_WORKFLOW_ENV)
     assert runner._JsonFormatter("train").fields["workflow"] == "" and train_tracking.run_name() is None
+
+
+def test_a_step_names_the_training_run_once_it_knows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`set_log_fields` (train-cache's and the trainer's run id) reaches every JSON line after it; a name that is not
+    a log field is refused."""
+    monkeypatch.setenv("LOG_FORMAT", "json")
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "3")
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers.clear()
+    try:
+        runner.setup_logging("train", "ner")
+        formatter = root.handlers[0].formatter
+        assert isinstance(formatter, runner._JsonFormatter)
+        record = logging.LogRecord("steps", logging.INFO, __file__, 1, "step 10", None, None)
+        assert json.loads(formatter.format(record))["run_id"] == ""
+        runner.set_log_fields(run_id="r-0123456789abcdef0123")
+        logged = json.loads(formatter.format(record))
+        assert (logged["step"], logged["task"], logged["rank"]) == ("train", "ner", "3")
+        assert logged["run_id"] == "r-0123456789abcdef0123"
+        with pytest.raises(ValueError, match="not a log field"):
+            runner.set_log_fields(pod="x")
+    finally:
+        root.handlers[:] = saved

@@ -86,14 +86,17 @@ def _resource_template_pods(
 ) -> Iterator[Pod]:
     label = f"template {template.get('name', '?')}"
     yield from _embedded_pods(template, runtimes)
-    # The resource template itself runs argoexec as `main` beside `init`; no `wait` (build:
-    # needsAuxCtr is false for resource templates unless they save logs as an artifact).
+    # The resource template itself runs argoexec as `main` beside `init`, and `wait` only when it saves its logs
+    # (workflowpod.go: needsAuxCtr is false for resource templates unless tmpl.SaveLogsAsArtifact(), which
+    # IsArchiveLogs sets from the workflow's archiveLogs or the template's archiveLocation.archiveLogs).
+    archives = bool(((template.get("archiveLocation") or {}).get("archiveLogs", spec.get("archiveLogs"))))
+    names = ("init", "wait", "main") if archives else ("init", "main")
     yield Pod(
         label,
         # The pod securityContext applies to every pod the template makes (addSchedulingConstraints).
         {"securityContext": template.get("securityContext", spec.get("securityContext", {}))},
         (template.get("metadata") or {}).get("annotations") or {},
-        [executor_container(n, executor, resource_template=True) for n in ("init", "main")],
+        [executor_container(n, executor, resource_template=True) for n in names],
         argo_template=template,
         argo_defaults=spec.get("templateDefaults") or {},
         service_account="(executor)",

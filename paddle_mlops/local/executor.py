@@ -40,7 +40,7 @@ from paddle_mlops.local.dag import (
 )
 from paddle_mlops.local.job_launch import PROJECT_ROOT
 from paddle_mlops.local.results import Branch, RunRecord, TaskResult
-from paddle_mlops.local.task_handler import ProcessTaskHandler
+from paddle_mlops.local.task_handler import RUNS_DIR, ProcessTaskHandler
 from paddle_mlops_core.config.models import PipelineConfig
 from paddle_mlops_core.config.placement import run_time_overrides
 from paddle_mlops_core.contracts import (
@@ -123,7 +123,7 @@ class LocalExecutor:
         self.stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         reuse = opts.only or opts.start_from
         run_name = self.previous["run_name"] if reuse and self.previous else f"{self.workflow.name}-{self.stamp}"
-        self.run_dir = self.workdir / "runs" / run_name
+        self.run_dir = self.workdir / RUNS_DIR / run_name
         self.handler = ProcessTaskHandler(cfg, self.workdir, self.run_dir, console, opts.library_warnings)
         # The first workflow's scope; a follow-on run's scopes come after it in `scopes`.
         self.scope = Scope(workflow_name=run_name, parameters={**self._parameters(self.workflow), **opts.parameters})

@@ -37,6 +37,12 @@ from paddle_mlops_core.contracts import (
 from steps.runtime import noise
 
 TAIL_LINES = 40
+# A task's folder in the run (`<workdir>/runs/<run>/<task>/`, RUNS_DIR) holds its log and, for a training job, the
+# workers' logs paddle.distributed.launch writes (`paddle-mlops logs` reads both).
+RUNS_DIR = "runs"
+STEP_LOG = "step.log"
+WORKER_LOG_DIR = "paddle-log"
+WORKER_LOG_GLOB = "workerlog.*"
 
 
 class ProcessTaskHandler:
@@ -82,13 +88,13 @@ class ProcessTaskHandler:
         if cmd and cmd[0] in ("python", "python3"):
             cmd[0] = sys.executable
         if job is not None:  # the training job itself, here as processes: its run is the step's
-            cmd = local_launch(cmd, self.cfg.training, self.task_dir(task, prefix) / "paddle-log")
+            cmd = local_launch(cmd, self.cfg.training, self.task_dir(task, prefix) / WORKER_LOG_DIR)
         return cmd
 
     def run(self, task: Task, scope: Scope, prefix: str = "") -> TaskResult:
         """Run the task to its end (or deadline): Succeeded with its outputs, Reused, or Failed with its log tail."""
         cmd = self.command_for(task, scope, prefix)
-        log_path = self.task_dir(task, prefix) / "step.log"
+        log_path = self.task_dir(task, prefix) / STEP_LOG
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._outputs_dir(task, prefix).mkdir(parents=True, exist_ok=True)
         name = f"{prefix}{task.name}"
@@ -169,7 +175,7 @@ class ProcessTaskHandler:
     def _worker_log_tails(self, task: Task, prefix: str) -> list[str]:
         """paddle.distributed.launch keeps other ranks' output in workerlog.N files."""
         lines: list[str] = []
-        for worker_log in sorted((self.task_dir(task, prefix) / "paddle-log").glob("workerlog.*")):
+        for worker_log in sorted((self.task_dir(task, prefix) / WORKER_LOG_DIR).glob(WORKER_LOG_GLOB)):
             content = worker_log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
             lines += [f"--- {worker_log.name} ---", *content]
         return lines

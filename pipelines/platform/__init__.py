@@ -14,6 +14,7 @@ from pipelines.platform import (
     events,
     kueue,
     kyverno,
+    log_archive,
     mlflow_server,
     multikueue,
     network,
@@ -27,9 +28,10 @@ def render_platform(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = N
     """File name under argo/ → the documents it holds (teams default to `configs/teams/*.yaml`)."""
     teams = load_teams() if teams is None else teams
     files = {
-        # Applied server-side, not by `kubectl apply -k argo/` (controller_settings.py says why).
+        # Patched into the upstream objects, not applied by `kubectl apply -k argo/` (controller_settings.py says why).
         **controller_settings.render_files(cfg),
-        "tenancy.yaml": tenancy.render(cfg, teams),
+        # each namespace our workflows run in, and where Argo archives their steps' logs
+        "tenancy.yaml": [*tenancy.render(cfg, teams), *log_archive.render(cfg, teams)],
         "rbac.yaml": rbac.render(cfg),
         "network-policies.yaml": network.render(cfg),
         "policies.yaml": kyverno.render(cfg, teams),

@@ -27,6 +27,9 @@ from paddle_mlops_core.contracts import (  # noqa: F401 (home_dir re-exported)
     EXIT_OK,
     EXIT_TERMINATED,
     LAUNCH_CONTROL_ENV,
+    LOG_FIELDS,
+    LOG_FORMAT_ENV,
+    LOG_FORMAT_JSON,
     OUTPUTS_FLAG,
     RERUN_ALL,
     home_dir,
@@ -114,9 +117,11 @@ class Step:
         args = self.parser().parse_args(list(argv) if argv is not None else None)
         for key, value in self.env_defaults.items():
             os.environ.setdefault(key, value)
-        setup_logging(self.name)
+        setup_logging(self.name, args.task or "")
         try:
-            result = self.run(config_from_args(args), args, **deps)
+            cfg = config_from_args(args)
+            set_log_fields(task=cfg.task)
+            result = self.run(cfg, args, **deps)
         except ConfigError as exc:
             return _fail(f"[{self.name}] configuration error: {exc}", EXIT_FATAL)
         except StepError as exc:
@@ -187,28 +192,45 @@ def write_output(path: str | None, value: str) -> None:
     target.write_text(value, encoding="utf-8")
 
 
-def setup_logging(step: str) -> None:
-    """Plain lines for people; one JSON object per line when LOG_FORMAT=json (for a log stack)."""
+def setup_logging(step: str, task: str = "") -> None:
+    """Plain lines for people; one JSON object per line when LOG_FORMAT=json (for a log stack), with the fields
+    contracts.LOG_FIELDS says (docs/observability.md "Logs")."""
     if logging.getLogger().handlers:
         return
-    if os.environ.get("LOG_FORMAT") != "json":
+    if os.environ.get(LOG_FORMAT_ENV) != LOG_FORMAT_JSON:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter(step))
+    handler.setFormatter(_JsonFormatter(step, task))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
+def set_log_fields(**fields: str) -> None:
+    """Name what a step learns once it runs (its task after the configuration loads, the training run's id) on every
+    JSON line after this one."""
+    unknown = set(fields) - set(LOG_FIELDS)
+    if unknown:
+        raise ValueError(f"not a log field: {', '.join(sorted(unknown))} (contracts.LOG_FIELDS)")
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, _JsonFormatter):
+            handler.formatter.fields.update(fields)
+
+
 class _JsonFormatter(logging.Formatter):
-    def __init__(self, step: str) -> None:
+    def __init__(self, step: str, task: str = "") -> None:
         super().__init__()
         self.fields = {
             "workflow": workflow_run_name(),
             "step": step,
+            "task": task,
+            "run_id": "",
+            # a training worker's global rank (paddle.distributed.launch sets it); 0 for every other step
             "rank": os.environ.get("PADDLE_TRAINER_ID", "0"),
             "git_sha": os.environ.get("GIT_SHA", ""),
         }
 
     def format(self, record: logging.LogRecord) -> str:
         line = {"ts": self.formatTime(record), "level": record.levelname, "msg": record.getMessage(), **self.fields}
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)

@@ -51,6 +51,7 @@ from paddle_mlops_core.contracts import (
     LAUNCH_STOP_TIMEOUT_ENV,
     RENDEZVOUS_TIMEOUT_SECONDS,
 )
+from steps.runtime.training.worker_logs import FINAL_UPLOAD_AFTER_STOP_SECONDS, FINAL_UPLOAD_SECONDS, LogArchiver
 
 RESOLVE_TIMEOUT_SECONDS = float(RENDEZVOUS_TIMEOUT_SECONDS)
 
@@ -131,14 +132,27 @@ def launcher_argv(argv: Sequence[str], lookup: Callable[[str], str] = socket.get
     ]  # fmt: skip
 
 
+def log_dir_and_node(argv: Sequence[str]) -> tuple[Path | None, str]:
+    """The launcher's `--log_dir` (None: not given) and this node's rank (`--rank`, 0 on one node)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--log_dir", default=None)
+    parser.add_argument("--rank", default="0")
+    known, _ = parser.parse_known_args(list(argv))
+    return (Path(known.log_dir) if known.log_dir else None), str(known.rank)
+
+
 class Supervisor:
     """Runs the launcher as a child and turns SIGTERM and the workers' outcome into the container's exit code.
-    `stop_timeout`: seconds from SIGTERM to the hard stop (module docstring); None: none."""
+    `stop_timeout`: seconds from SIGTERM to the hard stop (module docstring); None: none. `log_dir`: the launcher's,
+    copied beside the run's checkpoints as node `node_rank`'s worker logs."""
 
-    def __init__(self, command: list[str], stop_timeout: float | None = None) -> None:
+    def __init__(
+        self, command: list[str], stop_timeout: float | None = None, log_dir: Path | None = None, node_rank: str = "0"
+    ) -> None:
         self.command = command
         self.stop_timeout = stop_timeout
         self.control = Path(tempfile.mkdtemp(prefix="paddle-mlops-launch-"))
+        self.logs = LogArchiver(log_dir, self.control, node_rank) if log_dir else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.terminated = False
         self.deadline: float | None = None  # when the hard stop comes, once signalled
@@ -170,7 +184,10 @@ class Supervisor:
         try:
             self.proc = subprocess.Popen(self.command, env={**os.environ, LAUNCH_CONTROL_ENV: str(self.control)})
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C reaches the launcher in our group
-            return self.exit_code(self._wait(self.proc))
+            code = self._wait(self.proc)
+            if self.logs is not None:
+                self.logs.final(FINAL_UPLOAD_AFTER_STOP_SECONDS if self.terminated else FINAL_UPLOAD_SECONDS)
+            return self.exit_code(code)
         finally:
             shutil.rmtree(self.control, ignore_errors=True)
 
@@ -181,6 +198,8 @@ class Supervisor:
             if left is not None and left <= 0:
                 self._kill_tree(proc)
                 return proc.wait()
+            if self.logs is not None and self.deadline is None:
+                self.logs.tick()
             try:
                 # Once a second at least: the SIGTERM handler only sets the deadline, this loop keeps it.
                 return proc.wait(timeout=1.0 if left is None else min(left, 1.0))
@@ -228,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"launch: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     print("launch: " + " ".join(command), file=sys.stderr, flush=True)
-    return Supervisor(command, timeout).run()
+    log_dir, node = log_dir_and_node(rest)
+    return Supervisor(command, timeout, log_dir, node).run()
 
 
 if __name__ == "__main__":

@@ -74,7 +74,8 @@ class Trainer:
         self.stats = json.loads((data_dir / "stats.json").read_text()) if (data_dir / "stats.json").is_file() else {}
         self.run_id = run_id.run_id(explicit_run_id, git_sha, cfg, data_dir, self._layout())
         root = (checkpoint_root or str(out_dir / "train")).rstrip("/")
-        self.checkpointer = Checkpointer(cfg, f"{root}/{cfg.task}/{self.run_id}/{CHECKPOINTS}", self.rank)
+        self.run_uri = f"{root}/{cfg.task}/{self.run_id}"  # the run's folder: its checkpoints, its workers' logs
+        self.checkpointer = Checkpointer(cfg, f"{self.run_uri}/{CHECKPOINTS}", self.rank)
         self.stop = StopDecision(self.world, self.use_gpu)
         self.trace = StepTrace(self.rank)
         seed_everything(cfg.training.seed)
