@@ -2,7 +2,8 @@
 
 Region by region: apply the new revision as a canary, wait for Ready, smoke-test it, watch its error
 rate and p99 latency for `canary_window_seconds`, then promote it to 100%. A failure in any region
-rolls back that region and every region already changed.
+rolls back that region and every region already changed. RawDeployment's canary carries live traffic only
+through a `serving.canary_router` (canary_route.py); without one it is smoke-checked and says so.
 """
 
 from __future__ import annotations
