@@ -122,7 +122,8 @@ def _modified(directory: Path) -> dict[str, int]:
 # What the rollout does with a served model, which changes nothing evaluate measures: left out of its key.
 ROLLOUT_ONLY = ("target", "model_name", "host", "port", "ready_timeout_seconds", "smoke_instances", "deployment_mode",
                 "canary_percent", "canary_window_seconds", "max_error_rate", "regions", "max_request_bytes",
-                "max_instances", "networking_layer", "gateway_namespaces")  # fmt: skip
+                "max_instances", "networking_layer", "gateway_namespaces", "canary_router", "canary_gateway",
+                "canary_min_requests")  # fmt: skip
 SCORES = "scores.json"  # the cached report (the test metrics, engine table, baseline), before the gate
 
 

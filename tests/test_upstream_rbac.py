@@ -22,8 +22,8 @@ The calls, each with the code that makes it:
 - argo-events pkg/sensors/triggers/standard-k8s/standard-k8s.go: the dead-letter trigger's
   operation `create` is one CREATE of its resource;
 - our own rollout step: the CustomObjectsApi calls found in steps/runtime/release/kserve_rollout.py and the AppsV1Api
-  calls of steps/runtime/release/raw_deployment.py (RawDeployment: the predictor Deployment's rollout), read here, not
-  copied;
+  calls of steps/runtime/release/raw_deployment.py (RawDeployment: the predictor Deployment's rollout) and the split
+  routes of steps/runtime/release/canary_route.py (RawDeployment's live canary), read here, not copied;
 - our own train step and exit handler (steps/train_job.py, steps/release_train_jobs.py, through
   steps/runtime/cluster/objects.py): their calls are recorded while they run through every path against the API
   stand-in (tests/test_train_job.py exercised_calls); the ownerReference to the Workflow the placed job carries has
@@ -62,7 +62,7 @@ CUSTOM_OBJECT_VERBS = {
 TYPED_CALLS = {"read_namespaced_deployment": ("apps", "deployments", "get")}
 # Steps that call the Kubernetes API -> the modules under steps/ that import the client and make the calls.
 API_STEPS = {
-    "rollout": ("runtime/release/kserve_rollout", "runtime/release/raw_deployment"),
+    "rollout": ("runtime/release/kserve_rollout", "runtime/release/raw_deployment", "runtime/release/canary_route"),
     "train_job": ("runtime/cluster/objects",),
     "release_train_jobs": ("runtime/cluster/objects",),
 }

@@ -91,6 +91,26 @@ class ServingConfig(Strict):
     )
     canary_percent: int = Field(10, ge=1, le=99)
     canary_window_seconds: int = Field(300, ge=0)
+    canary_router: Literal["none", "gateway-api", "istio"] = Field(
+        "none",
+        description="RawDeployment: what splits live traffic between the stable and the canary predictor "
+        "(steps/runtime/release/canary_route.py): gateway-api (KServe's Gateway API mode: an HTTPRoute of weighted "
+        "backendRefs beside KServe's own), istio (a VirtualService on canary_gateway); none: the canary gets smoke "
+        "requests only and the rollout records 'smoke-checked, no canary'. Serverless splits with "
+        "canaryTrafficPercent",
+    )
+    canary_gateway: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="canary_router istio: the Istio Gateway (namespace/name) the VirtualService binds to, the one "
+        "that serves the InferenceService's host",
+    )
+    canary_min_requests: int = Field(
+        1,
+        ge=1,
+        description="live requests the canary must answer in the window (with a canary_router): fewer means the "
+        "route did not carry traffic to it, and the canary fails",
+    )
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_p99_latency_ms: float = Field(500.0, gt=0)
     regions: tuple[str, ...] = Field((), description="regions rolled out in order; empty: the run's region only")
@@ -111,6 +131,21 @@ class ServingConfig(Strict):
             else GATEWAY_NAMESPACES[self.networking_layer]
         )
         return tuple(dict.fromkeys((ACTIVATOR_NAMESPACE, *gateways)))
+
+    @model_validator(mode="after")
+    def _router_fits_the_mode(self) -> ServingConfig:
+        if self.canary_router != "none" and self.deployment_mode != "RawDeployment":
+            raise ValueError(
+                f"serving.canary_router {self.canary_router} splits traffic in RawDeployment mode only; "
+                f"deployment_mode {self.deployment_mode} splits it with canaryTrafficPercent: set canary_router none, "
+                "or deployment_mode RawDeployment"
+            )
+        if self.canary_router == "istio" and not self.canary_gateway:
+            raise ValueError(
+                "serving.canary_router istio needs serving.canary_gateway: the Istio Gateway (namespace/name) that "
+                "serves the InferenceService's host, which the canary's VirtualService binds to"
+            )
+        return self
 
     @model_validator(mode="after")
     def _engine_fits_the_device(self) -> ServingConfig:

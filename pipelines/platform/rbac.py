@@ -112,7 +112,14 @@ def rollout_rules() -> list[dict[str, Any]]:
         # condition during a rolling update, so the rollout reads the predictor Deployment (get, by name) until it is
         # rolled out.
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
-    ]
+        # steps/runtime/release/canary_route.py: RawDeployment's live canary reads KServe's HTTPRoute of the service and
+        # creates, re-weights and deletes its own split route (`serving.canary_router`: an HTTPRoute or an Istio
+        # VirtualService) in the serving namespace.
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
+         "verbs": ["get", "create", "update", "delete"]},
+        {"apiGroups": ["networking.istio.io"], "resources": ["virtualservices"],
+         "verbs": ["get", "create", "update", "delete"]},
+    ]  # fmt: skip
 
 
 def sensor_rules() -> list[dict[str, Any]]:

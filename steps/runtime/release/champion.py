@@ -72,3 +72,5 @@ def record(registry: Registry, version: str, outcome: Outcome, image_digest: str
         registry.tag(version, f"{prefix}.reason", outcome.reason[:4000])
     if outcome.regions:
         registry.tag(version, f"{prefix}.regions", ",".join(outcome.regions))
+    if outcome.canary:
+        registry.tag(version, f"{prefix}.canary", outcome.canary)

@@ -16,8 +16,9 @@ Decisions, and why:
 - Canary: Serverless mode uses `spec.predictor.canaryTrafficPercent` (Knative splits traffic between
   the new and the previously rolled-out revision). KServe does not support canaryTrafficPercent in
   RawDeployment mode, so there the rollout step deploys the new revision as a separate
-  InferenceService `<name>-canary` (see `canary_name`), checks it with smoke traffic and its
-  metrics, then updates the main service and deletes the canary. No live-traffic split then.
+  InferenceService `<name>-canary` (see `canary_name`), smoke-tests it, gives it live traffic through a
+  weighted route of its own where `serving.canary_router` names one (steps/runtime/release/canary_route.py) and
+  watches its metrics, then updates the main service and deletes the canary.
 - No pod-level `securityContext`: Knative Serving rejects it unless the cluster enables
   `kubernetes.podspec-securitycontext` (knative/serving v1.21 pkg/apis/serving/fieldmask.go
   PodSpecMask; pkg/apis/config/features.go defaults it to Disabled). The container-level context

@@ -2,7 +2,8 @@
 
 Region by region: apply the new revision as a canary, wait for Ready, smoke-test it, watch its error
 rate and p99 latency for `canary_window_seconds`, then promote it to 100%. A failure in any region
-rolls back that region and every region already changed.
+rolls back that region and every region already changed. RawDeployment's canary carries live traffic only
+through a `serving.canary_router` (canary_route.py); without one it is smoke-checked and says so.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from steps.runtime import runner
 from steps.runtime.cluster.objects import in_cluster_api
 from steps.runtime.release import inference_service as isvc
 from steps.runtime.release import raw_deployment
-from steps.runtime.release.health import watch_canary
+from steps.runtime.release.canary_route import CanaryRouter, router_for, split_name
+from steps.runtime.release.health import read_counts, watch_canary, watch_live
 from steps.runtime.release.isvc_status import (
     canary_percent,
     canary_url,
@@ -27,7 +29,14 @@ from steps.runtime.release.isvc_status import (
     predictor_status,
     traffic_percent,
 )
-from steps.runtime.release.rollout_outcome import PROMOTED, ROLLED_BACK, Outcome, RolloutFailed
+from steps.runtime.release.rollout_outcome import (
+    CANARY_PASSED,
+    PROMOTED,
+    ROLLED_BACK,
+    SMOKE_CHECKED,
+    Outcome,
+    RolloutFailed,
+)
 
 log = runner.log
 
@@ -39,8 +48,10 @@ class KServeRollout:
     to the last rolled-out revision with `canaryTrafficPercent: 0` (KServe
     docs/samples/v1beta1/rollout/README.md, "Rollback and pin the model") before the previous spec
     is restored, so the failed revision never again gets live traffic. RawDeployment has no traffic
-    split (ksvc_reconciler.go is the only reader of canaryTrafficPercent): the new model is checked
-    as a separate `<name>-canary` InferenceService first, and a raw service counts as updated only once
+    split of KServe's (ksvc_reconciler.go is the only reader of canaryTrafficPercent): the new model runs
+    as a separate `<name>-canary` InferenceService, smoke-tested, then given `canary_percent` of the live
+    inference requests by a route of the rollout's own (`router`, steps/runtime/release/canary_route.py) for
+    the window, or, without a router, checked with the smoke requests alone; a raw service counts as updated only once
     its Deployment has rolled the new spec out to every replica (`apps`, an AppsV1Api-shaped client;
     steps/runtime/release/raw_deployment.py says why Ready is not enough there); the main service is then
     smoke-tested on its own URL before the canary goes.
@@ -65,6 +76,8 @@ class KServeRollout:
         self.poll = poll_seconds
         self.ns = cfg.cluster.namespace
         self.raw = cfg.serving.deployment_mode == "RawDeployment"
+        self.router: CanaryRouter | None = router_for(cfg, api, clock, sleep, poll_seconds) if self.raw else None
+        self._checked: list[str] = []  # per region rolled out: CANARY_PASSED | SMOKE_CHECKED
 
     # -- Kubernetes access
     def _get(self, name: str) -> dict[str, Any] | None:
@@ -206,20 +219,66 @@ class KServeRollout:
             log.info("region %s: model version %s already serves 100%%", region.name, version)
             return str(((current or {}).get("status") or {}).get("url") or "")
         if self.raw:
-            canary = build(name=isvc.canary_name(self.cfg, region))
-            self._check(self._apply_and_wait(canary))
-            url = canary_url(self._apply_and_wait(build()))
-            # Every replica runs the new model now; it answers on the main URL before the canary goes.
-            self.probe.smoke(url, self.cfg.serving.model_name, self.cfg.smoke_payload())
-            self._delete(canary["metadata"]["name"])
-            return url
+            return self._rollout_raw(region, build)
         # Without a rolled-out revision KServe ignores canaryTrafficPercent (ksvc_reconciler.go).
         rolled_out = predictor_status(current).get("latestRolledoutRevision")
         canary = self._apply_and_wait(build(canary_percent=self.cfg.serving.canary_percent if rolled_out else None))
         self._check(canary)
+        self._checked.append(CANARY_PASSED if rolled_out else SMOKE_CHECKED)
         self._apply(build())
         obj = self._serving(name, predictor_status(canary)["latestReadyRevision"], 100)
         return str((obj.get("status") or {}).get("url") or canary_url(obj))
+
+    def _rollout_raw(self, region: RegionConfig, build: Callable[..., dict[str, Any]]) -> str:
+        """The canary InferenceService, checked on live traffic through the router (or by smoke alone), then the main
+        service rolled to the new spec; the split goes back to (100, 0) and is removed before the canary goes."""
+        name, canary_name = isvc.service_name(self.cfg, region), isvc.canary_name(self.cfg, region)
+        stable = self._get(name)
+        canary = self._apply_and_wait(build(name=canary_name))
+        if self.router is not None and stable is not None:
+            self._live_canary(region, stable, canary)
+            self._checked.append(CANARY_PASSED)
+        else:
+            self._check(canary)
+            why = "serving.canary_router is none" if self.router is None else f"{name} serves no traffic yet"
+            log.warning("region %s: smoke-checked, no canary: %s, so no live traffic reached %s", region.name, why,
+                        canary_name)  # fmt: skip
+            self._checked.append(SMOKE_CHECKED)
+        url = canary_url(self._apply_and_wait(build()))
+        # Every replica runs the new model now; it answers on the main URL before the canary goes.
+        self.probe.smoke(url, self.cfg.serving.model_name, self.cfg.smoke_payload())
+        self._end_split(name, canary_name)
+        self._delete(canary_name)
+        return url
+
+    def _live_canary(self, region: RegionConfig, stable: dict[str, Any], canary: dict[str, Any]) -> None:
+        """Smoke the canary alone, then route `canary_percent` of the live requests to it and guard them."""
+        assert self.router is not None
+        canary_name = canary["metadata"]["name"]
+        url = canary_url(canary)
+        if not url:
+            raise RolloutFailed(f"InferenceService {self.ns}/{canary_name} is Ready but reports no URL")
+        self.probe.smoke(url, self.cfg.serving.model_name, self.cfg.smoke_payload())
+        since = read_counts(self.probe.metrics(url))  # before the first live request: the window's baseline
+        percent = self.cfg.serving.canary_percent
+        self.router.split(stable, canary_name, percent)
+        log.info("region %s: %d%% of live traffic to %s (%s route %s)", region.name, percent, canary_name,
+                 self.router.kind, split_name(stable["metadata"]["name"]))  # fmt: skip
+        health = watch_live(self.probe, url, self.cfg, self.clock, self.sleep, since)
+        log.info("region %s: canary passed on %.0f live requests (error rate %.4f, p99 %.0f ms)", region.name,
+                 health.requests, health.error_rate, health.p99_ms)  # fmt: skip
+
+    def _end_split(self, name: str, canary_name: str) -> None:
+        """All live traffic back on the stable service (weights 100/0) where a split exists, then no split route."""
+        if self.router is None:
+            return
+        stable = self._get(name)
+        if stable is not None and self.router.exists(name):
+            try:
+                self.router.split(stable, canary_name, 0)
+            except RolloutFailed as exc:  # KServe's own route still serves the stable service: remove ours anyway
+                log.warning("%s: %s", split_name(name), exc)
+        self.router.remove(name)
 
     def _pin_previous(self, name: str) -> str:
         """`canaryTrafficPercent: 0` on the live spec: 100% to the last rolled-out revision, now."""
@@ -260,6 +319,7 @@ class KServeRollout:
     def _rollback_region(self, region: RegionConfig, previous: dict[str, Any] | None) -> None:
         name = isvc.service_name(self.cfg, region)
         if self.raw:
+            self._end_split(name, isvc.canary_name(self.cfg, region))
             self._delete(isvc.canary_name(self.cfg, region))
         live = self._get(name)
         if previous is None:
@@ -289,6 +349,7 @@ class KServeRollout:
         replicate_to); a region not in it reads `model_uri`."""
         changed: list[tuple[RegionConfig, dict[str, Any] | None]] = []
         url = ""
+        self._checked = []
         for region in regions:
             previous = self._restorable(self._get(isvc.service_name(self.cfg, region)))
             changed.append((region, previous))
@@ -303,7 +364,8 @@ class KServeRollout:
                     except Exception as rollback_exc:  # noqa: BLE001 — keep restoring the other regions
                         reason += f"; rollback of {done_region.name} failed: {rollback_exc}"
                 return Outcome(ROLLED_BACK, reason=reason, regions=[r.name for r, _ in changed])
-        return Outcome(PROMOTED, url=url, regions=[r.name for r in regions])
+        canary = SMOKE_CHECKED if SMOKE_CHECKED in self._checked else (CANARY_PASSED if self._checked else "")
+        return Outcome(PROMOTED, url=url, regions=[r.name for r in regions], canary=canary)
 
 
 def kubernetes_api() -> Any:

@@ -1,4 +1,5 @@
-"""What a rollout ends with: `promoted` or `rolled-back`, the serving URL, the reason and the regions.
+"""What a rollout ends with: `promoted` or `rolled-back`, the serving URL, the reason, the regions and what checked
+the new version (a live canary, or smoke requests only).
 
 `RolloutFailed` is how a failed check says so; its message becomes the reason recorded on the model version.
 """
@@ -9,6 +10,10 @@ from dataclasses import dataclass, field
 
 PROMOTED = "promoted"
 ROLLED_BACK = "rolled-back"
+# What checked a promoted version before it took all traffic (`rollout.canary`): a share of live traffic for the
+# window, or only smoke requests (RawDeployment without a canary router, a first Serverless revision, local).
+CANARY_PASSED = "canary passed"
+SMOKE_CHECKED = "smoke-checked, no canary"
 
 
 class RolloutFailed(Exception):
@@ -21,3 +26,4 @@ class Outcome:
     url: str = ""
     reason: str = ""
     regions: list[str] = field(default_factory=list)
+    canary: str = ""  # CANARY_PASSED | SMOKE_CHECKED when promoted; "" when nothing was rolled out

@@ -21,7 +21,7 @@ from paddle_mlops_core.config.models import PipelineConfig
 from steps.runtime import config_names
 from steps.runtime.release.champion import Registry
 from steps.runtime.release.health import HttpProbe
-from steps.runtime.release.rollout_outcome import PROMOTED, ROLLED_BACK, Outcome, RolloutFailed
+from steps.runtime.release.rollout_outcome import PROMOTED, ROLLED_BACK, SMOKE_CHECKED, Outcome, RolloutFailed
 from steps.runtime.serving.processes import stop_group
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -193,4 +193,4 @@ def rollout_local(
     # The old server goes only after the new one serves and `champion` points at it.
     if previous and int(previous.get("pid", -1)) != proc.pid:
         stop_pid(int(previous["pid"]))
-    return Outcome(PROMOTED, url=url)
+    return Outcome(PROMOTED, url=url, canary=SMOKE_CHECKED)  # one server at a time: no traffic to split
