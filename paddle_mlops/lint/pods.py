@@ -89,7 +89,7 @@ def _resource_template_pods(
     # The resource template itself runs argoexec as `main` beside `init`, and `wait` only when it saves its logs
     # (workflowpod.go: needsAuxCtr is false for resource templates unless tmpl.SaveLogsAsArtifact(), which
     # IsArchiveLogs sets from the workflow's archiveLogs or the template's archiveLocation.archiveLogs).
-    archives = bool(((template.get("archiveLocation") or {}).get("archiveLogs", spec.get("archiveLogs"))))
+    archives = bool((template.get("archiveLocation") or {}).get("archiveLogs", spec.get("archiveLogs")))
     names = ("init", "wait", "main") if archives else ("init", "main")
     yield Pod(
         label,
