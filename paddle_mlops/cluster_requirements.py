@@ -21,6 +21,9 @@ from pipelines.platform.kyverno import KEY_NAMESPACE as KYVERNO_NAMESPACE
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 # argoproj.io holds both Argo Workflows and Argo Events kinds; these are Argo Events'.
 ARGO_EVENTS_KINDS = ("EventBus", "EventSource", "Sensor")
+# API groups the rollout Role is granted for one setting only: the cluster needs their CRDs only with that setting
+# (Istio's VirtualService for `serving.canary_router: istio`; pipelines/platform/rbac.py rollout_rules).
+OPTIONAL_GROUPS = {"networking.istio.io": lambda cfg: cfg.serving.canary_router == "istio"}
 GROUP_COMPONENT = {
     "serving.kserve.io": "kserve",
     "kyverno.io": "kyverno",
@@ -206,6 +209,8 @@ def _collect(req: Requirements, cfg: PipelineConfig, file: str, doc: dict[str, A
     for rule in rules:  # what the steps create or read at run time (inferenceservices, workflows, ...)
         for rule_group in rule.get("apiGroups") or []:
             for resource in rule.get("resources") or []:
+                if rule_group in OPTIONAL_GROUPS and not OPTIONAL_GROUPS[rule_group](cfg):
+                    continue  # granted for a router this configuration does not use
                 if is_custom_group(rule_group) and "/" not in resource:
                     kind_guess = next((k for k in ARGO_EVENTS_KINDS if resource_plural(k) == resource), resource)
                     _add_crd(req, Crd(f"{resource}.{rule_group}", rule_group, component_of(rule_group, kind_guess)))

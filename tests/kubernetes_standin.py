@@ -71,6 +71,9 @@ NAMESPACES = {
 }
 SECRETS = {
     ("ml-pipelines", "minio-credentials"),
+    # each region's own store (configs/regions/*.yaml store_credentials_secret): the rollout and the steps read them
+    ("ml-pipelines", "minio-cn-east-credentials"),
+    ("ml-pipelines", "minio-cn-north-credentials"),
     ("ml-pipelines", "cosign-signing-key"),
     ("ml-pipelines", "registry-push-credentials"),
     ("ml-pipelines", "buildkit-client-certs"),

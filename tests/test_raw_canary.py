@@ -117,8 +117,15 @@ def test_without_a_router_the_registry_says_smoke_checked_no_canary(
     cfg = raw_cfg("none")
     cluster, region, name = cluster_serving_v7(cfg, lag=False, ready_after=0)
     registry = FakeRegistry(champion="7")
+    # No regional MinIO here: the rollout reads the model where it was published (tests/test_model_replication.py
+    # covers the regions' own stores).
     overrides = json.dumps(
-        ["serving.deployment_mode=RawDeployment", "serving.ready_timeout_seconds=60", "serving.canary_window_seconds=0"]
+        [
+            "serving.deployment_mode=RawDeployment",
+            "serving.ready_timeout_seconds=60",
+            "serving.canary_window_seconds=0",
+            "storage.region_stores=false",
+        ]
     )
     args = ["--env", "prod", "--overrides", overrides, "--model-uri", MODEL_URI, "--model-version", "8"]
     args += ["--regions", region.name, "--image-digest", IMAGE.partition("@")[2], "--outputs-dir", str(tmp_path)]

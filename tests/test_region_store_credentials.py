@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
 import pytest
 
 from paddle_mlops_core.config import load_config, load_regions
@@ -52,6 +53,8 @@ def test_a_run_in_cn_east_reads_weights_from_cn_easts_store_with_its_keys(monkey
     monkeypatch.setenv(names["AWS_SECRET_ACCESS_KEY"], "east-secret")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAPIPELINE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "pipeline-secret")
+    # boto3's default session caches the keys it resolved first (an earlier test's): a step process resolves once.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     client = s3.client(store.endpoint_url, exact=store.exact, credentials=store.credentials)
     assert client._request_signer._credentials.access_key == "AKIAEAST"
     assert s3.client(cfg.storage.endpoint_url)._request_signer._credentials.access_key == "AKIAPIPELINE"
