@@ -137,6 +137,9 @@ EXECUTOR = "resources:\n  requests: {cpu: 100m, memory: 64Mi}\nsecurityContext:\
 )
 
 
+COSIGN_PUB = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+
+
 def not_found(kind: str, name: str) -> ApiException:
     exc = ApiException(status=404, reason="Not Found")
     exc.body = json.dumps({"kind": "Status", "message": f'{kind} "{name}" not found', "code": 404})
@@ -401,4 +404,9 @@ def ready_cluster() -> Cluster:
         data={"kubernetes.podspec-nodeselector": "enabled", "kubernetes.podspec-tolerations": "Enabled"},
     )
     cluster.config_maps[("kueue-system", "kueue-manager-config")] = kueue_manager_config(KUEUE_RELEASE_FRAMEWORKS)
+    # What README's `kubectl -n kyverno create configmap paddle-mlops-cosign --from-file=cosign.pub=…` leaves.
+    cluster.config_maps[("kyverno", "paddle-mlops-cosign")] = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="paddle-mlops-cosign", namespace="kyverno"),
+        data={"cosign.pub": COSIGN_PUB},
+    )
     return cluster

@@ -202,3 +202,16 @@ def test_the_settings_name_every_controller_image_and_the_overlay_pins_them() ->
     pinned = json.dumps(controller_settings.render(cfg, pins))
     assert f"quay.io/argoproj/argoexec@{digest}" in pinned and f"nats@{digest}" in pinned
     assert "argoexec:v4.1.2" not in pinned and "argo-events:v1.9.11" not in pinned
+
+
+def test_a_release_that_changes_only_nats_restarts_the_events_controller() -> None:
+    """argo-events reloads its config in memory only and re-renders a bus only on the bus's own change
+    (pkg/reconciler/config.go LoadConfig, cmd/start.go predicates): the config's digest in the controller's pod
+    template makes the patch roll the controller, whose start reconciles every EventBus with the new images."""
+    cfg = default_compile_config()
+    image = lambda pins: controller_settings.render(cfg, pins)["argo-events-image.yaml"][0]  # noqa: E731
+    digest = lambda doc: doc["spec"]["template"]["metadata"]["annotations"][events_controller.CONFIG_DIGEST]  # noqa: E731
+    only_nats = {**RELEASE_PINS, "nats": "sha256:" + "d" * 64}
+    assert digest(image(RELEASE_PINS)) != digest(image(only_nats))
+    env = lambda doc: doc["spec"]["template"]["spec"]["containers"][0]["env"]  # noqa: E731
+    assert env(image(RELEASE_PINS)) == env(image(only_nats))  # the image alone would not have restarted it

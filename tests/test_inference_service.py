@@ -121,6 +121,12 @@ def test_gpu_region_annotations_and_secrets(cfg: PipelineConfig, region: RegionC
     assert ann["prometheus.io/path"] == "/metrics"
     assert ann["serving.kserve.io/enable-prometheus-scraping"] == "true"
     assert ann["serving.kserve.io/deploymentMode"] == "Serverless"
+    # RawDeployment has no queue-proxy: KServe's aggregator would point prometheus.io/port at its absent port 9091.
+    raw = build(
+        cfg.model_copy(update={"serving": cfg.serving.model_copy(update={"deployment_mode": "RawDeployment"})}), region
+    )
+    assert "serving.kserve.io/enable-prometheus-scraping" not in raw["metadata"]["annotations"]
+    assert raw["metadata"]["annotations"]["prometheus.io/port"] == "8080"
     assert "canaryTrafficPercent" not in predictor
     env = {e["name"]: e for e in predictor["containers"][0]["env"]}
     # the region's own store, signed with its own Secret (configs/regions/cn-east.yaml; test_model_replication.py)

@@ -324,10 +324,11 @@ def test_kyverno_policy_verifies_signatures_and_refuses_unpinned_images(cfg, fil
         assert {cfg.cluster.namespace, "team-nlp", "team-search"} <= set(match["resources"]["namespaces"])
 
 
-def test_placeholder_cosign_key_is_marked_for_replacement(files):
-    (cm,) = find(files, "ConfigMap", kyverno.KEY_CONFIGMAP)
-    assert "REPLACE-ME" in cm["data"][kyverno.KEY_FIELD]
-    assert "placeholder" in cm["metadata"]["annotations"]["paddle-mlops/replace"]
+def test_the_install_set_never_ships_the_cosign_key(files):
+    """A re-applied placeholder would replace the operator's key and Kyverno, failing closed, would refuse every
+    project pod: the key is created once by hand (kyverno.KEY_COMMAND) and checked by preflight (cosign-key)."""
+    assert not [d for d in all_docs(files) if d["metadata"]["name"] == kyverno.KEY_CONFIGMAP]
+    assert "--from-file=cosign.pub=cosign.pub" in kyverno.KEY_COMMAND
 
 
 # --- MLflow server -------------------------------------------------------------------------------

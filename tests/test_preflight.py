@@ -300,6 +300,17 @@ MISSING = [
             "kueue-no-config": _drop("config_maps", ("kueue-system", "kueue-manager-config")),
         },
     ),
+    *_same_finding(
+        "cosign-key",
+        "kyverno/paddle-mlops-cosign",
+        "kubectl -n kyverno create configmap paddle-mlops-cosign --from-file=cosign.pub=cosign.pub",
+        {
+            "no-cosign-key": _drop("config_maps", ("kyverno", "paddle-mlops-cosign")),
+            "cosign-key-placeholder": lambda c: c.config_maps[("kyverno", "paddle-mlops-cosign")].data.update(
+                {"cosign.pub": "REPLACE-ME"}
+            ),
+        },
+    ),
     pytest.param(
         _drop("config_maps", ("argo-events", "argo-events-controller-config")),
         "eventbus",

@@ -32,6 +32,8 @@ OLD_URI = "s3://paddle-mlops/models/ernie-sentiment/7"
 
 def raw_cfg(router: str = "gateway-api", *extra: str) -> Any:
     overrides = ["serving.deployment_mode=RawDeployment", f"serving.canary_router={router}"]
+    if router == "gateway-api":  # Envoy Gateway's proxies, admitted by the predictor NetworkPolicy
+        overrides.append("serving.gateway_namespaces=[envoy-gateway-system]")
     overrides += ["serving.ready_timeout_seconds=60", "serving.canary_window_seconds=60", *extra]
     return load_config(env="prod", overrides=overrides)
 
@@ -197,3 +199,14 @@ def test_the_split_virtualservice() -> None:
 def test_a_router_that_cannot_split_is_a_config_error(overrides: list[str], message: str) -> None:
     with pytest.raises((ValidationError, Exception), match=message):
         load_config(env="prod", overrides=overrides)
+
+
+def test_gateway_api_without_the_proxies_namespace_is_refused() -> None:
+    """The Gateway's proxies send the live requests (kserve httproute_reconciler.go parentRefs kserveIngressGateway);
+    a predictor NetworkPolicy that does not admit their namespace would drop them all."""
+    from paddle_mlops_core.config.loader import ConfigError
+
+    with pytest.raises(ConfigError, match="needs serving.gateway_namespaces"):
+        load_config(
+            env="prod", overrides=["serving.deployment_mode=RawDeployment", "serving.canary_router=gateway-api"]
+        )

@@ -20,6 +20,7 @@ from paddle_mlops.preflight.controller_settings import (
     check_knative_network,
     check_kueue_config,
 )
+from paddle_mlops.preflight.cosign_key import check_cosign_key
 from paddle_mlops.preflight.objects import check_crds, check_secrets
 from paddle_mlops.preflight.pods_ready import check_kueue_pods_ready
 from paddle_mlops.preflight.raw_ingress import check_raw_ingress
@@ -43,6 +44,7 @@ CHECKS = (
     ("kueue-config", check_kueue_config),
     ("kueue-pods-ready", check_kueue_pods_ready),
     ("secret", check_secrets),
+    ("cosign-key", check_cosign_key),
     ("eventbus", check_event_bus),
     ("events-image", check_events_image),
     ("release-digests", check_release_digests),

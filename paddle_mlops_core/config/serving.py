@@ -145,6 +145,16 @@ class ServingConfig(Strict):
                 "serving.canary_router istio needs serving.canary_gateway: the Istio Gateway (namespace/name) that "
                 "serves the InferenceService's host, which the canary's VirtualService binds to"
             )
+        if self.canary_router == "gateway-api" and self.gateway_namespaces is None:
+            # The Gateway's proxies, not Knative's layer, send the requests in this mode: their namespace depends on
+            # the implementation (Envoy Gateway: its own controller namespace, proxy_infra.go GetResourceNamespace;
+            # Istio: the Gateway's namespace), so the predictor NetworkPolicy cannot guess it.
+            raise ValueError(
+                "serving.canary_router gateway-api needs serving.gateway_namespaces: the namespaces the Gateway's "
+                "proxy pods run in (envoy-gateway-system for Envoy Gateway, the Gateway's own namespace, e.g. kserve, "
+                "for Istio), else the predictor NetworkPolicy drops every request they send; paddle-mlops preflight "
+                "names them (raw-ingress)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ then reports the missing version (paddle_mlops/preflight/controller_settings.py)
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +37,11 @@ IMAGE_ENV = "ARGO_EVENTS_IMAGE"
 # Marks a patch that sets a few fields of an upstream object (not a whole object: lint and the schema check read it as
 # such); the annotation lands on the live object too, naming what we set there.
 PARTIAL = "paddle-mlops/patched"
-PARTIAL_WHY = "env ARGO_EVENTS_IMAGE of container controller-manager (paddle-mlops argo/controller-settings/)"
+PARTIAL_WHY = (
+    "env ARGO_EVENTS_IMAGE of container controller-manager and the pod template's controller-config digest "
+    "(paddle-mlops argo/controller-settings/)"
+)
+CONFIG_DIGEST = "paddle-mlops/controller-config-digest"
 # The version our EventBus names: upstream's 2.10.29 entry under a name of our own, whose images a release pins.
 PINNED_JETSTREAM_VERSION = f"paddle-mlops-{NATS_VERSION}"
 
@@ -107,6 +112,12 @@ def controller_configmap(pins: Mapping[str, str] | None = None) -> dict[str, Any
     }
 
 
+def config_digest(pins: Mapping[str, str] | None = None) -> str:
+    """A digest of the controller config we write (its text, as controller_configmap renders it)."""
+    text = controller_configmap(pins)["data"][CONTROLLER_CONFIG_KEY]
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def controller_image_env(pins: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The controller Deployment's `ARGO_EVENTS_IMAGE`, as a patch: only the fields it sets (a strategic merge patch
     merges containers and env by `name`; the API server validates the merged object)."""
@@ -116,11 +127,16 @@ def controller_image_env(pins: Mapping[str, str] | None = None) -> dict[str, Any
         "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE, "annotations": {PARTIAL: PARTIAL_WHY}},
         "spec": {
             "template": {
+                # The controller reloads its config file in memory only (pkg/reconciler/config.go LoadConfig
+                # OnConfigChange), and re-renders an EventBus only on its own generation or label change
+                # (cmd/start.go predicates): a release that changes only the NATS digests would never reach the bus.
+                # The config's digest in the pod template restarts the controller, which reconciles every bus anew.
+                "metadata": {"annotations": {CONFIG_DIGEST: config_digest(pins)}},
                 "spec": {
                     "containers": [
                         {"name": CONTAINER, "env": [{"name": IMAGE_ENV, "value": pinned(ARGO_EVENTS, pins or {})}]}
                     ]
-                }
+                },
             }
         },
     }

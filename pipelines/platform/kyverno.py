@@ -1,9 +1,9 @@
 """Kyverno admission policy: our images must be cosign-signed, and no pod may run an unpinned image.
 
-The cosign public key lives in one ConfigMap (`kyverno/paddle-mlops-cosign`); the key shipped here
-is a PLACEHOLDER that matches nothing, so signed images are refused until an operator replaces it
-with the real `cosign.pub` (e.g. `kubectl -n kyverno create configmap paddle-mlops-cosign
---from-file=cosign.pub --dry-run=client -o yaml | kubectl apply -f -`).
+The cosign public key lives in one ConfigMap (`kyverno/paddle-mlops-cosign`), which the install set does not
+contain: every `kubectl apply -k` of a placeholder would put it back over the real key and, the policy failing
+closed, refuse every project pod. The operator creates it once from the signer's `cosign.pub` (`KEY_COMMAND`);
+`paddle-mlops preflight` checks it is there and holds a public key (paddle_mlops/preflight/cosign_key.py).
 
 Every image is signed with that key pair and without a transparency-log entry: the train image by
 the build step (steps/build_image.py) per build, the images the pipeline never builds (`release_images`)
@@ -25,8 +25,9 @@ POLICY_NAME = "paddle-mlops-images"
 KEY_CONFIGMAP = "paddle-mlops-cosign"
 KEY_NAMESPACE = "kyverno"
 KEY_FIELD = "cosign.pub"
-PLACEHOLDER_KEY = (
-    "-----BEGIN PUBLIC KEY-----\nREPLACE-ME-WITH-THE-COSIGN-PUBLIC-KEY-OF-THE-IMAGE-SIGNER\n-----END PUBLIC KEY-----\n"
+KEY_COMMAND = (
+    f"kubectl -n {KEY_NAMESPACE} create configmap {KEY_CONFIGMAP} --from-file={KEY_FIELD}=cosign.pub "
+    "--dry-run=client -o yaml | kubectl apply -f -"
 )
 ALL_CONTAINERS = "request.object.spec.[ephemeralContainers, initContainers, containers][]"
 
@@ -51,21 +52,6 @@ def workload_namespaces(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> li
 def owned_namespaces(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> list[str]:
     """Every namespace the install set creates pods in: the workload namespaces and the build namespace (BuildKit)."""
     return sorted({*workload_namespaces(cfg, teams), cfg.cluster.build_namespace})
-
-
-def key_configmap() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(
-            KEY_CONFIGMAP,
-            KEY_NAMESPACE,
-            annotations={
-                "paddle-mlops/replace": f"{KEY_FIELD} is a placeholder: put the image signer's cosign public key here"
-            },
-        ),
-        "data": {KEY_FIELD: PLACEHOLDER_KEY},
-    }
 
 
 def _match(namespaces: list[str]) -> dict[str, Any]:
@@ -198,7 +184,7 @@ def cluster_policy(cfg: PipelineConfig, teams: dict[str, TeamConfig]) -> dict[st
 
 def render(cfg: PipelineConfig, teams: dict[str, TeamConfig] | None = None) -> list[dict[str, Any]]:
     teams = load_teams() if teams is None else teams
-    return [key_configmap(), cluster_policy(cfg, teams)]
+    return [cluster_policy(cfg, teams)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

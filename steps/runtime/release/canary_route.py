@@ -13,16 +13,20 @@ host and removes it when the canary ends:
   whose one rule matches the inference paths (`/v1/models/<m>:predict`, `/v2/models/<m>/infer`) with `Exact` path
   matches and sends them to `<isvc>-predictor` and `<isvc>-canary-predictor` (KServe's PredictorServiceName) by
   weight. KServe's rule matches every path with a `RegularExpression`; across routes "Exact" path matches take
-  precedence over every other kind (gateway-api apis/v1/httproute_types.go, HTTPRouteRule.Matches), so the split
-  wins whatever the two routes' ages; every other path (health, metadata) stays on KServe's route. Weights are
+  precedence over prefixes (gateway-api apis/v1/httproute_types.go, HTTPRouteRule.Matches) and the spec leaves a
+  regular expression's rank to the implementation, which ranks Exact first in Envoy Gateway (internal/gatewayapi/
+  sort.go) and Istio (pilot/pkg/config/kube/gateway/conversion.go getURIRank), so the split wins whatever the two
+  routes' ages; every other path (health, metadata) stays on KServe's route. Weights are
   proportions, 0 sends nothing (apis/v1/shared_types.go HTTPBackendRef.Weight); we write (100 - p, p). The split
   counts as carrying traffic once every parent reports Accepted and ResolvedRefs True for its generation.
 - istio: a VirtualService on `serving.canary_gateway` for the host of the InferenceService's URL, the same rule
   with `exact` URI matches and destination weights summing to 100 (istio/api networking/v1alpha3
   virtual_service.proto HTTPRouteDestination.weight; older releases required the sum of 100). Istio merges the
-  VirtualServices of one host on a gateway oldest first, so where KServe's own Ingress for the host goes through
-  the same gateway its catch-all may be matched first: the live guard's `canary_min_requests` then fails the canary
-  ("the route carried no traffic to it") instead of passing it unchecked.
+  routes of one host on a gateway port and sorts catch-all routes last (istio pilot/pkg/networking/core/gateway.go
+  buildGatewayHTTPRouteConfig, core/route/route.go SortVHostRoutes), so the exact split precedes the `/` prefix of
+  the VirtualService Istio makes from KServe's Ingress when `canary_gateway` selects the same ingress pods on the same
+  plain-HTTP port; where it does not, the live guard's `canary_min_requests` fails the canary ("the route carried no
+  traffic to it") instead of passing it unchecked.
 """
 
 from __future__ import annotations

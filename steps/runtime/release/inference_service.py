@@ -195,7 +195,13 @@ def _metadata(
             "serving.kserve.io/deploymentMode": cfg.serving.deployment_mode,
             # Tag routing gives the canary revision its own URL, so the rollout can probe it alone.
             "serving.kserve.io/enable-tag-routing": "true",
-            "serving.kserve.io/enable-prometheus-scraping": "true",
+            # Serverless only: KServe then points prometheus.io/port at queue-proxy's aggregated port 9091
+            # (pkg/webhook/admission/pod/metrics_aggregate_injector.go), which RawDeployment pods do not have.
+            **(
+                {"serving.kserve.io/enable-prometheus-scraping": "true"}
+                if cfg.serving.deployment_mode == "Serverless"
+                else {}
+            ),
             "prometheus.io/scrape": "true",
             "prometheus.io/port": str(SERVING_PORT),
             "prometheus.io/path": "/metrics",
