@@ -20,9 +20,10 @@ Without IMAGE it signs the release images of the configuration (tools, serve, ML
 pipelines.platform.kyverno.release_images; --config and --env choose the configuration
 (default configs/pipeline.yaml, no overlay).
 
---overlay DIR (overlays/prod) then pins, in that kustomize overlay's images:, the digest of every image the install
-set runs by tag (`paddle-mlops pin-images --tagged`: the images signed here, and upstream's BuildKit, which is
-resolved but not signed: it runs in the build namespace, outside the policy); commit the overlay after a release.
+--overlay DIR (overlays/prod) then pins, in that kustomize overlay's images: and its controller-settings/, the digest
+of every image the install set runs by tag (`paddle-mlops pin-images --tagged`: the images signed here, and
+upstream's BuildKit, argoexec, Argo Events and NATS images, which are resolved and pinned but not signed: Kyverno
+verifies signatures of our registry's images only); commit the overlay directory after a release.
 
 Environment: COSIGN_PRIVATE_KEY, COSIGN_PASSWORD (required; e.g. from the `cosign-signing-key`
 Secret), PYTHON (the project's interpreter, default .venv/bin/python). cosign and crane must be on
