@@ -140,7 +140,8 @@ def digest_rule(cfg: PipelineConfig, namespaces: list[str]) -> dict[str, Any]:
         "validate": {
             "message": (
                 "Image {{ element.image }} must be pinned by @sha256 digest: install from the release overlay "
-                "(overlays/<env>) and apply its controller-settings/ server-side (README, Cluster install)."
+                "(overlays/<env>) and patch its controller-settings/ into the controllers' objects (README, "
+                "Controller settings: kubectl patch --type strategic, never a server-side apply)."
             ),
             "foreach": [
                 {
