@@ -3,10 +3,11 @@ so a cached copy of them can stand in (steps/runtime/caching/store.py); docs/cac
 holds.
 
 A key is built from named parts, each a digest or a small value: the project code the step runs (`code_digest`: the
-project modules its entry module imports, read from the files this process runs; or an image digest where the code
-runs in another image), its resolved configuration section(s) (`config_part`), the digests of its input artifacts
-(`dir_digest`), the locked library versions (`lock_digest`) and whatever else the step's result depends on. The parts
-are kept beside the cached outputs, so a rerun can say which part changed.
+project modules its entry module imports, read from the files this process runs, complete because project code is
+never imported by name; or an image digest where the code runs in another image), its resolved configuration
+section(s) (`config_part`), the digests of its input artifacts (`dir_digest`), the locked library versions
+(`lock_digest`) and whatever else the step's result depends on. The parts are kept beside the cached outputs, so a
+rerun can say which part changed.
 """
 
 from __future__ import annotations
@@ -133,8 +134,14 @@ def module_closure(entry: str, root: Path = PROJECT_ROOT) -> tuple[Path, ...]:
     return tuple(sorted(set(seen.values())))
 
 
-def code_digest(*entries: str, root: Path = PROJECT_ROOT) -> str:
-    """The digest of the project code modules `entries` run (relative path and sha256 of each file)."""
+def code_digest(*entries: str, root: Path | None = None) -> str:
+    """The digest of the project code modules `entries` run (relative path and sha256 of each file), read under
+    `root` (the checkout this process runs, PROJECT_ROOT, by default).
+
+    Complete because the project imports its own modules only with `import` statements: a module loaded by name
+    (`importlib.import_module`, `__import__`, runpy) would be code no key covers, and tests/test_code_keys.py fails
+    on one anywhere in the project, and on any project file a step process loads that its key leaves out."""
+    root = PROJECT_ROOT if root is None else root
     files = sorted({path for entry in entries for path in module_closure(entry, root)})
     return digest_json([[path.relative_to(root).as_posix(), sha256_file(path)] for path in files])
 

@@ -27,8 +27,9 @@ def key(cfg: PipelineConfig, data_dir: Path) -> tuple[str, dict[str, str]]:
     versions = {name: _version(name) for name in LIBRARIES}
     material = {
         "kind": KINDS[cfg.model.task],
-        # the baselines' own code, digested (steps/runtime/caching/keys.py): a change to their features or fitting
-        # is never answered from what the old code stored, with no version number to remember to bump
+        # the baselines' own code, digested (steps/runtime/caching/keys.py): the package imports every kind's module
+        # (text, pairs, crf), so a change to their features or fitting is never answered from what the old code
+        # stored, with no version number to remember to bump (tests/test_code_keys.py)
         "code": cache_keys.code_digest("steps.runtime.data.baselines"),
         "splits": stats["sha256"],
         "crf_iterations": cfg.baseline.crf_iterations,
