@@ -166,7 +166,8 @@ class LocalExecutor:
             f"{flag} continues the last run, {previous.get('run_name')}, only with its task and settings; this "
             f"command differs (last run vs this command): {'; '.join(differ)}. Its workspace "
             f"({previous.get('workspace')}) is left as it is. Start a new run instead (the step cache reuses every "
-            f"step whose inputs did not change): {self.opts.fresh_command or self._fresh_command()}"
+            f"step whose inputs did not change): {self.opts.fresh_command or self._fresh_command()} (or give {flag} "
+            "the last run's task and settings)"
         )
 
     def _fresh_command(self) -> str:
