@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -201,9 +202,19 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         parameters=params,
         no_cache=args.no_cache,
         rerun=args.rerun,
+        fresh_command=_fresh_run_command(args),
     )
     code, _ = LocalExecutor(cfg, doc, opts, console, results=results, follow=follow).run()
     return code
+
+
+def _fresh_run_command(args: argparse.Namespace) -> str:
+    """This `run` command without --only/--from: a new run of the configuration it names."""
+    argv = ["paddle-mlops", "run"] + (["--config", str(args.config)] if args.config else [])
+    argv += ["--env", args.env] if args.env and args.env != "local" else []
+    argv += [part for task in args.tasks for part in ("--task", task)]
+    argv += [part for item in args.overrides for part in ("--set", item)]
+    return shlex.join(argv + (["--workdir", str(args.workdir)] if args.workdir != DEFAULT_WORKDIR else []))
 
 
 def _pretrain_once(

@@ -80,6 +80,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "output": output,
         "summary": summary,
         "train_metrics": train_metrics,
+        "metrics_port": port,  # a setting of the run: --from continues it only with the same settings
     }
     subprocess.run([sys.executable, "-m", "paddle_mlops.cli", "serve", "stop", "--workdir", str(workdir)], check=False)
 
@@ -200,7 +201,7 @@ def test_training_metrics_were_scraped_during_the_run(first_run: dict) -> None:
 
 
 def test_second_run_gates_against_the_champion(first_run: dict) -> None:
-    proc = _run(first_run["workdir"], "--from", "evaluate")
+    proc = _run(first_run["workdir"], "--from", "evaluate", metrics_port=first_run["metrics_port"])
     output, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, output[-3000:]
     assert "champion v1" in output  # the gate names the champion it compared against
@@ -212,7 +213,7 @@ def test_second_run_gates_against_the_champion(first_run: dict) -> None:
 def test_rerunning_from_validate_redeploys_the_published_model(first_run: dict) -> None:
     """`--from validate` reuses train-deploy's outputs and re-delivers the notification as a redeploy: the model
     judged before is judged and rolled out again instead of being dropped as a duplicate."""
-    proc = _run(first_run["workdir"], "--from", "validate")
+    proc = _run(first_run["workdir"], "--from", "validate", metrics_port=first_run["metrics_port"])
     output, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, output[-3000:]
     summary = json.loads((first_run["workdir"] / "last-run.json").read_text(encoding="utf-8"))

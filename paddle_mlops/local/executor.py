@@ -16,6 +16,7 @@ model's bucket notification starts (paddle_mlops/local/notify.py), run the same 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -26,7 +27,7 @@ from typing import Any
 
 from rich.console import Console
 
-from paddle_mlops.local import fanout
+from paddle_mlops.local import fanout, run_identity
 from paddle_mlops.local import summary as run_summary
 from paddle_mlops.local.dag import (
     DagError,
@@ -83,6 +84,9 @@ class RunOptions:
     # The step cache (docs/caching.md): reuse nothing (`--no-cache`), or compute these steps anyway (`--rerun`).
     no_cache: bool = False
     rerun: list[str] = field(default_factory=list)
+    # The command that starts this configuration as a new run, named when --only/--from would continue a run of
+    # another configuration; None: one built from these options.
+    fresh_command: str | None = None
 
 
 def _git_sha() -> str:
@@ -117,12 +121,13 @@ class LocalExecutor:
         self.follow_workflow = load_workflow(follow.doc) if follow else None
         self.workdir = opts.workdir.resolve()
         self.previous = self._load_previous()
+        self.identity = run_identity.identity(cfg, cfg.task, opts.env, opts.overrides, opts.parameters)
         self.order = [t.name for t in self.workflow.tasks]
         self.order += [t.name for t in self.follow_workflow.tasks] if self.follow_workflow else []
         self._check_options()
         self.stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         reuse = opts.only or opts.start_from
-        run_name = self.previous["run_name"] if reuse and self.previous else f"{self.workflow.name}-{self.stamp}"
+        run_name = self.previous["run_name"] if reuse and self.previous else self._new_run_name()
         self.run_dir = self.workdir / RUNS_DIR / run_name
         self.handler = ProcessTaskHandler(cfg, self.workdir, self.run_dir, console, opts.library_warnings)
         # The first workflow's scope; a follow-on run's scopes come after it in `scopes`.
@@ -147,6 +152,38 @@ class LocalExecutor:
                 raise DagError(
                     f"--only/--from need an earlier run in {self.workdir} (no {self.opts.summary_name} there)"
                 )
+            self._check_same_configuration()
+
+    def _check_same_configuration(self) -> None:
+        """DagError when --only/--from would continue a run of another task or settings: naming what differs and
+        the command that starts a new run, so one run's workspace never holds another configuration's files."""
+        previous = self.previous or {}
+        differ = run_identity.differences(previous, self.identity, run_identity.resolved(self.cfg))
+        if not differ:
+            return
+        flag = f"--only {self.opts.only}" if self.opts.only else f"--from {self.opts.start_from}"
+        raise DagError(
+            f"{flag} continues the last run, {previous.get('run_name')}, only with its task and settings; this "
+            f"command differs (last run vs this command): {'; '.join(differ)}. Its workspace "
+            f"({previous.get('workspace')}) is left as it is. Start a new run instead (the step cache reuses every "
+            f"step whose inputs did not change): {self.opts.fresh_command or self._fresh_command()} (or give {flag} "
+            "the last run's task and settings)"
+        )
+
+    def _fresh_command(self) -> str:
+        argv = ["paddle-mlops", "run", "--config", str(self.opts.config_path), "--task", self.cfg.task]
+        argv += ["--env", self.opts.env] if self.opts.env else []
+        argv += [part for item in self.opts.overrides for part in ("--set", item)]
+        return shlex.join([*argv, "--workdir", str(self.opts.workdir)])
+
+    def _new_run_name(self) -> str:
+        """`<workflow>-<stamp>`, with a count after the stamp when a run started in the same second: a new run
+        never writes into another's workspace."""
+        base, count = self.stamp, 1
+        while (self.workdir / RUNS_DIR / f"{self.workflow.name}-{self.stamp}").exists():
+            count += 1
+            self.stamp = f"{base}-{count}"
+        return f"{self.workflow.name}-{self.stamp}"
 
     def _load_previous(self) -> dict[str, Any] | None:
         path = self.workdir / self.opts.summary_name
@@ -325,7 +362,7 @@ class LocalExecutor:
         return scope, (f"{name}/" if several else "")
 
     def run(self) -> tuple[int, dict[str, Any]]:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        run_identity.record_resolved(self.run_dir, self.cfg)
         results: list[TaskResult] = []
         started = time.monotonic()
         failed = self._run_tasks(self.workflow.tasks, self.scope, "", results)
@@ -351,7 +388,7 @@ class LocalExecutor:
             task=self.cfg.task,
             reported=self.results,
         )
-        summary = run_summary.build(record)
+        summary = {**run_summary.build(record), run_identity.IDENTITY_KEY: self.identity}
         path = self.workdir / self.opts.summary_name
         path.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         run_summary.show(self.console, summary, failed, path)
