@@ -96,6 +96,11 @@ def rollout(cfg: PipelineConfig) -> Container:
     )
 
 
+def serve_champion(cfg: PipelineConfig) -> Container:
+    """serving.target=local: keep the champion served when nothing was rolled out (started again if it was stopped)."""
+    return _rollout_container(cfg, "serve-champion", args=["--champion", "--ensure-served"], inputs=[])
+
+
 def image_rollout(cfg: PipelineConfig) -> Container:
     """The serving champion on a new serving image: the same region-staged canary, the model unchanged."""
     return _rollout_container(

@@ -6,6 +6,10 @@ run delivers the same notification itself), or a person (`argo submit --from wor
 reason when it was refused; rollout runs only for a model that passed. A notification for a model judged before
 ends at validate (`duplicate`), so a replayed or redelivered event never moves traffic twice.
 
+With serving.target=local (a `paddle-mlops run`) a model that is not rolled out (a duplicate, or refused) ends at
+`serve-champion` instead: the champion stays served, started again if its process was stopped (`serve stop`), so
+every run that ends with a champion leaves it served. It moves no alias; a cluster's InferenceService keeps serving.
+
 One rollout at a time: every workflow that changes the InferenceServices holds the same mutex
 (`ROLLOUT_MUTEX`, also taken by image-rollout), so a replay waits for the first run and then finds it judged.
 """
@@ -21,6 +25,7 @@ from pipelines.dag_task import dag_task
 from pipelines.platform import publish_events
 
 NAME = "rollout"
+SERVE_CHAMPION = "serve-champion"
 # What `paddle-mlops run` reports after the local rollout: summary key -> (task, output parameter).
 RESULTS = {
     "model_uri": ("validate", "model-uri"),
@@ -32,6 +37,8 @@ RESULTS = {
     "registered_version": ("validate", "registered-version"),
     "serving_url": ("rollout", "serving-url"),
     "rollout": ("rollout", "outcome"),
+    # serving.target=local: the champion kept served when nothing was rolled out (its task is local-only)
+    "champion_url": (SERVE_CHAMPION, "serving-url"),
 }
 # The event parameters the `rollout-on-publish` Sensor's trigger sets, named once there.
 EVENT_PARAMETERS = tuple(name for name, _ in publish_events.WORKFLOW_PARAMETERS)
@@ -114,8 +121,20 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             )
             t_validate >> t_register
             t_register >> t_rollout
-        by_name = {t.name: t for t in (t_validate, t_register, t_rollout)}
+            tasks = [t_validate, t_register, t_rollout]
+            if cfg.serving.target == "local":
+                tasks.append(
+                    dag_task(
+                        release_templates.serve_champion(cfg),
+                        name=SERVE_CHAMPION,
+                        when=f"{verdict} != passed",
+                        arguments={"git-sha": out("git-sha")},
+                    )
+                )
+                t_validate >> tasks[-1]
+        by_name = {t.name: t for t in tasks}
         for task, output in RESULTS.values():
-            by_name[task].get_parameter(output)
+            if task in by_name:
+                by_name[task].get_parameter(output)
     wt.synchronization = mutex(cfg)
     return wt

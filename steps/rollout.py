@@ -2,7 +2,9 @@
 
 `serving.target: local` — start `python -m steps.serve` as a background process on loopback, wait
 for readiness, send smoke requests, move the MLflow alias `champion`, and only then stop the
-previous server. A failed check stops the *new* server; the previous one keeps serving.
+previous server. A failed check stops the *new* server; the previous one keeps serving. With `--champion
+--ensure-served` (a local run whose model was published before, or refused) it keeps the champion served: a no-op
+when its server runs, else (after `paddle-mlops serve stop`) it starts it again; `champion` does not move.
 
 `serving.target: kserve` — region by region: apply the new revision as a canary, wait for Ready,
 smoke-test it, watch its error rate and p99 latency for `canary_window_seconds`, then promote it to
@@ -34,9 +36,9 @@ from steps.runtime.release import inference_service as isvc
 from steps.runtime.release.champion import SERVED_IMAGE, MlflowRegistry, Registry, record
 from steps.runtime.release.health import HttpProbe
 from steps.runtime.release.kserve_rollout import KServeRollout, kubernetes_api, kubernetes_apps_api
-from steps.runtime.release.rollout_outcome import PROMOTED, Outcome
-from steps.runtime.runner import StepError
-from steps.runtime.serving.local_server import rollout_local
+from steps.runtime.release.rollout_outcome import ALREADY_SERVED, PROMOTED, Outcome, RolloutFailed
+from steps.runtime.runner import StepError, StepFailed
+from steps.runtime.serving.local_server import ensure_local, rollout_local
 from steps.runtime.storage.region_stores import replicate_to
 
 
@@ -69,6 +71,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--champion",
         action="store_true",
         help="the version `champion` points at, again: a serving-image-only rollout (image-rollout)",
+    )
+    parser.add_argument(
+        "--ensure-served",
+        action="store_true",
+        help="with --champion, serving.target=local: keep the champion served (a run that rolls nothing out) — a "
+        "no-op when its server runs, else it is started again; `champion` does not move",
     )
     parser.add_argument("--model-uri", default=None, help="its published prefix (upload step's model-uri)")
     parser.add_argument("--region", default=None, help="the run's region when serving.regions is empty")
@@ -139,6 +147,8 @@ def run(
 ) -> runner.Finished:
     """`registry`, `api` and `probe` stand in for MLflow, the Kubernetes API and HTTP in tests."""
     reg = registry or MlflowRegistry(cfg)
+    if args.ensure_served:
+        return ensure_served(cfg, args, reg, probe)
     version, uri = what_to_serve(args, reg)
     if cfg.serving.target == "local":
         outcome = rollout_local(cfg, uri, version, runner.home_dir(), reg, _common_args(args), probe)
@@ -161,6 +171,28 @@ def run(
         return runner.Finished(outputs, EXIT_ROLLED_BACK)
     print(f"{what} promoted; serving at {outcome.url}")
     return runner.Finished(outputs)
+
+
+def ensure_served(cfg: PipelineConfig, args: argparse.Namespace, reg: Registry, probe: Any = None) -> runner.Finished:
+    """`--champion --ensure-served`: the champion's local server running (started again when it is not), nothing
+    registered, tagged or promoted."""
+    if not args.champion or cfg.serving.target != "local":
+        raise StepError(
+            "--ensure-served needs --champion and serving.target=local (a local run's rollout workflow passes both; "
+            "on a cluster the InferenceService keeps serving the champion)"
+        )
+    champion = reg.champion()
+    if champion is None:
+        print("no model version is 'champion' yet: nothing to serve")
+        return runner.Finished({"outcome": "", "serving-url": ""})
+    version, uri = champion
+    try:
+        outcome = ensure_local(cfg, uri, version, runner.home_dir(), _common_args(args), probe)
+    except RolloutFailed as exc:
+        raise StepFailed(f"the champion, model version {version}, could not be served again: {exc}") from exc
+    said = "already serving" if outcome.outcome == ALREADY_SERVED else "started again; serving"
+    print(f"champion model version {version} {said} at {outcome.url} ('champion' unchanged)")
+    return runner.Finished({"outcome": outcome.outcome, "serving-url": outcome.url})
 
 
 STEP = runner.Step(

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -107,6 +108,27 @@ def test_an_unchanged_rerun_reuses_every_reusable_step(state: dict[str, Any]) ->
     assert f"reused_by.{again['run_name']}" in tags
     assert len(client.search_runs([client.get_run(first["mlflow_run_id"]).info.experiment_id])) == 1
     assert again["seconds"] < first["seconds"]
+
+
+def test_a_rerun_after_serve_stop_serves_the_champion_again(state: dict[str, Any]) -> None:
+    """#61: `make run`, `serve stop`, `make run` ends with a URL that answers; `champion` stays where it was."""
+    first = state["first"]
+    kept = _run(state)  # unchanged, its server running: serve-champion finds it serving and leaves it alone
+    assert kept["status_of"]["serve-champion"] == "Succeeded" and kept["serving_url"] == first["serving_url"]
+    assert "champion model version 1 already serving at" in kept["output"]
+    stop = [sys.executable, "-m", "paddle_mlops.cli", "serve", "stop", "--workdir", str(state["workdir"])]
+    assert "Stopped" in subprocess.run(stop, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+    again = _run(state)
+    assert _chain(again) == dict.fromkeys(CHAIN, "Reused") and again["status_of"]["rollout"] == "Skipped"
+    assert again["serving_url"], "a rerun after `serve stop` must end serving the champion"
+    (record,) = (state["workdir"] / "serving").glob("*/current.json")
+    model = json.loads(record.read_text(encoding="utf-8"))["model"]
+    answer = httpx.post(f"{again['serving_url']}/v1/models/{model}:predict", json={"instances": ["很好"]}, timeout=30)
+    assert answer.status_code == 200 and answer.json()["predictions"]
+    client = MlflowClient(f"sqlite:///{state['workdir'] / 'mlflow.db'}")
+    name = client.search_registered_models()[0].name
+    assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
+    assert len(client.search_model_versions(f"name='{name}'")) == 1  # nothing registered again
 
 
 def test_a_changed_hyper_parameter_retrains(state: dict[str, Any]) -> None:

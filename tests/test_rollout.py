@@ -220,3 +220,50 @@ def test_local_rollout_failed_smoke_keeps_previous_server(tmp_path: Path, monkey
     assert stopped
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{url}/v2/health/ready", timeout=2)
+
+
+class ChampionRegistry:
+    """A registry whose `champion` alias is read (Registry.champion), never moved or tagged by an ensure-served
+    rollout."""
+
+    def __init__(self, found: tuple[str, str] | None):
+        self.found = found
+
+    def champion(self) -> tuple[str, str] | None:
+        return self.found
+
+    def promote(self, version: str) -> str | None:
+        raise AssertionError("--ensure-served must not move 'champion'")
+
+    def tag(self, version: str, key: str, value: str) -> None:
+        raise AssertionError("--ensure-served must not tag a version")
+
+
+def test_ensure_served_without_a_champion_serves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PADDLE_MLOPS_HOME", str(tmp_path / "home"))
+    out = tmp_path / "out"
+    args = ["--env", "local", "--champion", "--ensure-served", "--outputs-dir", str(out)]
+    assert rollout.main(args, registry=ChampionRegistry(None)) == 0
+    assert (out / "serving-url").read_text() == "" and not (tmp_path / "home" / "serving").exists()
+
+
+def test_ensure_served_is_local_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--champion", "--ensure-served", "--overrides", '["serving.target=kserve"]', "--outputs-dir", str(tmp_path)]
+    assert rollout.main(args, registry=ChampionRegistry(("1", MODEL_URI))) == 2
+    assert "--ensure-served needs --champion and serving.target=local" in capsys.readouterr().err
+
+
+def test_the_local_rollout_workflow_keeps_the_champion_served_when_nothing_is_rolled_out() -> None:
+    """serving.target=local: a duplicate or refused model ends at serve-champion; a cluster's workflow has no such task
+    (its InferenceService keeps serving)."""
+    from paddle_mlops_core.config.loader import load_config
+    from pipelines import rollout_template
+
+    def tasks(env: str | None) -> dict[str, Any]:
+        doc = rollout_template.build(load_config(None, env)).to_dict()
+        (main,) = [t for t in doc["spec"]["templates"] if t["name"] == "main"]
+        return {t["name"]: t for t in main["dag"]["tasks"]}
+
+    local = tasks("local")[rollout_template.SERVE_CHAMPION]
+    assert local["when"] == "{{tasks.validate.outputs.parameters.verdict}} != passed"
+    assert rollout_template.SERVE_CHAMPION not in tasks(None)

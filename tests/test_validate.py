@@ -178,7 +178,9 @@ def test_a_model_below_the_gate_is_refused(tmp_path, home, reviews, exported):
     uri = publish(cfg, exported, "ext-weak")
     judged, version = judge_and_record(tmp_path, cfg, uri, extra)
     assert judged["verdict"] == "refused" and "threshold 1.0000" in judged["reason"]
-    assert rollout_runs(cfg, "refused") == {"validate": True, "register": True, "rollout": False}
+    # a local run keeps the champion (if any) served when nothing is rolled out (rollout_template.SERVE_CHAMPION)
+    runs = rollout_runs(cfg, "refused")
+    assert runs == {"validate": True, "register": True, "rollout": False, "serve-champion": True}
     assert version_tags(cfg, version)[registry.VALIDATION_VERDICT] == "refused"
     assert aliases(cfg)[CHALLENGER] is None
 
@@ -219,7 +221,8 @@ def test_a_replayed_notification_is_dropped(tmp_path, home, reviews, exported):
     assert first["verdict"] == "passed"
     replay = run_validate(tmp_path / "replay", event_parameters(cfg, uri), extra)
     assert replay["verdict"] == "duplicate" and f"version {version}" in replay["reason"]
-    assert rollout_runs(cfg, "duplicate") == {"validate": True, "register": False, "rollout": False}
+    runs = rollout_runs(cfg, "duplicate")
+    assert runs == {"validate": True, "register": False, "rollout": False, "serve-champion": True}
     again = run_validate(tmp_path / "redeploy", event_parameters(cfg, uri), extra, "--redeploy", "true")
     assert again["verdict"] == "passed"  # a person re-deploying it on purpose
 
@@ -280,7 +283,11 @@ def test_a_model_published_from_outside_train_deploy_is_validated_and_served(tmp
         assert publish_main([str(model_dir), "--workdir", str(workdir), *sets]) == 0
         summary = json.loads((workdir / "last-publish.json").read_text())
         assert summary["validation"]["verdict"] == "passed" and summary["rollout"] == "promoted"
-        assert [s["status"] for s in summary["steps"]] == ["Succeeded"] * 3
+        statuses = {s["name"]: s["status"] for s in summary["steps"]}
+        assert statuses == {
+            **dict.fromkeys(("validate", "register", "rollout"), "Succeeded"),
+            "serve-champion": "Skipped",
+        }
         import httpx
 
         body = httpx.post(
@@ -293,7 +300,14 @@ def test_a_model_published_from_outside_train_deploy_is_validated_and_served(tmp
         assert publish_main([str(model_dir), "--workdir", str(workdir), *sets]) == 0
         again = json.loads((workdir / "last-publish.json").read_text())
         assert again["validation"]["verdict"] == "duplicate"
-        assert [s["status"] for s in again["steps"]] == ["Succeeded", "Skipped", "Skipped"]
+        statuses = {s["name"]: s["status"] for s in again["steps"]}
+        assert statuses == {
+            "validate": "Succeeded",
+            "register": "Skipped",
+            "rollout": "Skipped",
+            "serve-champion": "Succeeded",
+        }
+        assert again["serving_url"] == summary["serving_url"]  # serve-champion: the champion's server, kept
         assert aliases(cfg)[CHAMPION] == summary["model_version"]
     finally:
         local_server.stop_local_server(workdir)

@@ -17,6 +17,7 @@ from paddle_mlops.local.dag import Scope
 from paddle_mlops.local.results import Branch, RunRecord, TaskResult
 from paddle_mlops_core.config.pretrained_names import PROJECT_NAMES
 from paddle_mlops_core.config.tasks import SPECS, spec
+from pipelines.rollout_template import SERVE_CHAMPION
 
 
 def build(run: RunRecord) -> dict[str, Any]:
@@ -53,7 +54,8 @@ def build(run: RunRecord) -> dict[str, Any]:
         "model_version": found["model_version"] or found["registered_version"],
         "mlflow_run_id": found["mlflow_run_id"],
         "mlflow_tracking_uri": run.tracking_uri,
-        "serving_url": found["serving_url"],
+        # a model rolled out reports its server; else the champion's, kept served (rollout_template SERVE_CHAMPION)
+        "serving_url": found["serving_url"] or found["champion_url"],
         "rollout": found["rollout"],
         "validation": {"verdict": found["verdict"], "reason": found["validation"]},
         "tasks": [_branch(branch, run.scopes) for branch in run.branches] or None,
@@ -150,7 +152,8 @@ def _branch(branch: Branch, scopes: list[Scope]) -> dict[str, Any]:
         "model_uri": (outputs.get("upload") or {}).get("model-uri"),
         "verdict": (rollout.get("validate") or {}).get("verdict"),
         "model_version": (rollout.get("register") or {}).get("model-version"),
-        "serving_url": (rollout.get("rollout") or {}).get("serving-url"),
+        "serving_url": (rollout.get("rollout") or {}).get("serving-url")
+        or (rollout.get(SERVE_CHAMPION) or {}).get("serving-url"),
     }
 
 

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 
 PROMOTED = "promoted"
 ROLLED_BACK = "rolled-back"
+# A local run that rolled nothing out keeps the champion served (steps/runtime/serving/local_server.py ensure_local):
+# its server was running already, or was started again; `champion` did not move.
+ALREADY_SERVED = "already-served"
+SERVED = "served"
 # What checked a promoted version before it took all traffic (`rollout.canary`): a share of live traffic for the
 # window, or only smoke requests (RawDeployment without a canary router, a first Serverless revision, local).
 CANARY_PASSED = "canary passed"

@@ -4,6 +4,10 @@ Each task's model has its own server: `<home>/serving/<model>/current.json` reco
 (pid, URL, model version); each server logs to `<home>/serving/<model>/server-<version>.log`. A new server
 replaces the recorded one only after it is ready, answered the smoke requests and `champion` points at it; a
 failed check stops the new one. Other tasks' servers are never touched.
+
+`ensure_local` keeps the champion served when a run rolls nothing out (its model was published before, or refused):
+a no-op when the recorded server is alive and serves the champion, else (e.g. after `paddle-mlops serve stop`) it
+starts the champion's server again without moving `champion`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from paddle_mlops_core.config.models import PipelineConfig
 from steps.runtime import config_names
 from steps.runtime.release.champion import Registry
 from steps.runtime.release.health import HttpProbe
-from steps.runtime.release.rollout_outcome import PROMOTED, ROLLED_BACK, SMOKE_CHECKED, Outcome, RolloutFailed
+from steps.runtime.release.rollout_outcome import (
+    ALREADY_SERVED,
+    PROMOTED,
+    ROLLED_BACK,
+    SERVED,
+    SMOKE_CHECKED,
+    Outcome,
+    RolloutFailed,
+)
 from steps.runtime.serving.processes import stop_group
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -162,6 +174,37 @@ def wait_local_ready(
     raise RolloutFailed(f"model server not ready within {cfg.serving.ready_timeout_seconds}s; see {log_path}")
 
 
+def _start_checked(
+    cfg: PipelineConfig, model_uri: str, version: str, home: Path, common: list[str], probe: Any
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A new server of `version`, ready and answering the smoke requests; RolloutFailed (the new one stopped) if not."""
+    name = config_names.served_model(cfg)
+    proc, ready_file = start_local_server(cfg, model_uri, version, home, common)
+    try:
+        url = wait_local_ready(proc, ready_file, probe, cfg, serving_dir(home, name) / f"server-{version}.log")
+        probe.smoke(url, name, cfg.smoke_payload())
+    except RolloutFailed:
+        stop_group(proc)
+        raise
+    return proc, url
+
+
+def _take_over(
+    cfg: PipelineConfig, home: Path, proc: subprocess.Popen[bytes], url: str, version: str, model_uri: str,
+    previous: dict[str, Any] | None,
+) -> None:  # fmt: skip
+    """Record the new server as the one that serves, then stop the one recorded before it."""
+    name = config_names.served_model(cfg)
+    port = int(url.rsplit(":", 1)[1])
+    _write_json(
+        serving_dir(home, name) / "current.json",
+        {"pid": proc.pid, "url": url, "port": port, "model": name, "task": cfg.task,
+         "model_version": version, "model_uri": model_uri},
+    )  # fmt: skip
+    if previous and int(previous.get("pid", -1)) != proc.pid:
+        stop_pid(int(previous["pid"]))
+
+
 def rollout_local(
     cfg: PipelineConfig,
     model_uri: str,
@@ -172,25 +215,40 @@ def rollout_local(
     probe: Any = None,
 ) -> Outcome:
     probe = probe or HttpProbe()
-    name = config_names.served_model(cfg)
-    directory = serving_dir(home, name)
-    previous = read_current(home, name)
-    proc, ready_file = start_local_server(cfg, model_uri, version, home, common)
-    log_path = directory / f"server-{version}.log"
+    previous = read_current(home, config_names.served_model(cfg))
     try:
-        url = wait_local_ready(proc, ready_file, probe, cfg, log_path)
-        probe.smoke(url, name, cfg.smoke_payload())
+        proc, url = _start_checked(cfg, model_uri, version, home, common, probe)
     except RolloutFailed as exc:
-        stop_group(proc)
         return Outcome(ROLLED_BACK, url=(previous or {}).get("url", ""), reason=str(exc))
     registry.promote(version)
-    port = int(url.rsplit(":", 1)[1])
-    _write_json(
-        directory / "current.json",
-        {"pid": proc.pid, "url": url, "port": port, "model": name, "task": cfg.task,
-         "model_version": version, "model_uri": model_uri},
-    )  # fmt: skip
     # The old server goes only after the new one serves and `champion` points at it.
-    if previous and int(previous.get("pid", -1)) != proc.pid:
-        stop_pid(int(previous["pid"]))
+    _take_over(cfg, home, proc, url, version, model_uri, previous)
     return Outcome(PROMOTED, url=url, canary=SMOKE_CHECKED)  # one server at a time: no traffic to split
+
+
+def serving(home: Path, model: str, version: str, probe: Any) -> str | None:
+    """The URL of the recorded server of `model` when it is alive, serves `version` and answers ready; else None."""
+    current = read_current(home, model)
+    if not current or str(current.get("model_version")) != version:
+        return None
+    pid = int(current.get("pid", -1))
+    if not (_alive(pid) and _is_model_server(pid)):
+        return None
+    url = str(current.get("url") or "")
+    return url if url and probe.ready(url, model) else None
+
+
+def ensure_local(
+    cfg: PipelineConfig, model_uri: str, version: str, home: Path, common: list[str], probe: Any = None
+) -> Outcome:
+    """The champion `version` served: the recorded server when it already serves it (ALREADY_SERVED), else a new one
+    started, checked and recorded (SERVED; whatever server was recorded stops after). `champion` is not moved."""
+    probe = probe or HttpProbe()
+    name = config_names.served_model(cfg)
+    url = serving(home, name, version, probe)
+    if url:
+        return Outcome(ALREADY_SERVED, url=url)
+    previous = read_current(home, name)
+    proc, url = _start_checked(cfg, model_uri, version, home, common, probe)
+    _take_over(cfg, home, proc, url, version, model_uri, previous)
+    return Outcome(SERVED, url=url, canary=SMOKE_CHECKED)
