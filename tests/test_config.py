@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,38 @@ def test_an_environment_sets_one_task_apart_in_its_tasks_section(project_root: P
     assert load_config(base, "dev", task="ner").gate.baseline == "warn"
     prod = load_config(base, "prod", task="ner").gate
     assert prod.baseline == "require" and prod.baseline_margin == 0.03
+
+
+# The local small model's aids (configs/env/local.yaml's tasks sections): what they turn on, and what is off without.
+SMALL_MODEL_AIDS = {"char_ngram_buckets": 0, "char_ngram_min_count": 0, "char_ngram_trigrams": False,
+                    "wide_scores": False, "baseline_product": 0.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("task", ["sentiment", "ner", "text-matching"])
+def test_production_runs_the_plain_recipe_and_the_aids_stay_local(project_root: Path, task: str) -> None:
+    """#61 item 5: the n-gram tables, the wide half and the CRF baseline folded in were measured on the local small
+    model only, so every environment but local fine-tunes with the task file's plain recipe (production: ERNIE 3.0
+    with PaddleNLP's recipe, the ERNIE-CRF head for NER), and no distillation anywhere by default."""
+    base = project_root / "configs/pipeline.yaml"
+    for env in ("dev", "prod"):
+        cfg = load_config(base, env, task=task)
+        assert {key: getattr(cfg.model, key) for key in SMALL_MODEL_AIDS} == SMALL_MODEL_AIDS, (env, task)
+        assert cfg.training.distill_weight == 0.0
+        assert cfg.model.crf_head is (task == "ner") and not cfg.model.tag_transitions
+    prod = load_config(base, "prod", task=task).model
+    assert prod.pretrained == "ernie-3.0-medium-zh" and not prod.scratch_if_unstaged
+    local = load_config(base, "local", task=task).model
+    if task != "text-matching":  # no corpus ships for it, so nothing was measured for it
+        assert local.char_ngram_buckets and local.char_ngram_min_count == 2
+    assert local.wide_scores is local.crf_head is (local.baseline_product > 0) is (task == "ner")
+
+
+def test_config_shows_productions_plain_ner_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    """`paddle-mlops config --env prod --task ner` shows the plain ERNIE-CRF fine-tune."""
+    assert main(["config", "--env", "prod", "--task", "ner"]) == 0
+    model = json.loads(capsys.readouterr().out)["model"]
+    assert model["pretrained"] == "ernie-3.0-medium-zh" and model["crf_head"] is True
+    assert {key: model[key] for key in SMALL_MODEL_AIDS} == SMALL_MODEL_AIDS
 
 
 @pytest.mark.parametrize(
