@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig
-from paddle_mlops_core.contracts import PART_OF, SERVING_PORT
+from paddle_mlops_core.contracts import PART_OF, REGION_OBJECT_LABEL, SERVING_PORT
 from pipelines.platform.argo_controller import CONTROLLER_NAMESPACE, METRICS_PATH, METRICS_SECURE
 
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -101,7 +101,7 @@ def serving_pod_monitor(cfg: PipelineConfig) -> dict[str, Any]:
             _label_from("serving.knative.dev/revision", "revision"),
             _label_from("component", "component"),
             _label_from("paddle-mlops/model-version", "model_version"),
-            _label_from("paddle-mlops/region", "region"),
+            _label_from(REGION_OBJECT_LABEL, "region"),
         ],
     }
     return _pod_monitor(cfg, SERVING_MONITOR, selector, cfg.cluster.namespace, endpoint)

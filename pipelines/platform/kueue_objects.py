@@ -12,6 +12,7 @@ from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig, RegionConfig, TeamConfig
 from paddle_mlops_core.config.placement import team_regions
+from paddle_mlops_core.contracts import REGION_OBJECT_LABEL
 from pipelines.kueue_names import API, COHORT, COVERED_RESOURCES, GPU, LOCAL_QUEUE, TOPOLOGY
 from pipelines.labels import TEAM_LABEL
 from pipelines.platform.meta import metadata
@@ -27,7 +28,7 @@ def resource_flavor(cfg: PipelineConfig, region: RegionConfig) -> dict[str, Any]
     return {
         "apiVersion": API,
         "kind": "ResourceFlavor",
-        "metadata": metadata(region.flavor, labels={"paddle-mlops/region": region.name}),
+        "metadata": metadata(region.flavor, labels={REGION_OBJECT_LABEL: region.name}),
         "spec": spec,
     }
 
