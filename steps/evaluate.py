@@ -123,7 +123,7 @@ def _modified(directory: Path) -> dict[str, int]:
 ROLLOUT_ONLY = ("target", "model_name", "host", "port", "ready_timeout_seconds", "smoke_instances", "deployment_mode",
                 "canary_percent", "canary_window_seconds", "max_error_rate", "regions", "max_request_bytes",
                 "max_instances", "networking_layer", "gateway_namespaces", "canary_router", "canary_gateway",
-                "canary_min_requests")  # fmt: skip
+                "canary_min_requests", "max_p99_latency_ms")  # fmt: skip
 SCORES = "scores.json"  # the cached report (the test metrics, engine table, baseline), before the gate
 
 

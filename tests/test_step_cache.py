@@ -189,3 +189,21 @@ def test_a_miss_says_which_part_changed(tmp_path: Path, caplog: pytest.LogCaptur
     caplog.set_level("INFO", logger="steps.cache")
     reuse.begin(argparse.Namespace(step_cache=root, rerun=""), Key("train", {"code": "1", "config": "b"}))
     assert "changed since run run-7: config" in caplog.text
+
+
+def test_evaluate_keys_no_rollout_setting(tmp_path: Path) -> None:
+    """The canary's health limits (error rate, p99 latency) are the rollout's: changing one must not re-run the engine
+    selection and the scoring; a setting evaluate measures with (the batch it serves) must."""
+    from steps import evaluate
+
+    model_dir, data_dir = tmp_path / "model", tmp_path / "data"
+    for directory in (model_dir, data_dir):
+        directory.mkdir()
+        (directory / "f").write_text("x")
+
+    def key(*sets: str) -> str:
+        return evaluate.cache_key(load_config(env="local", overrides=list(sets)), model_dir, data_dir).digest
+
+    base = key()
+    assert key("serving.max_p99_latency_ms=50", "serving.max_error_rate=0.5") == base
+    assert key("serving.max_batch_size=3") != base
