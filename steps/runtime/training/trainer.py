@@ -18,10 +18,10 @@ import numpy as np
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CHECKPOINTS, PRETRAINED_RECORD
 from steps.runtime import config_names
-from steps.runtime.data import labelled_text, tag_transitions, tasks
+from steps.runtime.data import labelled_text, split_index, tag_transitions, tasks
 from steps.runtime.data.tasks.ner import row_tags
 from steps.runtime.runner import StepError, StepFailed, StepStopped
-from steps.runtime.training import distillation, dygraph, graceful_stop, optimization, run_id
+from steps.runtime.training import dygraph, graceful_stop, optimization, run_id
 from steps.runtime.training import snapshot as train_snapshot
 from steps.runtime.training import tracking as train_tracking
 from steps.runtime.training.checkpoint_policy import Checkpointer
@@ -31,6 +31,7 @@ from steps.runtime.training.progress import LiveProgress
 from steps.runtime.training.sampler import LengthGroupedBatchSampler
 from steps.runtime.training.state import Setup, TrainState, seed_everything, summary
 from steps.runtime.training.trace import StepTrace
+from steps.runtime.training.train_data import DevSplit, TrainData, read_split
 from steps.runtime.weights import pretrained
 
 EVAL_BATCH_ROWS = 128
@@ -120,23 +121,12 @@ class Trainer:
         log.info("fine-tuning %s (digest %s)", mcfg.pretrained_name, self.provenance["pretrained_digest"][:12])
         return directory
 
-    def _rows(self, split: str) -> list[dict[str, Any]]:
-        path = self.data_dir / f"{split}.jsonl"
-        rows = self.task.read_rows(path)
-        if not rows:
-            raise StepError(f"{path} is empty; rerun prepare-data with more data.")
-        if "label" in self.task.row_keys:
-            bad = sorted({int(r["label"]) for r in rows} - set(self.labels))
-            if bad:
-                raise StepError(f"{split}.jsonl has labels {bad} missing from label_map.json; rerun prepare-data.")
-        return rows
-
-    def _batch(self, setup: Setup, indices: Sequence[int]) -> tuple[Any, Any, Any]:
+    def _batch(self, setup: Setup, indices: Sequence[int], trained: list[list[int]]) -> tuple[Any, Any, Any]:
+        """The train rows at `indices`, read and encoded now, as tensors; their model rows' ids added to `trained`."""
         import paddle
 
-        rows = setup.train
-        input_ids, token_type_ids = rows.padded(indices, self.tokenizer.pad_token_id)
-        targets = self.task.targets_batch([setup.train_targets[i] for i in indices], input_ids.shape[1])
+        input_ids, token_type_ids, targets, encoded = setup.train.batch(indices)
+        trained.extend(encoded.input_ids)
         return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(targets)
 
     def evaluate(self, model: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -180,9 +170,10 @@ class Trainer:
         if learned is not None:
             log_probs, source = learned, "learned"
         else:
-            log_probs, source = tag_transitions.counted([row_tags(r) for r in self._rows("train")], names), "counted"
+            train = split_index.SplitRows(self.data_dir / "train.jsonl", self.task.row_keys)
+            log_probs, source = tag_transitions.counted((row_tags(r) for r in train), names), "counted"
         metric = config_names.gate_metric(self.cfg)
-        score = self._scorer(self.model, self._rows("dev"))
+        score = self._scorer(self.model, read_split(self.task, self.data_dir, "dev", self.labels))
         weight, dev = tag_transitions.choose(log_probs, lambda t: score(t)[metric])
         tag_transitions.write(model_dir, names, log_probs, weight, dev, source)
         best[f"dev_{metric}_decoded"] = dev[str(weight)]
@@ -204,7 +195,7 @@ class Trainer:
                 f"the stored {fitted.kind} baseline {fitted.key[:12]} has no weights to fold in; set "
                 "model.baseline_product: 0, or remove it from the store's baselines/ to fit it again"
             )
-        dev, metric = self._rows("dev"), config_names.gate_metric(self.cfg)
+        dev, metric = read_split(self.task, self.data_dir, "dev", self.labels), config_names.gate_metric(self.cfg)
         outcome = baseline_product.fold_if_better(
             self.model, fitted.weights, self.cfg.model.baseline_product, self.tokenizer, self.labels,
             best[f"dev_{metric}"], lambda: self.evaluate(self.model, dev)[metric],
@@ -276,7 +267,7 @@ class Trainer:
             np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
         if self.rank == 0 and state.best_state is None:
             # resumed from a checkpoint taken at the very last step: nothing left to train, evaluate it
-            dev = self.evaluate(self.model, setup.dev)
+            dev = self.evaluate(self.model, setup.dev.rows)
             state.keep_best(state.start_epoch + 1, dev, self.model)
         result = summary(self.world, state, started, cpu_started)
         if self.rank == 0:
@@ -330,23 +321,19 @@ class Trainer:
         from steps.runtime.weights import char_ngrams, crf_head
 
         tcfg = self.cfg.training
-        rows = self._rows("train")
-        train, train_targets = self.task.encode_training(self.tokenizer, rows, self.cfg.model.max_seq_len, self.labels)
-        vocabulary = char_ngrams.fit_vocabulary(self.model, train.input_ids)  # every rank: the same split, the same map
+        # the train split by row number, encoded a batch at a time (train_data.py): nothing here reads all of it
+        train = TrainData(self.cfg, self.task, self.tokenizer, self.data_dir, self.labels)
+        vocabulary = char_ngrams.apply_table(self.model, self.data_dir)  # prepare-data counted the n-grams once
         if vocabulary and self.rank == 0:
             log.info("bigram table: %(rows)d rows for the %(frequent)d of %(distinct)d train bigrams seen at least "
                      "char_ngram_min_count times (%(slot_clashes)d lost to slot clashes)", vocabulary)  # fmt: skip
             if "trigram_rows" in vocabulary:
                 log.info("trigram table: %(trigram_rows)d rows of %(trigrams_distinct)d train trigrams (%(trigram_"
                          "slot_clashes)d lost to slot clashes)", vocabulary)  # fmt: skip
-        if tcfg.distill_weight > 0:
-            teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
-            train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)
-        dev = self._rows("dev") if self.rank == 0 else []
         # One sampler batch is one optimizer step (all its micro-batches), so accumulating 2 × b
         # trains exactly the batches that 1 × 2b does.
         sampler = LengthGroupedBatchSampler(
-            [len(ids) for ids in train.input_ids], tcfg.batch_size * tcfg.grad_accumulation,
+            train.lengths(), tcfg.batch_size * tcfg.grad_accumulation,
             num_replicas=self.world, rank=self.rank, seed=tcfg.seed,
         )  # fmt: skip
         total_steps = max(1, tcfg.epochs * len(sampler))
@@ -357,8 +344,8 @@ class Trainer:
         model = paddle.DataParallel(trained) if self.world > 1 else trained
         amp = optimization.amp_dtype(tcfg.amp, self.use_gpu)
         scaler = paddle.amp.GradScaler() if amp == "float16" else None
-        return Setup(train, train_targets, dev, sampler, total_steps, optimizer, scheduler, model,
-                     amp, scaler)  # fmt: skip
+        dev = DevSplit(self.task, self.data_dir, self.labels)  # read when rank 0 first scores it
+        return Setup(train, dev, sampler, total_steps, optimizer, scheduler, model, amp, scaler)
 
     def _resume(self, setup: Setup, resume: train_snapshot.Snapshot | None) -> TrainState:
         """A fresh state, or the checkpoint's: parameters, optimizer and LR schedule, loss scaler, the generators'
@@ -411,11 +398,11 @@ class Trainer:
                 break
             done = position + 1
             wait_started = time.perf_counter()
-            micro = optimization.split(indices, tcfg.grad_accumulation)
-            batches = [(part, self._batch(setup, part)) for part in micro]
+            micro, trained = optimization.split(indices, tcfg.grad_accumulation), list[list[int]]()
+            batches = [(part, self._batch(setup, part, trained)) for part in micro]
             loader_wait = time.perf_counter() - wait_started
             loss = optimization.step_gradients(setup.model, batches, len(indices), setup.amp, setup.scaler)
-            self.trace.record(state.step + 1, epoch, setup.optimizer.get_lr(), setup.train, indices)
+            self.trace.record(state.step + 1, epoch, setup.optimizer.get_lr(), trained)
             optimization.apply_step(setup.optimizer, setup.scheduler, setup.scaler)
             losses.append(loss)
             seen += len(indices)
@@ -438,7 +425,7 @@ class Trainer:
         ScoringInterrupted (SIGTERM) before any of that changed."""
         with graceful_stop.REQUEST.during(Phase.SCORING):
             self.trace.before_scoring(epoch)
-            dev = self.evaluate(self.model, setup.dev)
+            dev = self.evaluate(self.model, setup.dev.rows)
         record |= {f"dev_{k}": v for k, v in dev.items()}
         state.history.append(record)
         scores = " ".join(f"dev_{k} {v:.4f}" for k, v in dev.items())
