@@ -49,7 +49,13 @@ def reference_batches(
 
 @pytest.mark.parametrize(
     ("n", "batch_size", "world", "window", "drop_last"),
-    [(1000, 16, 1, 50, False), (1003, 8, 2, 3, False), (1003, 8, 2, 3, True), (37, 4, 3, 2, False), (0, 4, 1, 5, False)],
+    [
+        (1000, 16, 1, 50, False),
+        (1003, 8, 2, 3, False),
+        (1003, 8, 2, 3, True),
+        (37, 4, 3, 2, False),
+        (0, 4, 1, 5, False),
+    ],
 )
 def test_the_sampler_gives_the_batches_it_always_gave(
     n: int, batch_size: int, world: int, window: int, drop_last: bool
