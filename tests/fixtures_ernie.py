@@ -7,6 +7,7 @@ the model server) loads; its weights are random, so only shapes and plumbing are
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,45 @@ def prepared_workspace(base: Path) -> Path:
     src = write_jsonl(base / "reviews.jsonl", sentiment_rows())
     ws = base / "ws"
     assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
+    if not (ws / "data" / "ngrams.npz").is_file():  # until prepare-data writes the n-gram counts (#61 item 4, C)
+        write_ngram_counts(ws / "data", ngram_counts(ws / "data"))
     return ws
+
+
+def ngram_counts(data_dir: Path, max_seq_len: int = 32, trigrams: bool = True) -> dict[str, Counter]:
+    """The train split's n-grams counted as CharBigramEmbedding.fit_vocabulary counts them (each text's input_ids,
+    the pad id on both sides), with a plain Counter: the reference the n-gram table file is checked against."""
+    from steps.runtime.data import tasks
+    from steps.runtime.weights import ernie
+
+    tokenizer = ernie.load_tokenizer(data_dir / "vocab.txt")
+    task = tasks.for_type("text-classification")
+    rows = task.read_rows(data_dir / "train.jsonl")
+    labels = {0: "negative", 1: "positive"}
+    encoded, _ = task.encode_training(tokenizer, rows, max_seq_len, labels)
+    pad = tokenizer.pad_token_id
+    counts: dict[str, Counter] = {"bigrams": Counter(), "trigrams": Counter()}
+    for ids in encoded.input_ids:
+        padded = [pad, *ids, pad]
+        counts["bigrams"].update(zip(padded[:-1], padded[1:], strict=False))
+        if trigrams:
+            counts["trigrams"].update(zip(padded[:-2], padded[1:-1], padded[2:], strict=False))
+    return counts
+
+
+def write_ngram_counts(data_dir: Path, counts: dict[str, Counter], min_count: int = 2) -> Path:
+    """`ngrams.npz` as the data area holds it (docs/contracts.md): per kind the n-grams seen at least `min_count`
+    times in `Counter.most_common()` order, their counts, and how many distinct ones there were."""
+    arrays: dict[str, np.ndarray] = {}
+    for kind, width in (("bigram", 2), ("trigram", 3)):
+        if kind == "trigram" and not counts["trigrams"]:
+            continue
+        frequent = [(gram, n) for gram, n in counts[f"{kind}s"].most_common() if n >= min_count]
+        arrays[f"{kind}s"] = np.array([g for g, _ in frequent], dtype="int32").reshape(-1, width)
+        arrays[f"{kind}_counts"] = np.array([n for _, n in frequent], dtype="int64")
+        arrays[f"distinct_{kind}s"] = np.array(len(counts[f"{kind}s"]), dtype="int64")
+    np.savez(data_dir / "ngrams.npz", **arrays)
+    return data_dir / "ngrams.npz"
 
 
 def make_exported_model(

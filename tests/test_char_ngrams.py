@@ -357,3 +357,63 @@ def test_trigrams_get_rows_of_their_own_and_need_a_vocabulary(tmp_path: Path) ->
 
     with pytest.raises(ValueError, match="char_ngram_trigrams needs the table on with a vocabulary"):
         ModelConfig(char_ngram_buckets=1000, char_ngram_trigrams=True)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "min_count", "trigrams"), [(1000, 2, True), (1000, 1, False), (6, 1, True), (200, 3, True)]
+)
+def test_the_table_prepare_data_counted_fills_the_maps_exactly_as_counting_the_rows(
+    tmp_path: Path, buckets: int, min_count: int, trigrams: bool
+) -> None:
+    """`apply_table` (the train step) from `ngrams.npz` (the data area's counts, built here with a plain Counter in
+    most_common order as docs/contracts.md says) gives the slots, vocabulary and stats `fit_vocabulary` gives from
+    the same rows: a table capped at its size (6 buckets) and n-grams that share a slot (SLOTS mod a 2**22 map over
+    ids up to 2**20) included."""
+    from collections import Counter
+
+    from fixtures_ernie import write_ngram_counts
+
+    rng = np.random.default_rng(buckets + min_count)
+    vocab = 2**20  # large ids: several n-grams land on one slot
+    rows = [rng.integers(1, 40, size=rng.integers(2, 12)).tolist() for _ in range(300)]
+    rows += [rng.integers(1, vocab, size=6).tolist() for _ in range(4000)] * 2
+    first = char_ngrams.codes(vocab, char_ngrams.SLOTS)[0].astype("int64")
+    for a, b, other in rng.integers(1, vocab, size=(200, 3)).tolist():  # (a, b) and (other, b') on one slot
+        clash = (first[a] + b - first[other]) % char_ngrams.SLOTS
+        if 0 < clash < vocab:
+            rows += [[a, b]] * 5 + [[other, int(clash)]] * 4
+
+    def layer() -> char_ngrams.CharBigramEmbedding:
+        cfg = ModelConfig(task="token-classification", char_ngram_buckets=buckets, char_ngram_dim=4,
+                          char_ngram_min_count=min_count, char_ngram_trigrams=trigrams, **TINY)  # type: ignore[arg-type]  # fmt: skip
+        embedding = ernie.build_model(cfg, vocab, 3).ernie.embeddings.word_embeddings
+        assert isinstance(embedding, char_ngrams.CharBigramEmbedding)
+        return embedding
+
+    counted = layer()
+    expected = counted.fit_vocabulary(rows)
+    counts: dict[str, Counter] = {"bigrams": Counter(), "trigrams": Counter()}
+    for ids in rows:
+        padded = [0, *ids, 0]
+        counts["bigrams"].update(zip(padded[:-1], padded[1:], strict=False))
+        if trigrams:
+            counts["trigrams"].update(zip(padded[:-2], padded[1:-1], padded[2:], strict=False))
+    write_ngram_counts(tmp_path, counts, min_count)
+    loaded = layer()
+    holder = type("Model", (), {})()
+    holder.ernie = type("Ernie", (), {})()
+    holder.ernie.embeddings = type("Embeddings", (), {"word_embeddings": loaded})()
+    assert char_ngrams.apply_table(holder, tmp_path) == expected
+    assert expected["slot_clashes"] > 0 or buckets < 1000  # a full small table stops before the clashing pairs
+    assert loaded.vocabulary == counted.vocabulary
+    np.testing.assert_array_equal(loaded.slots.numpy(), counted.slots.numpy())
+    if trigrams:
+        np.testing.assert_array_equal(loaded.trigram_slots.numpy(), counted.trigram_slots.numpy())
+
+
+def test_a_missing_table_file_says_to_rerun_prepare_data(tmp_path: Path) -> None:
+    from steps.runtime.runner import StepError
+
+    with pytest.raises(StepError, match=r"ngrams.npz does not exist.*rerun prepare-data"):
+        char_ngrams.apply_table(model(1000, char_ngram_min_count=2), tmp_path)
+    assert char_ngrams.apply_table(model(1000), tmp_path) is None  # no vocabulary: no file needed

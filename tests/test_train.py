@@ -12,7 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fixtures_ernie import NEGATIVE, POSITIVE, SUBJECTS, common, prepared_workspace, write_jsonl
+from fixtures_ernie import (
+    NEGATIVE,
+    POSITIVE,
+    SUBJECTS,
+    common,
+    ngram_counts,
+    prepared_workspace,
+    write_jsonl,
+    write_ngram_counts,
+)
 
 from steps import train
 
@@ -38,7 +47,7 @@ def tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def write_workspace(ws: Path, n_train: int = 128, n_dev: int = 40, n_test: int = 40) -> Path:
     """A workspace data/ written directly (exact split sizes: the equivalence tests need the train
     size to be a multiple of the global batch), balanced labels, learnable from one word."""
-    from steps.runtime.data import labelled_text
+    from steps.runtime.data import labelled_text, split_index
 
     rows = []
     for i in range((n_train + n_dev + n_test) // 2):
@@ -52,6 +61,9 @@ def write_workspace(ws: Path, n_train: int = 128, n_dev: int = 40, n_test: int =
     (out / "label_map.json").write_text(json.dumps({"0": "negative", "1": "positive"}))
     vocab = labelled_text.build_vocab([r["text"] for r in rows], 1, 8000)
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    # what prepare-data computes from the splits: their index, the n-gram counts of the tiny model's table
+    split_index.write(out, lambda row: [row["text"]])
+    write_ngram_counts(out, ngram_counts(out))
     return ws
 
 

@@ -14,7 +14,7 @@ evaluation, validation and the model server decode with.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ FILE = "tag_transitions.json"
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def counted(tag_rows: Sequence[Sequence[str]], names: Sequence[str]) -> np.ndarray:
+def counted(tag_rows: Iterable[Sequence[str]], names: Sequence[str]) -> np.ndarray:
     """[from, to] log P(to | from) over the tag sequences `tag_rows`, add-one smoothed (finite everywhere)."""
     index = {name: i for i, name in enumerate(names)}
     counts = np.ones((len(names), len(names)))

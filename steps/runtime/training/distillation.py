@@ -4,6 +4,10 @@ example's one-hot label with the baseline's probabilities for it, `training.dist
 The probabilities are cross-fitted (K folds: each example is answered by a baseline fitted without it), since a
 baseline answering its own training examples is near-certain and teaches nothing but the labels again. The fold
 models use the C the baseline itself chooses on the dev split (steps/runtime/data/baselines/text.py).
+
+They are computed once per data content, in prepare-data, into `teacher.npy` (float32 [train rows, classes], row i
+for train row i); the train step reads the rows of each batch from it memory-mapped (`load_teacher`), so no rank
+fits the baseline or holds the whole table.
 """
 
 from __future__ import annotations
@@ -11,15 +15,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from paddle_mlops_core.config.tasks import TEXT_MATCHING
 from steps.runtime.data.baselines import pairs, text
+from steps.runtime.runner import StepError
 
 log = logging.getLogger("steps.distillation")
 FOLDS = 5
+TEACHER = "teacher.npy"  # in the data area: the train split's cross-fitted baseline probabilities
 
 
 def teacher_probabilities(
@@ -54,3 +61,20 @@ def soft_targets(labels: Sequence[int], teacher: np.ndarray, weight: float) -> l
     """weight · teacher + (1 − weight) · one-hot(label), one distribution per example."""
     one_hot = np.eye(teacher.shape[1], dtype="float32")[np.asarray(labels, dtype="int64")]
     return (weight * teacher + (1 - weight) * one_hot).tolist()
+
+
+def load_teacher(data_dir: Path, rows: int, classes: int) -> np.ndarray:
+    """The data area's teacher probabilities, memory-mapped ([rows, classes]: one per train row); StepError when
+    prepare-data did not write them for this train split."""
+    path = data_dir / TEACHER
+    if not path.is_file():
+        raise StepError(f"{path} does not exist: training.distill_weight > 0 trains on the baseline's probabilities "
+                        "prepare-data writes there; rerun prepare-data with this configuration")  # fmt: skip
+    try:
+        teacher = np.load(path, mmap_mode="r")
+    except ValueError:
+        raise StepError(f"{path} is not a .npy array; rerun prepare-data with this configuration") from None
+    if teacher.shape != (rows, classes):
+        raise StepError(f"{path} holds {teacher.shape} probabilities, not ({rows}, {classes}) for the train split "
+                        "and label map beside it; rerun prepare-data with this configuration")  # fmt: skip
+    return teacher

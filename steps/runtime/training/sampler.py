@@ -7,6 +7,9 @@ order, and gives each rank its slice of every global batch. So all ranks see sim
 the same step (no rank waits on another at the all-reduce), and the union of the ranks' batches
 at a step is the same for any world size with the same global batch: 2 processes × b train the
 same steps as 1 process × 2b.
+
+Memory: the lengths as given and one int32 order of the rows per epoch, sorted in place (8 bytes a row with the
+trainer's int32 lengths); each batch is a view into that order.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 class LengthGroupedBatchSampler:
     def __init__(
         self,
-        lengths: Sequence[int],
+        lengths: Sequence[int] | np.ndarray,
         batch_size: int,
         num_replicas: int = 1,
         rank: int = 0,
@@ -29,7 +32,7 @@ class LengthGroupedBatchSampler:
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is outside 0..{num_replicas - 1}")
-        self.lengths = np.asarray(lengths)
+        self.lengths = np.asarray(lengths)  # kept as given (the trainer's: int32 from the split index)
         self.batch_size = batch_size
         self.num_replicas = num_replicas
         self.rank = rank
@@ -50,19 +53,19 @@ class LengthGroupedBatchSampler:
         return n // self.global_batch if self.drop_last else -(-n // self.global_batch)
 
     def global_batches(self) -> list[np.ndarray]:
-        """This epoch's global batches (identical on every rank)."""
+        """This epoch's global batches (identical on every rank): views into one int32 order of the rows."""
         rng = np.random.default_rng((self.seed, self.epoch))
-        order = rng.permutation(len(self.lengths))
+        # rng.permutation(n) is arange(n) shuffled: the same draws shuffle an int32 arange, half the memory
+        order = np.arange(len(self.lengths), dtype=np.int32)
+        rng.shuffle(order)
         span = self.global_batch * self.window
-        grouped = []
-        for start in range(0, len(order), span):
+        for start in range(0, len(order), span):  # sorted by length inside each window, in place
             chunk = order[start : start + span]
-            grouped.append(chunk[np.argsort(self.lengths[chunk], kind="stable")])
-        flat = np.concatenate(grouped) if grouped else order
-        batches = [flat[i : i + self.global_batch] for i in range(0, len(flat), self.global_batch)]
-        if self.drop_last and batches and len(batches[-1]) < self.global_batch:
-            batches.pop()
-        return [batches[i] for i in rng.permutation(len(batches))]
+            chunk[:] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+        count = len(self)
+        batches = np.arange(count, dtype=np.int32)
+        rng.shuffle(batches)
+        return [order[b * self.global_batch : (b + 1) * self.global_batch] for b in batches]
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self.global_batches():

@@ -10,18 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from steps.runtime.data.tasks.base import ModelRows
 from steps.runtime.training.optimization import AmpDtype
 from steps.runtime.training.sampler import LengthGroupedBatchSampler
+from steps.runtime.training.train_data import DevSplit, TrainData
 
 
 @dataclass
 class Setup:
     """What a training run works with, built once before the first epoch."""
 
-    train: ModelRows
-    train_targets: list[Any]  # per model row: a label id, or a label id per token
-    dev: list[dict[str, Any]]  # the dev split's rows; empty on ranks other than 0: only rank 0 evaluates
+    train: TrainData  # the train split by row number, encoded a batch at a time
+    dev: DevSplit  # the dev split's rows, read when first scored: only rank 0 evaluates
     sampler: LengthGroupedBatchSampler
     total_steps: int
     optimizer: Any

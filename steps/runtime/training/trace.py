@@ -19,7 +19,6 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
 
 TRACE_ENV = "PADDLE_MLOPS_TRAIN_TRACE"
 SCORING_DELAY_ENV = "PADDLE_MLOPS_TRAIN_SCORING_DELAY"
@@ -45,10 +44,11 @@ class StepTrace:
                         SCORING_DELAY_ENV)  # fmt: skip
             time.sleep(self.scoring_delay)
 
-    def record(self, step: int, epoch: int, lr: float, rows: Any, indices: Sequence[int]) -> None:
+    def record(self, step: int, epoch: int, lr: float, input_ids: Sequence[Sequence[int]]) -> None:
+        """One line for the step that trained the model rows `input_ids`."""
         if self.path is None:
             return
-        examples = [example_hash(rows.input_ids[i]) for i in indices]
+        examples = [example_hash(ids) for ids in input_ids]
         line = {"step": step, "epoch": epoch, "lr": lr, "examples": examples, "time": round(time.time(), 3)}
         with open(self.path, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")

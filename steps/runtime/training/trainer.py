@@ -1,6 +1,7 @@
 """The ERNIE trainer behind `steps/train.py`: one process of the data-parallel job, from data to the exported
 best-on-dev model, resumable from its checkpoints. What a row is, its target, its loss and its dev scores come
-from the task type (steps/runtime/data/tasks/); the best epoch is the one with the best dev gate metric."""
+from the task type (steps/runtime/data/tasks/); the best epoch is the one with the best dev gate metric. The train
+split is read and encoded a batch at a time (train_data.py); rank 0 scores on dev with dev_scoring.py."""
 
 from __future__ import annotations
 
@@ -18,22 +19,21 @@ import numpy as np
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CHECKPOINTS, PRETRAINED_RECORD
 from steps.runtime import config_names
-from steps.runtime.data import labelled_text, tag_transitions, tasks
-from steps.runtime.data.tasks.ner import row_tags
+from steps.runtime.data import labelled_text, tasks
 from steps.runtime.runner import StepError, StepFailed, StepStopped
-from steps.runtime.training import distillation, dygraph, graceful_stop, optimization, run_id
+from steps.runtime.training import dygraph, graceful_stop, optimization, run_id
 from steps.runtime.training import snapshot as train_snapshot
 from steps.runtime.training import tracking as train_tracking
 from steps.runtime.training.checkpoint_policy import Checkpointer
 from steps.runtime.training.checkpoint_store import check_layout
+from steps.runtime.training.dev_scoring import DevScoring
 from steps.runtime.training.graceful_stop import Phase, ScoringInterrupted, StopDecision
 from steps.runtime.training.progress import LiveProgress
 from steps.runtime.training.sampler import LengthGroupedBatchSampler
 from steps.runtime.training.state import Setup, TrainState, seed_everything, summary
 from steps.runtime.training.trace import StepTrace
+from steps.runtime.training.train_data import DevSplit, TrainData
 from steps.runtime.weights import pretrained
-
-EVAL_BATCH_ROWS = 128
 
 log = logging.getLogger("steps.train")
 
@@ -80,6 +80,7 @@ class Trainer:
         self.trace = StepTrace(self.rank)
         seed_everything(cfg.training.seed)
         self.tokenizer, self.model = self._build()
+        self.scoring = DevScoring(cfg, self.task, self.tokenizer, self.labels, data_dir)
         graceful_stop.REQUEST.arm()  # after whatever building the model imported
 
     def _build(self) -> tuple[Any, Any]:
@@ -120,100 +121,13 @@ class Trainer:
         log.info("fine-tuning %s (digest %s)", mcfg.pretrained_name, self.provenance["pretrained_digest"][:12])
         return directory
 
-    def _rows(self, split: str) -> list[dict[str, Any]]:
-        path = self.data_dir / f"{split}.jsonl"
-        rows = self.task.read_rows(path)
-        if not rows:
-            raise StepError(f"{path} is empty; rerun prepare-data with more data.")
-        if "label" in self.task.row_keys:
-            bad = sorted({int(r["label"]) for r in rows} - set(self.labels))
-            if bad:
-                raise StepError(f"{split}.jsonl has labels {bad} missing from label_map.json; rerun prepare-data.")
-        return rows
-
-    def _batch(self, setup: Setup, indices: Sequence[int]) -> tuple[Any, Any, Any]:
+    def _batch(self, setup: Setup, indices: Sequence[int], trained: list[list[int]]) -> tuple[Any, Any, Any]:
+        """The train rows at `indices`, read and encoded now, as tensors; their model rows' ids added to `trained`."""
         import paddle
 
-        rows = setup.train
-        input_ids, token_type_ids = rows.padded(indices, self.tokenizer.pad_token_id)
-        targets = self.task.targets_batch([setup.train_targets[i] for i in indices], input_ids.shape[1])
+        input_ids, token_type_ids, targets, encoded = setup.train.batch(indices)
+        trained.extend(encoded.input_ids)
         return paddle.to_tensor(input_ids), paddle.to_tensor(token_type_ids), paddle.to_tensor(targets)
-
-    def evaluate(self, model: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
-        """The task's metrics (`spec.metrics`) of `model` on `rows`, answered the way the exported model answers
-        (with a CRF head: decoded with its transition scores as they are now)."""
-        from steps.runtime.weights import crf_head
-
-        return self._scorer(model, rows)(crf_head.transitions(model))
-
-    def _scorer(self, model: Any, rows: list[dict[str, Any]]) -> Callable[[np.ndarray | None], dict[str, float]]:
-        """`model`'s logits of `rows`, computed once, and the task's metrics of the answers decoded from them with
-        the tag-transition scores given (None: without)."""
-        import paddle
-
-        def forward(input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
-            logits = model(paddle.to_tensor(input_ids), token_type_ids=paddle.to_tensor(token_type_ids))
-            return logits.astype("float32").numpy()
-
-        instances = [self.task.instance(r) for r in rows]
-        encoded = self.task.encode(self.tokenizer, instances, self.cfg.model.max_seq_len)
-        model.eval()
-        with paddle.no_grad():
-            logits = tasks.run_rows(forward, encoded, EVAL_BATCH_ROWS, self.tokenizer.pad_token_id)
-        model.train()
-
-        def metrics(transitions: np.ndarray | None) -> dict[str, float]:
-            answers = self.task.results(instances, encoded, logits, self.labels, transitions)
-            report = self.task.scores(rows, answers, self.labels)
-            return {name: float(report[name]) for name in self.task.spec.metrics}
-
-        return metrics
-
-    def _fit_transitions(self, model_dir: Path, best: dict[str, Any]) -> None:
-        """`model.tag_transitions`: count them on the train split (`model.crf_head`: the CRF's, learned), weigh them
-        by what scores best on dev with the exported parameters, write tag_transitions.json beside the export; the
-        dev score decoded so into `best`."""
-        from steps.runtime.weights import crf_head
-
-        names = [self.labels[i] for i in sorted(self.labels)]
-        learned = crf_head.transitions(self.model)
-        if learned is not None:
-            log_probs, source = learned, "learned"
-        else:
-            log_probs, source = tag_transitions.counted([row_tags(r) for r in self._rows("train")], names), "counted"
-        metric = config_names.gate_metric(self.cfg)
-        score = self._scorer(self.model, self._rows("dev"))
-        weight, dev = tag_transitions.choose(log_probs, lambda t: score(t)[metric])
-        tag_transitions.write(model_dir, names, log_probs, weight, dev, source)
-        best[f"dev_{metric}_decoded"] = dev[str(weight)]
-        log.info("tag transitions (%s): weight %g (dev %s by weight: %s)", source, weight, metric, dev)
-
-    def _fold_baseline(self, best: dict[str, Any]) -> dict[str, Any]:
-        """`model.baseline_product`: the NER baseline's CRF (the store's, or fitted now on the same splits, as
-        evaluate would) folded into the best parameters where that scores better on dev than `best` (their epoch's
-        record) did; what was done."""
-        from steps.runtime.data import baselines
-        from steps.runtime.weights import baseline_product
-
-        try:
-            fitted = baselines.fit(self.cfg, self.data_dir)
-        except baselines.BaselineError as exc:
-            raise StepError(f"{exc}; or set model.baseline_product: 0 to train without folding it in") from None
-        if not fitted.weights:  # a guard: the store's key digests the baselines' code, so a stored CRF has them
-            raise StepError(
-                f"the stored {fitted.kind} baseline {fitted.key[:12]} has no weights to fold in; set "
-                "model.baseline_product: 0, or remove it from the store's baselines/ to fit it again"
-            )
-        dev, metric = self._rows("dev"), config_names.gate_metric(self.cfg)
-        outcome = baseline_product.fold_if_better(
-            self.model, fitted.weights, self.cfg.model.baseline_product, self.tokenizer, self.labels,
-            best[f"dev_{metric}"], lambda: self.evaluate(self.model, dev)[metric],
-        )  # fmt: skip
-        log.info("baseline product (weight %(weight)g): dev %(dev_before).4f -> %(dev_after).4f, kept %(kept)s; "
-                 "%(folded)d baseline features folded, left out: %(unknown_character)d of [UNK] characters, "
-                 "%(outside_vocabulary)d n-grams outside the table's vocabulary, %(no_table)d without a table",
-                 outcome)  # fmt: skip
-        return outcome
 
     def run(self) -> dict[str, Any]:
         """Train (resuming from the run's newest complete checkpoint), export the best epoch; the summary.
@@ -276,7 +190,7 @@ class Trainer:
             np.savez(self.dump_params, **{k: v.numpy() for k, v in self.model.state_dict().items()})
         if self.rank == 0 and state.best_state is None:
             # resumed from a checkpoint taken at the very last step: nothing left to train, evaluate it
-            dev = self.evaluate(self.model, setup.dev)
+            dev = self.scoring.evaluate(self.model, setup.dev.rows)
             state.keep_best(state.start_epoch + 1, dev, self.model)
         result = summary(self.world, state, started, cpu_started)
         if self.rank == 0:
@@ -330,23 +244,19 @@ class Trainer:
         from steps.runtime.weights import char_ngrams, crf_head
 
         tcfg = self.cfg.training
-        rows = self._rows("train")
-        train, train_targets = self.task.encode_training(self.tokenizer, rows, self.cfg.model.max_seq_len, self.labels)
-        vocabulary = char_ngrams.fit_vocabulary(self.model, train.input_ids)  # every rank: the same split, the same map
+        # the train split by row number, encoded a batch at a time (train_data.py): nothing here reads all of it
+        train = TrainData(self.cfg, self.task, self.tokenizer, self.data_dir, self.labels)
+        vocabulary = char_ngrams.apply_table(self.model, self.data_dir)  # prepare-data counted the n-grams once
         if vocabulary and self.rank == 0:
             log.info("bigram table: %(rows)d rows for the %(frequent)d of %(distinct)d train bigrams seen at least "
                      "char_ngram_min_count times (%(slot_clashes)d lost to slot clashes)", vocabulary)  # fmt: skip
             if "trigram_rows" in vocabulary:
                 log.info("trigram table: %(trigram_rows)d rows of %(trigrams_distinct)d train trigrams (%(trigram_"
                          "slot_clashes)d lost to slot clashes)", vocabulary)  # fmt: skip
-        if tcfg.distill_weight > 0:
-            teacher = distillation.teacher_probabilities(self.cfg.model.task, rows, self._rows("dev"), len(self.labels))
-            train_targets = distillation.soft_targets(train_targets, teacher, tcfg.distill_weight)
-        dev = self._rows("dev") if self.rank == 0 else []
         # One sampler batch is one optimizer step (all its micro-batches), so accumulating 2 × b
         # trains exactly the batches that 1 × 2b does.
         sampler = LengthGroupedBatchSampler(
-            [len(ids) for ids in train.input_ids], tcfg.batch_size * tcfg.grad_accumulation,
+            train.lengths(), tcfg.batch_size * tcfg.grad_accumulation,
             num_replicas=self.world, rank=self.rank, seed=tcfg.seed,
         )  # fmt: skip
         total_steps = max(1, tcfg.epochs * len(sampler))
@@ -357,8 +267,8 @@ class Trainer:
         model = paddle.DataParallel(trained) if self.world > 1 else trained
         amp = optimization.amp_dtype(tcfg.amp, self.use_gpu)
         scaler = paddle.amp.GradScaler() if amp == "float16" else None
-        return Setup(train, train_targets, dev, sampler, total_steps, optimizer, scheduler, model,
-                     amp, scaler)  # fmt: skip
+        dev = DevSplit(self.task, self.data_dir, self.labels)  # read when rank 0 first scores it
+        return Setup(train, dev, sampler, total_steps, optimizer, scheduler, model, amp, scaler)
 
     def _resume(self, setup: Setup, resume: train_snapshot.Snapshot | None) -> TrainState:
         """A fresh state, or the checkpoint's: parameters, optimizer and LR schedule, loss scaler, the generators'
@@ -411,11 +321,11 @@ class Trainer:
                 break
             done = position + 1
             wait_started = time.perf_counter()
-            micro = optimization.split(indices, tcfg.grad_accumulation)
-            batches = [(part, self._batch(setup, part)) for part in micro]
+            micro, trained = optimization.split(indices, tcfg.grad_accumulation), list[list[int]]()
+            batches = [(part, self._batch(setup, part, trained)) for part in micro]
             loader_wait = time.perf_counter() - wait_started
             loss = optimization.step_gradients(setup.model, batches, len(indices), setup.amp, setup.scaler)
-            self.trace.record(state.step + 1, epoch, setup.optimizer.get_lr(), setup.train, indices)
+            self.trace.record(state.step + 1, epoch, setup.optimizer.get_lr(), trained)
             optimization.apply_step(setup.optimizer, setup.scheduler, setup.scaler)
             losses.append(loss)
             seen += len(indices)
@@ -438,7 +348,7 @@ class Trainer:
         ScoringInterrupted (SIGTERM) before any of that changed."""
         with graceful_stop.REQUEST.during(Phase.SCORING):
             self.trace.before_scoring(epoch)
-            dev = self.evaluate(self.model, setup.dev)
+            dev = self.scoring.evaluate(self.model, setup.dev.rows)
         record |= {f"dev_{k}": v for k, v in dev.items()}
         state.history.append(record)
         scores = " ".join(f"dev_{k} {v:.4f}" for k, v in dev.items())
@@ -462,13 +372,13 @@ class Trainer:
         best = state.best
         self.model.set_state_dict(state.best_state)
         if self.cfg.model.baseline_product:
-            result["baseline_product"] = self._fold_baseline(best)
+            result["baseline_product"] = self.scoring.fold_baseline(self.model, best)
         model_dir = self.out_dir / "model"
         if model_dir.exists():
             shutil.rmtree(model_dir)  # a rerun replaces the model, never mixes two
         self.ernie.export(self.model, self.tokenizer, self.labels, self.cfg.model, model_dir, self.provenance)
         if self.cfg.model.tag_transitions or self.cfg.model.crf_head:
-            self._fit_transitions(model_dir, best)
+            self.scoring.fit_transitions(self.model, model_dir, best)
         dev = {k: v for k, v in best.items() if k.startswith("dev_")}
         training = {"mlflow_run_id": run_id, "task": self.cfg.task, "task_type": self.cfg.model.task,
                     "best_epoch": best["epoch"], **dev, "git_sha": self.git_sha, "run_id": self.run_id,

@@ -19,8 +19,9 @@ step on 2 cores; 65,536 × 32: ~0.01 s; docs/benchmarks.md, "Quality").
 their sum, so the model tells a bigram ending at a character from one starting there (a CRF's features do: an
 entity's edge is exactly that difference).
 
-`min_count` (`model.char_ngram_min_count`) 1 or more gives the table a vocabulary: the train step counts the train
-split's bigrams (`fit_vocabulary`) and gives each one seen at least that often its own row, most frequent first;
+`min_count` (`model.char_ngram_min_count`) 1 or more gives the table a vocabulary: prepare-data counts the train
+split's bigrams once (`ngrams.npz`), and the train step (`apply_table`; `fit_vocabulary` from rows, the same) gives
+each one seen at least that often its own row, most frequent first;
 every other bigram reads row 0, which stays zero (padding_idx: no gradient), as a CRF ignores a feature it never
 saw. Hashing alone puts a bigram the training data never had on the row some other bigram trained (a 262,144-row
 table holding the NER train split's 246,561 bigrams is 61 % full), which is noise exactly where a rare name is. The
@@ -40,11 +41,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import paddle
 from paddle import nn
+
+from steps.runtime.runner import StepError
 
 # The hash: a bigram (a, b) goes to (a * FIRST + b + SECOND) mod modulus, a trigram (a, b, c) to
 # (a * FIRST + SECOND + b * THIRD + c) mod modulus: two primes and a prime below 2^13. The graph computes neither
@@ -233,6 +237,65 @@ def add_char_bigrams(model: Any, model_cfg: Any) -> Any:
             model_cfg.char_ngram_min_count, model_cfg.char_ngram_sides, model_cfg.char_ngram_trigrams,
         )  # fmt: skip
     return model
+
+
+NGRAMS = "ngrams.npz"  # in the data area: the train split's n-gram counts, written by prepare-data
+
+
+def _table_slots(
+    layer: CharBigramEmbedding, parts: Sequence[int], grams: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, dict[tuple[int, ...], int], int]:
+    """`_fill`, vectorised, for n-grams already in `Counter.most_common()` order: each n-gram's slot from the codes
+    table, the first n-gram on a slot keeps it, rows 1.. in order up to the table's size."""
+    grams = grams[counts >= layer.min_count].astype(np.int64)  # a prefix: the counts are descending
+    table = layer.codes.numpy().astype(np.int64)
+    slot = sum(table[part, grams[:, i]] for i, part in enumerate(parts)) % layer.modulus
+    first = np.zeros(len(slot), dtype=bool)
+    first[np.unique(slot, return_index=True)[1]] = True
+    kept_before = np.cumsum(first) - first  # n-grams given a row before each one
+    considered = kept_before < layer.buckets - 1  # `_fill` stops once the table is full
+    given = first & considered
+    rows = np.cumsum(given).astype(np.int32)
+    slots = np.zeros(SLOTS, dtype="int32")
+    slots[slot[given]] = rows[given]
+    vocabulary = dict(zip(map(tuple, grams[given].tolist()), rows[given].tolist(), strict=True))
+    return slots, vocabulary, int(np.count_nonzero(considered & ~first))
+
+
+def apply_table(model: Any, data_dir: Path) -> dict[str, int] | None:
+    """The train step's part: fill the n-gram maps and `vocabulary` of a table with a vocabulary
+    (`model.char_ngram_min_count`) from the counts prepare-data wrote (`ngrams.npz`: each kind's n-grams seen at
+    least min_count times in most-common order, and how many distinct ones there were), exactly as
+    `fit_vocabulary` does from the rows; the same stats. None where the table has no vocabulary."""
+    layer = model.ernie.embeddings.word_embeddings
+    if not (isinstance(layer, CharBigramEmbedding) and layer.min_count):
+        return None
+    path = data_dir / NGRAMS
+    needed = ["bigrams", "bigram_counts", "distinct_bigrams"]
+    needed += ["trigrams", "trigram_counts", "distinct_trigrams"] if layer.trigrams is not None else []
+    if not path.is_file():
+        raise StepError(
+            f"{path} does not exist: the n-gram table (model.char_ngram_min_count) is filled from the train split's "
+            "counts prepare-data writes there; rerun prepare-data with this configuration"
+        )
+    with np.load(path) as found:
+        missing = [k for k in needed if k not in found.files]
+        if missing:
+            raise StepError(f"{path} has no {', '.join(missing)}; rerun prepare-data with this configuration")
+        table = {k: found[k] for k in needed}
+    slots, layer.vocabulary[BIGRAM], clashes = _table_slots(layer, BIGRAM, table["bigrams"], table["bigram_counts"])
+    layer.slots.set_value(paddle.to_tensor(slots))
+    frequent = int(np.count_nonzero(table["bigram_counts"] >= layer.min_count))
+    out = {"distinct": int(table["distinct_bigrams"]), "frequent": frequent, "rows": len(layer.vocabulary[BIGRAM]),
+           "slot_clashes": clashes}  # fmt: skip
+    if layer.trigrams is not None:
+        slots, layer.vocabulary[TRIGRAM], clashes = _table_slots(
+            layer, TRIGRAM, table["trigrams"], table["trigram_counts"]
+        )
+        layer.trigram_slots.set_value(paddle.to_tensor(slots))
+        out |= {"trigrams_distinct": int(table["distinct_trigrams"]), "trigram_rows": len(layer.vocabulary[TRIGRAM]),
+                "trigram_slot_clashes": clashes}  # fmt: skip
+    return out
 
 
 def fit_vocabulary(model: Any, rows: Sequence[Sequence[int]]) -> dict[str, int] | None:
