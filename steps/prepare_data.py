@@ -21,7 +21,7 @@ from paddle_mlops_core.config import PipelineConfig
 from steps.runtime import runner
 from steps.runtime.caching import keys as cache_keys
 from steps.runtime.caching import reuse
-from steps.runtime.data import area, tasks
+from steps.runtime.data import area, ngram_counts, tasks
 from steps.runtime.storage import s3, workspace
 from steps.runtime.weights import pretrained
 
@@ -62,6 +62,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
     pretrained.write_record(local, record)
     stats = tasks.prepare(cfg, local)
+    ngram_counts.write(cfg, record, local)  # what is counted from the train split: once here, never per rank
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
     log.info(
