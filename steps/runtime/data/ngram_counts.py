@@ -51,6 +51,15 @@ def needed(cfg: PipelineConfig) -> bool:
     return cfg.model.char_ngram_buckets > 0 and cfg.model.char_ngram_min_count >= 1
 
 
+def settings(cfg: PipelineConfig) -> dict[str, Any] | None:
+    """What the table's content depends on beyond the split and the tokenizer (prepare-data's key): the least count
+    and whether trigrams are counted; None where no table is written (the table's size, `char_ngram_buckets`, and
+    the embedding's other settings change no count)."""
+    if not needed(cfg):
+        return None
+    return {"min_count": cfg.model.char_ngram_min_count, "trigrams": cfg.model.char_ngram_trigrams}
+
+
 @dataclass
 class Tally:
     """Distinct n-gram keys (sorted), each one's count and the stream position it was first seen at."""
