@@ -2,7 +2,9 @@
 
 Outputs (docs/contracts.md): train/dev/test.jsonl (rows in the task type's shape), label_map.json, vocab.txt
 (character vocabulary, only when training from scratch), pretrained.json (a `model.pretrained` name: the staged
-digest the train step fetches), stats.json.
+digest the train step fetches), stats.json; the tables computed once from the train split: ngrams.npz (the n-gram
+embedding's vocabulary, steps/runtime/data/ngram_counts.py) and teacher.npy (distillation's soft targets,
+steps/runtime/data/teacher.py), where the configuration uses them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from paddle_mlops_core.config import PipelineConfig
 from steps.runtime import runner
 from steps.runtime.caching import keys as cache_keys
 from steps.runtime.caching import reuse
-from steps.runtime.data import area, split_index, tasks
+from steps.runtime.data import area, ngram_counts, split_index, tasks, teacher
 from steps.runtime.storage import s3, workspace
 from steps.runtime.weights import pretrained
 
@@ -36,14 +38,22 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="workspace data directory (local path or s3:// URI)")
 
 
+def tables(cfg: PipelineConfig) -> dict[str, Any]:
+    """The settings of the tables computed from the train split (`ngram_counts`, `teacher`) that change their
+    content: only those, so a setting the data area does not depend on recomputes nothing here."""
+    return {"ngrams": ngram_counts.settings(cfg), "teacher": teacher.needed(cfg)}
+
+
 def cache_key(cfg: PipelineConfig, record: dict[str, Any] | None) -> cache_keys.Key:
-    """What the data area depends on (docs/caching.md): this step's code, the data and task settings, the corpus's
-    content, the pretrained weights it resolved (their tokenizer decides the vocabulary), the locked libraries."""
+    """What the data area depends on (docs/caching.md): this step's code, the data and task settings, the settings
+    of its tables, the corpus's content, the pretrained weights it resolved (their tokenizer decides the vocabulary
+    and the n-gram table's ids), the locked libraries."""
     return cache_keys.Key(
         STEP.name,
         {
             "code": cache_keys.code_digest("steps.prepare_data"),
             "config": cache_keys.config_part(cfg, *CONFIG_SECTIONS),
+            "tables": cache_keys.digest_json(tables(cfg)),
             "source": area.source_identity(cfg),
             "pretrained": cache_keys.digest_json(record),
             "libraries": cache_keys.lock_digest(),
@@ -63,6 +73,9 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     pretrained.write_record(local, record)
     stats = tasks.prepare(cfg, local)
     split_index.write(local, tasks.for_config(cfg).vocab_texts)  # training reads its split by row number
+    # what is computed from the train split, once per data content here and never in a training rank
+    ngram_counts.write(cfg, record, local)
+    teacher.write(cfg, local)
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
     log.info(

@@ -312,8 +312,11 @@ def test_with_download_allowed_an_unstaged_name_goes_through_paddlenlps_download
     ws = tmp_path / "ws"
     assert prepare(site, ws, "model.allow_download=true") == 0
     assert json.loads((ws / "data" / PRETRAINED_RECORD).read_text())["download"] is True
+    # prepare-data's n-gram table asks for the tokenizer alone, where the model has one (train_tokenizer.py)
+    tokenized = asked.count(NAME)
+    assert tokenized == int((ws / "data" / "ngrams.npz").is_file())
     assert train.main([*config_args(site, "model.allow_download=true"), "--workspace", str(ws)]) == 0
-    assert asked.count(NAME) == 2  # model and tokenizer, by name
+    assert asked.count(NAME) == tokenized + 2  # model and tokenizer, by name
     exported = json.loads((ws / "model" / "model_config.json").read_text())
     assert exported["pretrained"] == NAME and exported["pretrained_uri"] == "paddlenlp-download"
     assert len(exported["pretrained_digest"]) == 64
@@ -373,3 +376,39 @@ def test_a_store_that_refuses_is_exit_1_and_stages_nothing(
     assert "raise error_class" not in err
     assert weights.main(["list", "--config", str(site), "--env", "local"]) == 0
     assert "nothing staged" in capsys.readouterr().out
+
+
+def test_prepare_data_counts_the_ngram_table_with_the_staged_tokenizer_alone(
+    site: Path, endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staged name: prepare-data counts the n-gram table in the staged weights' token ids (not its own character
+    vocabulary's), fetching only their tokenizer files, each verified against the manifest (train_tokenizer.py)."""
+    import numpy as np
+
+    from steps.runtime.data import train_tokenizer
+
+    assert stage(site, save_tiny(tmp_path / "tiny", seed=1)) == 0
+    fetched: list[str] = []
+    real = train_tokenizer.fetching.fetch
+
+    def fetch(*args, published, **kwargs):  # type: ignore[no-untyped-def]
+        fetched.extend(f["path"] for f in published["files"])
+        return real(*args, published=published, **kwargs)
+
+    monkeypatch.setattr(train_tokenizer.fetching, "fetch", fetch)
+    ws = tmp_path / "ws"
+    assert prepare(site, ws, "model.char_ngram_min_count=1", "model.char_ngram_trigrams=false") == 0
+    assert "vocab.txt" in fetched and not any(p.endswith((".pdparams", ".safetensors")) for p in fetched)
+    assert not (ws / "data" / "vocab.txt").exists()
+    table = np.load(ws / "data" / "ngrams.npz")
+    from paddlenlp.transformers import ErnieTokenizer
+
+    tokenizer = ErnieTokenizer(str(tmp_path / "tiny" / "vocab.txt"))
+    from collections import Counter
+
+    texts = [json.loads(line)["text"] for line in (ws / "data" / "train.jsonl").read_text().splitlines()]
+    pad, counts = tokenizer.pad_token_id, Counter[tuple[int, int]]()
+    for ids in tokenizer(texts, max_length=32, truncation=True)["input_ids"]:
+        counts.update(zip([pad, *ids], [*ids, pad], strict=True))
+    assert [tuple(g) for g in table["bigrams"].tolist()] == [g for g, _ in counts.most_common()]
+    assert max(max(g) for g in counts) < len(VOCAB)  # the staged vocabulary's ids

@@ -41,7 +41,7 @@ from paddle_mlops_core.contracts import ENGINE_FILE, EXPORTED_FILES  # noqa: E40
 from steps.runtime.data import tag_transitions, tasks  # noqa: E402
 from steps.runtime.serving.engines.runners import EngineUnavailable, open_engine  # noqa: E402
 from steps.runtime.serving.engines.variants import PADDLE_FP32, PADDLE_GPU_FP32, SPECS  # noqa: E402
-from steps.runtime.weights import char_ngrams, crf_head, wide_scores  # noqa: E402
+from steps.runtime.weights import char_ngrams, crf_head, ernie_tokenizer, wide_scores  # noqa: E402
 
 INPUT_NAMES = ("input_ids", "token_type_ids")
 log = logging.getLogger("steps.engines")
@@ -127,10 +127,9 @@ def load_pretrained(directory: Path, num_labels: int, model_cfg: ModelConfig) ->
 
 
 def load_tokenizer(path: Path) -> ErnieTokenizer:
-    """A `vocab.txt` file (character vocabulary) or a directory saved with `save_pretrained`."""
-    if path.is_file():
-        return ErnieTokenizer(str(path))
-    return ErnieTokenizer.from_pretrained(str(path))
+    """A `vocab.txt` file (character vocabulary) or a directory saved with `save_pretrained` (the one loader
+    prepare-data's n-gram count uses too)."""
+    return ernie_tokenizer.load_tokenizer(path)
 
 
 def encode(tokenizer: ErnieTokenizer, texts: Sequence[str], max_seq_len: int) -> list[list[int]]:
