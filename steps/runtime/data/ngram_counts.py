@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 import time
 from collections import deque
@@ -38,6 +37,7 @@ import numpy as np
 from paddle_mlops_core.config import PipelineConfig
 from steps.runtime.data import labelled_text, tasks, train_tokenizer
 from steps.runtime.runner import StepError
+from steps.runtime.serving import cpu_quota
 
 log = logging.getLogger("steps.ngram_counts")
 NGRAMS = "ngrams.npz"
@@ -201,7 +201,8 @@ def count(
 ) -> list[Tally]:  # fmt: skip
     """The n-gram tallies (one per size in `sizes`) of the split file `split`, encoded as the train step encodes it
     (first positions: in stream order). A split of one chunk is counted in this process; more, in `workers`
-    processes (os.cpu_count() by default), at most two chunks each in flight."""
+    processes (by default as many as the container's CPU quota allows: os.cpu_count() is the node's in a pod), at
+    most two chunks each in flight."""
     counting = [Counting() for _ in sizes]
     setup = (str(tokenizer_path), task_type, max_seq_len, labels, sizes)
     chunks = _chunks(split)
@@ -212,7 +213,7 @@ def count(
             for counter, (part, total) in zip(counting, _count_chunk(chunk), strict=True):
                 counter.add(part, total)
         return [c.done() for c in counting]
-    workers = workers or os.cpu_count() or 1
+    workers = workers or cpu_quota.default_threads()
     # fork: the workers start from this process, PaddleNLP imported once here (a fresh interpreter takes ~5 s)
     from steps.runtime.weights import ernie_tokenizer  # noqa: F401
 

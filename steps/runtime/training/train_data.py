@@ -10,13 +10,13 @@ or for token classification every window of each sampled row (a long row is read
 size counts rows, not windows. The label-id check that reading a split once did is made per batch.
 
 Scoring on dev (rank 0, once an epoch) still holds the dev split and its encoding in memory while it scores; the
-dev split is a fixed fraction of the data, read the first time it is scored, not at setup.
+dev split is a fixed fraction of the data, read each time it is scored (not at setup) and let go after, so between
+scorings rank 0 holds no more than the other ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,13 @@ def read_split(task: Task, data_dir: Path, split: str, labels: dict[int, str]) -
 
 
 class DevSplit:
-    """The dev split's rows, read when first asked for (rank 0 scores them; the other ranks never read them)."""
+    """The dev split's rows, read each time they are asked for and not kept (rank 0 scores them; the other ranks
+    never read them)."""
 
     def __init__(self, task: Task, data_dir: Path, labels: dict[int, str]) -> None:
         self.task, self.data_dir, self.labels = task, data_dir, labels
 
-    @cached_property
+    @property
     def rows(self) -> list[dict[str, Any]]:
         return read_split(self.task, self.data_dir, "dev", self.labels)
 
