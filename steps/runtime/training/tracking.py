@@ -148,10 +148,18 @@ def open_experiment(name: str, uri: str) -> Any:
     return mlflow.set_experiment(name)
 
 
+# Rows of a split read to infer its dataset schema: the split itself is never read whole (it may hold millions).
+SCHEMA_ROWS = 100
+
+
 def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any = None) -> None:
     """Each split as an MLflow dataset input: name, digest (the file's sha256, as in stats.json), source
     (where the split is published), schema and row count, with MLflow's context tag. `task`: the task type
-    (steps/runtime/data/tasks), which says what a row holds (default: text classification)."""
+    (steps/runtime/data/tasks), which says what a row holds (default: text classification).
+
+    Rank 0 logs them before its first step, so nothing here grows with the corpus: the schema is inferred from the
+    first SCHEMA_ROWS rows, the row count and digest come from prepare-data's stats.json, and the input is MLflow's
+    MetaDataset (a dataset by reference: source, digest, schema), not a frame of the rows."""
     import mlflow
     import pandas as pd
     from mlflow.data.pandas_dataset import from_pandas
@@ -163,23 +171,51 @@ def log_datasets(data_dir: Path, data_uri: str, stats: dict[str, Any], task: Any
         if not path.is_file():
             continue
         # Nested values (a NER row's entity list) as JSON text: MLflow's schema has no list-of-lists column.
-        rows = [
+        head = [
             {k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in row.items()}
-            for row in task.read_rows(path)
+            for row in _head_rows(path, SCHEMA_ROWS)
         ]
-        frame = pd.DataFrame(rows, columns=list(task.row_keys))
+        total = ((stats.get("splits") or {}).get(split) or {}).get("total")
+        rows = str(total) if total is not None else str(_count_lines(path))
         digest = str(digests.get(path.name) or "")
         with warnings.catch_warnings():  # mlflow's hints on integer columns and ambiguous local sources
             warnings.simplefilter("ignore")
-            dataset = from_pandas(
-                frame,
-                source=f"{data_uri.rstrip('/')}/{path.name}",
-                name=split,
-                targets=task.target_key,
-                digest=digest[:16] or None,
-            )
-            # The schema is inferred lazily, when the input is logged: the hints come from here too.
-            mlflow.log_input(dataset, context=context, tags={"rows": str(len(frame)), "sha256": digest})
+            sample = from_pandas(pd.DataFrame(head, columns=list(task.row_keys)),
+                                 source=f"{data_uri.rstrip('/')}/{path.name}", name=split)  # fmt: skip
+            dataset = _split_dataset(sample.source, split, digest[:16] or None, sample.schema, int(rows))
+            mlflow.log_input(dataset, context=context, tags={"rows": rows, "sha256": digest})
+
+
+def _split_dataset(source: Any, name: str, digest: str | None, schema: Any, rows: int) -> Any:
+    """MLflow's MetaDataset (a dataset by reference) with the split's row count as its profile, as a frame's has."""
+    from mlflow.data.meta_dataset import MetaDataset
+
+    class SplitDataset(MetaDataset):
+        @property
+        def profile(self) -> dict[str, int]:
+            return {"num_rows": rows}
+
+        def to_dict(self) -> dict[str, str]:
+            return {**super().to_dict(), "profile": json.dumps(self.profile)}
+
+    return SplitDataset(source, name=name, digest=digest, schema=schema)
+
+
+def _head_rows(path: Path, limit: int) -> list[dict[str, Any]]:
+    """The first `limit` rows of a split file (prepare-data wrote it: one JSON object a line)."""
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                rows.append(json.loads(line))
+            if len(rows) >= limit:
+                break
+    return rows
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 
 def log_epoch(record: dict[str, float], epoch: int) -> None:
