@@ -10,6 +10,7 @@ from fixtures_ernie import CONFIG, TINY_OVERRIDES, common, make_exported_model, 
 
 from paddle_mlops_core.contracts import CHAMPION
 from steps import evaluate
+from steps.runtime.data import split_index
 from steps.runtime.release import gate
 from steps.runtime.serving import engine_selection
 
@@ -253,6 +254,7 @@ def test_a_model_trained_on_shuffled_labels_is_refused_by_the_production_baselin
         shuffled = [r["label"] for r in rows]
         random.Random(7).shuffle(shuffled)
         path.write_text("".join(json.dumps({**r, "label": y}) + "\n" for r, y in zip(rows, shuffled, strict=True)))
+    split_index.write(ws / "data", lambda row: [row["text"]])  # the rewritten splits' index, as prepare-data writes it
     assert train.main([*common("training.epochs=4"), "--workspace", str(ws)]) == 0
     prod = ["--config", CONFIG, "--env", "prod", "--overrides", json.dumps([
         *TINY_OVERRIDES, "model.pretrained=null", f"storage.uri={tmp_path / 'store'}", "storage.endpoint_url=null",
