@@ -1,7 +1,8 @@
 """Model quality against the cheap baseline, per task: the baseline, the local default and each ingredient's ablation,
 on the exact splits prepare-data writes, mean ± std over seeds, with each run's paired confidence interval.
 
-Per task the data is prepared once (`steps.prepare_data`, the local configuration) and the baseline fitted once
+Per task the data is prepared once per variant (`steps.prepare_data`, the local configuration with the variant's
+settings: the same splits, and the tables prepare-data computes for its model) and the baseline fitted once
 (it has no seed: TF-IDF + logistic regression, the CRF). Each variant × seed trains as `make run` does (the train step
 under `paddle.distributed.launch` with `training.nproc` processes), then the exported model (Paddle fp32) answers the
 test split and is compared with the baseline's answers (steps/runtime/data/baselines/comparison.py): the gate metric,
@@ -218,17 +219,21 @@ def run_task(task: str, variants: Sequence[str], seeds: Sequence[int], args: Any
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{out / 'mlflow.db'}", "PADDLE_MLOPS_HOME": str(out)}
     rows: dict[str, list[dict[str, Any]]] = {}
     for variant in variants:
+        # the store too: a model that folds the baseline in (`model.baseline_product`) reads it from there
+        chosen = [*base, store, *(o.format(pretrained=args.pretrained) for o in VARIANTS[task][variant])]
+        # The same splits for every variant (they depend on the data settings alone), and the tables prepare-data
+        # computes once from them for the variant's model (its n-gram table, its distillation teacher).
+        variant_data = out / task / f"data-{variant}"
+        prepare(task, chosen, variant_data)
         for seed in seeds:
-            # the store too: a model that folds the baseline in (`model.baseline_product`) reads it from there
-            sets = [*base, store, *(o.format(pretrained=args.pretrained) for o in VARIANTS[task][variant]),
-                    f"training.seed={seed}"]  # fmt: skip
+            sets = [*chosen, f"training.seed={seed}"]
             ws = out / task / f"{variant}-{seed}"
             # A fresh workspace each time: the train step resumes from a checkpoint it finds in <ws>/train (the run
             # id digests the commit and the configuration, not uncommitted code), so a rerun would not retrain.
             if ws.exists():
                 shutil.rmtree(ws)
             ws.mkdir(parents=True)
-            (ws / "data").symlink_to(data_dir)
+            (ws / "data").symlink_to(variant_data)
             seconds = train(task, sets, ws, 1 if args.quick else args.nproc, env)
             row = score(task, sets, ws, fitted) | {"seed": seed, "train_seconds": round(seconds, 1)}
             rows.setdefault(variant, []).append(row)

@@ -4,8 +4,11 @@ build-image → prepare-data → train-cache → train (unless the step cache he
 gate passed), with an exit handler that closes the MLflow run. Publishing is the hand-over: the new
 `manifest.json` is the bucket notification that starts the `rollout` workflow (validate → register → rollout,
 pipelines/rollout_template.py), the same path a model published from anywhere else takes, so a model is
-registered and rolled out once, by one path. The local executor reads this same DAG (`build(cfg).to_dict()`,
-ordered by `paddle_mlops.local.dag.load_workflow`) and delivers the notification to the rollout itself.
+registered and rolled out once, by one path. With serving.target=local a run whose gate failed publishes nothing, so
+no rollout workflow follows: it ends at `serve-champion`, which keeps the champion served (started again after a
+`serve stop`), as the rollout workflow does for a model it does not roll out. The local executor reads this same
+DAG (`build(cfg).to_dict()`, ordered by `paddle_mlops.local.dag.load_workflow`) and delivers the notification to the
+rollout itself.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from hera.workflows import DAG, Parameter, WorkflowTemplate
 from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
-from pipelines import resource_templates, templates, train_step, training_canary, workflow_spec
+from pipelines import release_templates, resource_templates, templates, train_step, training_canary, workflow_spec
 from pipelines.dag_task import dag_task
+from pipelines.rollout_template import SERVE_CHAMPION
 
 NAME = "train-deploy"
 # What `paddle-mlops run` reports after a local run: summary key -> (task, output parameter) of this DAG.
@@ -71,6 +75,15 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
             t_data, t_cache, t_train, t_eval, t_upload = templates.chain(steps, commit, *built)
             tasks = [t_build, t_data, t_cache, t_train, t_eval, t_upload]
             t_build >> t_data
+            if cfg.serving.target == "local":
+                t_champion = dag_task(
+                    release_templates.serve_champion(cfg),
+                    name=SERVE_CHAMPION,
+                    when=f"{t_eval.get_parameter('gate-passed')} == false",
+                    arguments=commit,
+                )
+                t_eval >> t_champion
+                tasks.append(t_champion)
             if warm:
                 digest = {"image-digest": t_build.get_parameter("image-digest")}
                 # A training image no canary has passed on trains in the first region first (training_canary.py);
@@ -84,4 +97,6 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
         by_name = {task.name: task for task in tasks}
         for task, output in RESULTS.values():
             by_name[task].get_parameter(output)
+        if SERVE_CHAMPION in by_name:  # the summary's champion_url (rollout_template.RESULTS) when the gate failed
+            by_name[SERVE_CHAMPION].get_parameter("serving-url")
     return wt

@@ -93,8 +93,9 @@ def test_run_succeeds_with_a_complete_summary(first_run: dict) -> None:
     # installed project (build-image's digest `local`), allowed as it is: no canary (pipelines/training_canary.py).
     skipped = [s for s in summary["steps"] if s["status"] == "Skipped"]
     canary = ["prepull-canary", "train-canary", "allow-training-image"]
-    # serve-champion keeps the champion served only when nothing is rolled out (pipelines/rollout_template.py)
-    assert [s["name"] for s in skipped] == [*canary, "prepull-image", "serve-champion"]
+    # serve-champion keeps the champion served only when nothing is rolled out: train-deploy's after a failed gate
+    # (pipelines/train_deploy.py), the rollout workflow's after a duplicate or a refusal (pipelines/rollout_template.py)
+    assert sorted(s["name"] for s in skipped) == sorted([*canary, "prepull-image", "serve-champion", "serve-champion"])
     cluster_only = [s for s in skipped if s["reason"].startswith("cluster only: ")]
     assert [s["name"] for s in cluster_only] == ["prepull-canary", "prepull-image"]
     assert all(s["reason"] == "when: true == false" for s in skipped if s not in cluster_only and s["name"] in canary)

@@ -131,6 +131,21 @@ def test_a_rerun_after_serve_stop_serves_the_champion_again(state: dict[str, Any
     assert len(client.search_model_versions(f"name='{name}'")) == 1  # nothing registered again
 
 
+def test_a_run_whose_gate_fails_after_serve_stop_still_serves_the_champion(state: dict[str, Any]) -> None:
+    """#61 item 3: a run that publishes nothing (its gate failed) still ends with the champion served: train-deploy's
+    local-only `serve-champion` starts it again after `serve stop`, and the summary's URL answers."""
+    stop = [sys.executable, "-m", "paddle_mlops.cli", "serve", "stop", "--workdir", str(state["workdir"])]
+    assert "Stopped" in subprocess.run(stop, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+    refused = _run(state, STOP_AT_GATE)
+    assert refused["status_of"]["upload"] == "Skipped" and refused["status_of"]["serve-champion"] == "Succeeded"
+    assert "champion model version 1 started again; serving at" in refused["output"]
+    (record,) = (state["workdir"] / "serving").glob("*/current.json")
+    model = json.loads(record.read_text(encoding="utf-8"))["model"]
+    url = refused["serving_url"]
+    answer = httpx.post(f"{url}/v1/models/{model}:predict", json={"instances": ["很好"]}, timeout=30)
+    assert answer.status_code == 200 and answer.json()["predictions"]
+
+
 def test_a_changed_hyper_parameter_retrains(state: dict[str, Any]) -> None:
     changed = _run(state, "training.learning_rate=0.004", STOP_AT_GATE)
     assert _chain(changed, TRAINING) == {"prepare-data": "Reused", "train": "Succeeded", "evaluate": "Succeeded"}
