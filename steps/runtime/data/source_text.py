@@ -15,7 +15,7 @@ from pathlib import Path
 
 from steps.runtime.runner import StepError
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 64 << 10  # what one read takes: its lines are split in memory at once
 # What the csv module sees as a line in a StringIO(newline=""): up to and including \r\n, \r or \n.
 _CSV_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 Chunks = bytes | Iterable[bytes]  # a whole file's bytes, or its bytes in pieces of any size
