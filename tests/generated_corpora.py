@@ -136,9 +136,9 @@ CASES: dict[str, tuple[str, str, Callable[[Path], Path] | None, tuple[str, ...]]
 
 
 def prepared_digests(case: str, directory: Path) -> dict[str, str]:
-    """Prepare `case` in `directory` (the corpus written there and named relative to it, and the embedded home too,
-    so neither stats.json's `source` nor pretrained.json's reason depends on where: that directory reads <dir>) with the tiny settings; the
-    sha256 of every file of the data area."""
+    """Prepare `case` in `directory` with the tiny settings; the sha256 of every file of the data area. The corpus
+    is written there and named relative to it, the embedded home is there too, and that directory reads `<dir>` in
+    the files (pretrained.json names the store it searched), so no digest depends on where."""
     import hashlib
     import os
 

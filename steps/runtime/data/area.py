@@ -6,7 +6,10 @@ a published model on the task's held-out test set (the split is a function of th
 see the same rows; `stats.json` carries each split's sha256 to prove it). What a row is depends on the task type
 (steps/runtime/data/tasks/, whose `prepare` calls these and is reached through `tasks.prepare`); reading the source,
 splitting and writing the area is the same for all, so this module knows no task type: a task hands it what it needs
-(its rows' vocabulary texts, its per-label counts).
+(its rows' split key, vocabulary texts, per-label counts).
+
+Nothing here holds the corpus: the source is streamed, deduplication spills to disk (steps/runtime/data/distinct.py)
+and the splits are written row by row with running counts.
 """
 
 from __future__ import annotations
