@@ -157,19 +157,24 @@ def write_area(
     totals = dict.fromkeys(labelled_text.SPLITS, 0)
     digests = {name: hashlib.sha256() for name in labelled_text.SPLITS}
     partial = {name: out / f".{name}.jsonl.partial" for name in labelled_text.SPLITS}
-    files = {name: path.open("wb") for name, path in partial.items()}
+    files = {name: path.open("wb", buffering=1 << 20) for name, path in partial.items()}
+    split = labelled_text.splitter(cfg.data.split_salt, cfg.data.dev_fraction, cfg.data.test_fraction)
+    encode = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(row, ensure_ascii=False), built once
+    counted: dict[str, list[Any]] = {name: [] for name in labelled_text.SPLITS}  # counted, not yet in `counts`
+    vocab_texts: list[str] = []  # train texts not yet in `chars`
     try:
         for row in rows:
-            name = labelled_text.split_of(shape.key(row), cfg.data.split_salt, cfg.data.dev_fraction,
-                                          cfg.data.test_fraction)  # fmt: skip
-            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            name = split(shape.key(row))
+            line = (encode(row) + "\n").encode("utf-8")
             files[name].write(line)
             digests[name].update(line)
             totals[name] += 1
-            counts[name].update(shape.counted(row))
+            counted[name].extend(shape.counted(row))
             if scratch and name == "train":
-                for text in shape.vocab_texts(row):
-                    chars.update(text.lower())
+                vocab_texts.extend(shape.vocab_texts(row))
+            if len(counted[name]) >= 4096:
+                _tally(counts, counted, chars, vocab_texts)
+        _tally(counts, counted, chars, vocab_texts)
         for file in files.values():
             file.close()
         _require_every_split(cfg, totals)
@@ -200,6 +205,19 @@ def write_area(
     }
     (out / "stats.json").write_text(json.dumps(stats, ensure_ascii=False, indent=2), encoding="utf-8")
     return stats
+
+
+def _tally(
+    counts: dict[str, Counter[Any]], counted: dict[str, list[Any]], chars: Counter[str], texts: list[str]
+) -> None:
+    """Count what the rows so far counted and their vocabulary texts' characters (lower-cased), a batch at once; the
+    lists emptied. The texts are joined by a newline: whitespace is no vocabulary character, and a line break ends
+    the context str.lower looks at (the final sigma), so each text lower-cases as it would alone."""
+    for name, items in counted.items():
+        counts[name].update(items)
+        items.clear()
+    chars.update("\n".join(texts).lower())
+    texts.clear()
 
 
 def _require_every_split(cfg: PipelineConfig, totals: dict[str, int]) -> None:
