@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,43 @@ def test_an_s3_source_is_read_in_chunks_never_whole(monkeypatch: pytest.MonkeyPa
 
     with pytest.raises(StepError, match="cannot read data.source s3://b/k: reset by peer"):
         list(area._s3_chunks("s3://b/k", Broken(b"")))
+
+
+RECORDS = [("a", "1"), ("b", "1"), ("a", "1"), ("c", "1"), ("b", "0"), ("d", "0"), ("b", "1"), ("c", "1"), ("e", "0")]
+
+
+def _deduplicated(directory: Path, partitions: int) -> tuple[list[tuple[str, str]], distinct.Counts, list[str]]:
+    found = distinct.Distinct(directory, partitions, tally=True)
+    for key, payload in RECORDS:
+        found.add(key, payload)
+    counts = found.finish()
+    return list(found.kept()), counts, sorted(p.name for p in directory.iterdir())
+
+
+def test_a_source_under_a_partition_is_deduplicated_in_memory_the_same_as_spilled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records that stay under a partition's worth never touch the disk; spilled through many partitions (a batch
+    per two records), the same records are kept, in the same order, with the same counts."""
+    (tmp_path / "memory").mkdir()
+    kept, counts, files = _deduplicated(tmp_path / "memory", 3)
+    assert files == []
+    assert kept == [("a", "1"), ("c", "1"), ("d", "0"), ("e", "0")]  # b came with two labels
+    assert (counts.seen, counts.kept, counts.duplicates, counts.repeats, counts.conflicts) == (9, 4, 3, 4, 1)
+    assert counts.conflict_examples == ["b"] and counts.tally == {"1": 2, "0": 2}
+    monkeypatch.setattr(distinct, "PARTITION_BYTES", 6)
+    (tmp_path / "spilled").mkdir()
+    spilled, spilled_counts, files = _deduplicated(tmp_path / "spilled", 3)
+    assert files == ["kept-0.pickle", "kept-1.pickle", "kept-2.pickle"]
+    assert (spilled, spilled_counts) == (kept, counts)
+
+
+def test_vocabulary_characters_are_counted_as_each_text_lower_cases_alone() -> None:
+    """The train texts are lower-cased and counted a batch at once: a final sigma (its context ends at a text's
+    end), a character that lower-cases to two, astral characters and a lone surrogate count as they do text by
+    text."""
+    texts = ["ΟΔΟΣ", "ΣΑ", "İstanbul", "Straße 𠀀😀", "x\ud800y", "ΑΣ", "Σ"]
+    chars: Counter[str] = Counter()
+    area._tally({}, {}, chars, list(texts))
+    expected = Counter(ch for text in texts for ch in text.lower())
+    assert chars - Counter({"\n": len(texts) - 1}) == expected
