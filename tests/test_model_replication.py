@@ -274,4 +274,4 @@ def test_data_in_a_regions_store_is_read_through_that_regions_endpoint(
     s3.client(endpoint, exact=True).put_object(Bucket="east", Key="datasets/reviews.jsonl", Body=b'{"text": "x"}\n')
     monkeypatch.chdir(site.parent.parent)  # load_regions() reads ./configs/regions
     cfg = load_config(site, "prod", [*overrides(endpoint), "data.source=s3://east/datasets/reviews.jsonl"])
-    assert area.source_bytes(cfg) == b'{"text": "x"}\n'
+    assert b"".join(area.open_source(cfg).chunks) == b'{"text": "x"}\n'

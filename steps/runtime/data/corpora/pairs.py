@@ -1,17 +1,17 @@
 """Sentence-pair files (LCQMC style) for text matching: TSV/TXT, CSV or JSON lines, chosen by the file suffix.
 
-Every error names the file, the line and the column, and says how to fix the file.
+Every error names the file, the line and the column, and says how to fix the file. A file is read as a stream of
+lines (steps/runtime/data/source_text.py), never whole.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from steps.runtime.data.labelled_text import decode_lines
+from steps.runtime.data import source_text
 from steps.runtime.runner import StepError
 
 PAIR_FIELDS = ("text_a", "text_b", "label")
@@ -90,9 +90,9 @@ def _rows(reader: Iterator[list[str]], line_num: Callable[[], int]) -> Iterator[
             yield first, row
 
 
-def read_tsv(text: str, name: str, fields: tuple[str, str, str]) -> Iterator[PairExample]:
+def read_tsv(data: source_text.Chunks, name: str, fields: tuple[str, str, str]) -> Iterator[PairExample]:
     """Tab-separated text_a, text_b, label, no quoting; a first row equal to the field names is a header."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    reader = csv.reader(source_text.csv_lines(data, name), delimiter="\t", quoting=csv.QUOTE_NONE)
     for position, (number, row) in enumerate(_rows(reader, lambda: reader.line_num)):
         if position == 0 and [value.strip() for value in row] == list(fields):
             continue
@@ -104,9 +104,9 @@ def read_tsv(text: str, name: str, fields: tuple[str, str, str]) -> Iterator[Pai
         yield _example(list(row), f"{name} line {number}", fields, tsv=True)
 
 
-def read_csv(text: str, name: str, fields: tuple[str, str, str]) -> Iterator[PairExample]:
+def read_csv(data: source_text.Chunks, name: str, fields: tuple[str, str, str]) -> Iterator[PairExample]:
     """Comma-separated with a header row; columns found by name, extra columns ignored."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(source_text.csv_lines(data, name))
     rows = _rows(reader, lambda: reader.line_num)
     header = next(rows, None)
     if header is None:
@@ -123,9 +123,9 @@ def read_csv(text: str, name: str, fields: tuple[str, str, str]) -> Iterator[Pai
         yield _example([row[i] if i < len(row) else None for i in indices], f"{name} line {number}", fields)
 
 
-def read_jsonl(text: str, name: str, fields: tuple[str, str, str]) -> Iterator[PairExample]:
+def read_jsonl(data: source_text.Chunks, name: str, fields: tuple[str, str, str]) -> Iterator[PairExample]:
     """One JSON object per line with the three keys."""
-    for number, line in enumerate(text.split("\n"), start=1):
+    for number, line in source_text.newline_lines(data, name):
         if not line.strip():
             continue
         where = f"{name} line {number}"
@@ -141,7 +141,9 @@ def read_jsonl(text: str, name: str, fields: tuple[str, str, str]) -> Iterator[P
         yield _example([row.get(f) for f in fields], where, fields)
 
 
-def read_pairs(data: bytes, name: str, fields: tuple[str, str, str] = PAIR_FIELDS) -> Iterator[PairExample]:
+def read_pairs(
+    data: source_text.Chunks, name: str, fields: tuple[str, str, str] = PAIR_FIELDS
+) -> Iterator[PairExample]:
     """Examples of a pair file (UTF-8, optional BOM) by suffix: .tsv/.txt, .csv or .jsonl/.json/.ndjson."""
     suffix = _suffix(name)
     if suffix in TSV_SUFFIXES:
@@ -153,4 +155,4 @@ def read_pairs(data: bytes, name: str, fields: tuple[str, str, str] = PAIR_FIELD
     else:
         kind = f"type '{suffix}'" if suffix else "type (the name has no suffix)"
         raise StepError(f"{name}: unsupported pair file {kind}. Use .tsv, .csv or .jsonl.")
-    return reader(decode_lines(data, name), name, fields)
+    return reader(data, name, fields)

@@ -15,8 +15,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
 
+from steps.runtime.data import source_text
 from steps.runtime.data.entities import ENTITY_TYPES, Span
-from steps.runtime.data.labelled_text import decode_lines
 from steps.runtime.runner import StepError
 
 ENTITY_TAGS = {"nr": "PER", "ns": "LOC", "nt": "ORG"}
@@ -186,10 +186,12 @@ def parse_line(line: str, where: str, stats: ConversionStats | None = None) -> S
     return Sentence("".join(t.word for t in tokens), tuple(spans))
 
 
-def read_corpus(data: bytes, name: str, stats: ConversionStats | None = None) -> Iterator[tuple[Sentence, str]]:
-    """(sentence, "name:line") for each non-blank line of a PFR-tagged UTF-8 file."""
-    text = decode_lines(data, name)
-    for number, line in enumerate(text.split("\n"), start=1):
+def read_corpus(
+    data: source_text.Chunks, name: str, stats: ConversionStats | None = None
+) -> Iterator[tuple[Sentence, str]]:
+    """(sentence, "name:line") for each non-blank line of a PFR-tagged UTF-8 file (its bytes, or its bytes in
+    chunks: read line by line)."""
+    for number, line in source_text.newline_lines(data, name):
         if line.strip():
             where = f"{name}:{number}"
             yield parse_line(line, where, stats), where

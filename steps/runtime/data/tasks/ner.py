@@ -15,6 +15,8 @@ the most context, and the tags are decoded over the whole text as the most proba
 
 from __future__ import annotations
 
+import json
+import tempfile
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -190,50 +192,37 @@ class TokenClassification(SingleText, Task):
         return {**report, "per_class": report["per_type"]}
 
     def prepare(self, cfg: PipelineConfig, out: Path) -> dict[str, Any]:
-        source = str(cfg.data.source)
-        if source == PEOPLES_DAILY_1998:
-            path = peoples_daily.corpus_path()
-            body, name = path.read_bytes(), str(path)
-        else:
-            body, name = area.source_bytes(cfg), source
+        """Sentences streamed from the corpus, cut into pieces the model takes whole; one row per distinct text (a
+        text tagged two ways is dropped, like a text with two labels), deduplicated in bounded memory."""
+        name = str(cfg.data.source)
+        source = area.file_source(peoples_daily.corpus_path()) if name == PEOPLES_DAILY_1998 else area.open_source(cfg)
         conversion = peoples_daily.ConversionStats()
         window = max(8, cfg.model.max_seq_len - 2)
-        pieces = [
-            piece
-            for sentence, _ in peoples_daily.read_corpus(body, name, conversion)
-            for piece in peoples_daily.chunk(sentence, window, conversion)
-        ]
-        rows, counts = _deduplicated(pieces)
-        if not rows:
-            raise StepError(f"data.source {source} holds no sentences ({conversion.sentences} read). Add data.")
-        rows, capped = area.capped(rows, lambda r: r["text"], cfg)
-        splits = area.split(rows, lambda r: r["text"], cfg)
-        labels = dict(enumerate(bio_labels(ENTITY_TYPES)))
-        stats = {"conversion": conversion.as_dict(), **counts, "capped_dropped": capped, "examples": len(rows)}
-        return area.write_area(cfg, out, splits, labels, entity_counts, stats, self.vocab_texts)
+        with tempfile.TemporaryDirectory(prefix="prepare-data-") as spill:
+            distinct = area.deduplicator(Path(spill), source.size)
+            for sentence, _ in peoples_daily.read_corpus(source.chunks, source.name, conversion):
+                for piece in peoples_daily.chunk(sentence, window, conversion):
+                    spans = [[s.start, s.end, s.type] for s in sorted(piece.spans)]
+                    distinct.add(piece.text, json.dumps(spans, ensure_ascii=False))
+            found = distinct.finish()
+            if not found.kept:
+                raise StepError(f"data.source {name} holds no sentences ({conversion.sentences} read). Add data.")
+            kept, capped = area.capped(distinct.kept(), found.kept, cfg)
+            rows = ({"text": text, "entities": json.loads(spans)} for text, spans in kept)
+            labels = dict(enumerate(bio_labels(ENTITY_TYPES)))
+            counts = {"pieces": found.seen, "duplicates_dropped": found.repeats, "conflicts_dropped": found.conflicts}
+            stats = {"conversion": conversion.as_dict(), **counts, "capped_dropped": capped,
+                     "examples": found.kept - capped}  # fmt: skip
+            shape = area.Rows(lambda r: r["text"], self.vocab_texts, _entity_types, _per_type)
+            return area.write_area(cfg, out, rows, shape, labels, stats)
 
 
-def _deduplicated(pieces: list[peoples_daily.Sentence]) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """One row per distinct text; a text tagged two ways is dropped (like a text with two labels)."""
-    by_text: dict[str, set[tuple[Span, ...]]] = {}
-    for piece in pieces:
-        by_text.setdefault(piece.text, set()).add(tuple(sorted(piece.spans)))
-    rows = [
-        {"text": text, "entities": [[s.start, s.end, s.type] for s in next(iter(tagged))]}
-        for text, tagged in by_text.items()
-        if len(tagged) == 1
-    ]
-    conflicts = sum(1 for tagged in by_text.values() if len(tagged) > 1)
-    return rows, {
-        "pieces": len(pieces),
-        "duplicates_dropped": len(pieces) - len(by_text),
-        "conflicts_dropped": conflicts,
-    }
+def _entity_types(row: dict[str, Any]) -> list[str]:
+    return [str(t) for _, _, t in row["entities"]]
 
 
-def entity_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Entities per type in a split (the NER counterpart of examples per label)."""
-    counts = Counter(str(t) for r in rows for _, _, t in r["entities"])
+def _per_type(counts: Counter[str]) -> dict[str, int]:
+    """Entities per type in a split (the NER counterpart of examples per label), by type name."""
     return {t: counts[t] for t in sorted(counts)}
 
 
