@@ -56,8 +56,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def write_data(directory: Path, n_train: int, n_dev: int, seed: int = 0) -> None:
-    """Random texts of 8-60 characters (a review-like length spread) with random labels."""
+def write_data(directory: Path, n_train: int, n_dev: int, seed: int = 0, overrides: Sequence[str] = ()) -> None:
+    """Random texts of 8-60 characters (a review-like length spread) with random labels, and what prepare-data
+    computes from them for the local configuration with `overrides`."""
+    from steps import prepare_data
     from steps.runtime.data import labelled_text
 
     rng = random.Random(seed)
@@ -73,8 +75,10 @@ def write_data(directory: Path, n_train: int, n_dev: int, seed: int = 0) -> None
         )
     (directory / "label_map.json").write_text(json.dumps({"0": "negative", "1": "positive"}))
     (directory / "vocab.txt").write_text(
-        "\n".join(labelled_text.build_vocab([r["text"] for r in rows], 1, 8000)) + "\n", "utf-8"
+        "\n".join(labelled_text.build_vocab([str(r["text"]) for r in rows], 1, 8000)) + "\n", "utf-8"
     )
+    # the split index and the tables prepare-data computes from the splits for the local configuration
+    prepare_data.write_tables(loader.load_config(CONFIG, env="local", overrides=list(overrides)), None, directory)
 
 
 def run_step(ws: Path, overrides: list[str]) -> float:
@@ -146,11 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = Path(tmp)
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{base / 'mlflow.db'}"
         n_train = args.batch_size * args.steps  # one epoch holds every step: no mid-run evaluation
-        write_data(base / "ws" / "data", n_train, 32)
         overrides = [
             "training.nproc=1", "training.epochs=1", f"training.batch_size={args.batch_size}",
             f"training.max_steps={args.steps}", f"training.metrics_port={_free_port()}", *args.overrides,
         ]  # fmt: skip
+        write_data(base / "ws" / "data", n_train, 32, overrides=overrides)
         step_rates, bare_rates, dense_rates = [], [], []
         for _ in range(args.rounds):
             bare_rates.append(run_bare(base / "ws", overrides, args.steps))

@@ -61,6 +61,15 @@ def cache_key(cfg: PipelineConfig, record: dict[str, Any] | None) -> cache_keys.
     )
 
 
+def write_tables(cfg: PipelineConfig, record: dict[str, Any] | None, data_dir: Path) -> None:
+    """What is computed from the splits of `data_dir` once per data content, never in a training rank: the split
+    index training reads its split by, and where the configuration needs them the n-gram table and the distillation
+    teacher (docs/contracts.md). Also for a data area written by hand (the benchmarks' random splits)."""
+    split_index.write(data_dir, tasks.for_config(cfg).vocab_texts)
+    ngram_counts.write(cfg, record, data_dir)
+    teacher.write(cfg, data_dir)
+
+
 def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     # model.pretrained as a name: which staged weights this run trains from, or why it cannot, before anything
     # is written (validate re-prepares the test split and needs no weights, so only this step resolves).
@@ -72,10 +81,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     local = Path(tempfile.mkdtemp(prefix="prepare-data-")) if s3.is_s3(args.output) else Path(args.output)
     pretrained.write_record(local, record)
     stats = tasks.prepare(cfg, local)
-    split_index.write(local, tasks.for_config(cfg).vocab_texts)  # training reads its split by row number
-    # what is computed from the train split, once per data content here and never in a training rank
-    ngram_counts.write(cfg, record, local)
-    teacher.write(cfg, local)
+    write_tables(cfg, record, local)
     workspace.stage_out(local, args.output, cfg.storage.endpoint_url)
     sizes = ", ".join(f"{k} {v['total']}" for k, v in stats["splits"].items())
     log.info(
