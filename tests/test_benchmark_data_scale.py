@@ -49,8 +49,8 @@ def test_data_scale_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixtur
     prep, train = row["prepare_data"], row["train"]
     assert prep["examples"] == data_scale.QUICK_SIZE and sum(prep["splits"].values()) == data_scale.QUICK_SIZE
     assert prep["seconds"] > 0 and prep["peak_rss_mib"] > 0
-    assert train["outcome"] == "steps done" and train["steps"] == 10
-    # Stopped by SIGTERM after its last step, before scoring the dev split: the trainer's stop code.
+    assert train["outcome"] == "steps done" and train["steps"] >= 10  # it still trains when stopped
+    # Stopped by SIGTERM after the measured steps while it still trains, never scoring the dev split: the stop code.
     assert train["exit_code"] == 143 and train["sigterm_to_exit_s"] is not None
     assert train["first_step_s"] > 0 and train["samples_per_s"] > 0
     assert set(train["rank_peak_rss_mib"]) == {"0", "1"} and min(train["rank_peak_rss_mib"].values()) > 0

@@ -92,11 +92,23 @@ def test_prepare_data_writes_an_index_of_every_split(data_dir: Path) -> None:
         rows = task.read_rows(path)
         offsets = np.load(data_dir / f"{split}.offsets.npy")
         lengths = np.load(data_dir / f"{split}.lengths.npy")
-        assert offsets.dtype == np.int64 and lengths.dtype == np.int32
+        assert offsets.dtype == np.int64 and lengths.dtype == np.uint16
         assert len(offsets) == len(rows) + 1 and offsets[-1] == path.stat().st_size
         assert lengths.tolist() == [len(r["text"]) for r in rows]
         reader = split_index.SplitRows(path, task.row_keys)
         assert reader.take(reversed(range(len(rows)))) == rows[::-1] and list(reader) == rows
+
+
+def test_the_index_is_written_in_chunks_and_reads_the_same(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepare-data holds CHUNK rows of the index at a time (the files grow chunk by chunk): the same arrays."""
+    monkeypatch.setattr(split_index, "CHUNK", 3)
+    for name in ("train.jsonl", "label_map.json"):
+        (tmp_path / name).write_bytes((data_dir / name).read_bytes())
+    split_index.write(tmp_path, lambda row: [row["text"]], splits=("train",))
+    for kind in ("offsets", "lengths"):
+        assert np.array_equal(np.load(tmp_path / f"train.{kind}.npy"), np.load(data_dir / f"train.{kind}.npy"))
 
 
 def test_an_index_that_is_missing_or_stale_says_to_rerun_prepare_data(data_dir: Path, tmp_path: Path) -> None:

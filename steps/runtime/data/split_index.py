@@ -2,9 +2,9 @@
 
 prepare-data writes, beside every `<split>.jsonl`, by one streaming scan of the file written:
 - `<split>.offsets.npy`: int64 [n + 1], the byte offset of each row's line, the last one the file's size;
-- `<split>.lengths.npy`: int32 [n], each row's length in characters of the text(s) the model reads
-  (`Task.vocab_texts`: the text, or both texts of a pair). For Chinese text a character is a token, so this is
-  the length the length-grouped sampler groups by (steps/runtime/training/sampler.py).
+- `<split>.lengths.npy`: uint16 [n], each row's length in characters of the text(s) the model reads
+  (`Task.vocab_texts`: the text, or both texts of a pair), at most 65,535. For Chinese text a character is a token,
+  so this is the length the length-grouped sampler groups by (steps/runtime/training/sampler.py).
 
 `SplitRows` reads rows by index with `os.pread` (two offsets, then the row's bytes), never mapping or reading
 the whole file: what a reader holds does not grow with the split. An index that is missing, or that does not
@@ -16,6 +16,8 @@ from __future__ import annotations
 import array
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,9 @@ import numpy as np
 from steps.runtime.runner import StepError
 
 SPLITS = ("train", "dev", "test")
+OFFSETS_DTYPE, LENGTHS_DTYPE = "int64", "uint16"
+LENGTH_CAP = np.iinfo(np.uint16).max  # a row's length in the index, at most (the model reads far fewer tokens)
+CHUNK = 1 << 16  # rows of the index held while scanning, then appended to the files
 Texts = Callable[[dict[str, Any]], list[str]]
 
 
@@ -38,26 +43,53 @@ def lengths_path(split_file: Path) -> Path:
 
 def scan(split_file: Path, texts: Texts) -> tuple[np.ndarray, np.ndarray]:
     """The offsets and lengths of `split_file`'s rows, read line by line (blank lines belong to the row before)."""
-    offsets, lengths = array.array("q"), array.array("i")
-    position = 0
-    with split_file.open("rb") as lines:
-        for line in lines:
-            if line.strip():
-                offsets.append(position)
-                lengths.append(sum(len(t) for t in texts(json.loads(line))))
-            position += len(line)
-    offsets.append(position)
-    return np.frombuffer(offsets, dtype=np.int64), np.frombuffer(lengths, dtype=np.int32)
+    with tempfile.TemporaryDirectory(prefix="split-index-") as scratch:
+        offsets, lengths = Path(scratch) / "offsets.npy", Path(scratch) / "lengths.npy"
+        _write_index(split_file, texts, offsets, lengths)
+        return np.load(offsets), np.load(lengths)
 
 
 def write(data_dir: Path, texts: Texts, splits: Iterable[str] = SPLITS) -> None:
-    """Write the index of every split file in `data_dir` (prepare-data, after the splits are written)."""
+    """Write the index of every split file in `data_dir` (prepare-data, after the splits are written), streamed to
+    disk in chunks: what prepare-data holds does not grow with the split."""
     for split in splits:
         split_file = data_dir / f"{split}.jsonl"
         if split_file.is_file():
-            offsets, lengths = scan(split_file, texts)
-            np.save(offsets_path(split_file), offsets)
-            np.save(lengths_path(split_file), lengths)
+            _write_index(split_file, texts, offsets_path(split_file), lengths_path(split_file))
+
+
+def _write_index(split_file: Path, texts: Texts, offsets_file: Path, lengths_file: Path) -> None:
+    """One scan of `split_file`; each array's values appended to a raw file chunk by chunk, then given its header."""
+    with tempfile.TemporaryDirectory(prefix="split-index-", dir=offsets_file.parent) as scratch:
+        raw_offsets, raw_lengths = Path(scratch) / "offsets", Path(scratch) / "lengths"
+        offsets, lengths = array.array("q"), array.array("H")
+        count, position = 0, 0
+        with split_file.open("rb") as lines, raw_offsets.open("wb") as o, raw_lengths.open("wb") as n:
+            for line in lines:
+                if line.strip():
+                    offsets.append(position)
+                    # characters beyond LENGTH_CAP change nothing: the model reads max_seq_len tokens of a row
+                    lengths.append(min(sum(len(t) for t in texts(json.loads(line))), LENGTH_CAP))
+                    count += 1
+                    if len(offsets) >= CHUNK:
+                        o.write(offsets.tobytes())
+                        n.write(lengths.tobytes())
+                        del offsets[:], lengths[:]
+                position += len(line)
+            offsets.append(position)
+            o.write(offsets.tobytes())
+            n.write(lengths.tobytes())
+        _with_header(raw_offsets, offsets_file, OFFSETS_DTYPE, count + 1)
+        _with_header(raw_lengths, lengths_file, LENGTHS_DTYPE, count)
+
+
+def _with_header(raw: Path, target: Path, dtype: str, count: int) -> None:
+    """`target`: the .npy file of the `count` native `dtype` values in `raw`."""
+    with target.open("wb") as out, raw.open("rb") as values:
+        np.lib.format.write_array_header_1_0(
+            out, {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": (count,)}
+        )
+        shutil.copyfileobj(values, out, 1 << 20)
 
 
 def _rerun(split_file: Path, what: str) -> StepError:
@@ -88,7 +120,7 @@ class SplitRows:
         if not index.is_file() or not lengths_path(split_file).is_file():
             raise _rerun(split_file, f"no split index ({index.name}, {lengths_path(split_file).name})")
         with index.open("rb") as handle:
-            self._start, count = _header(handle, index, "int64", split_file)
+            self._start, count = _header(handle, index, OFFSETS_DTYPE, split_file)
         self._index = os.open(index, os.O_RDONLY)
         self._file = os.open(split_file, os.O_RDONLY)
         self.rows = count - 1
@@ -116,10 +148,11 @@ class SplitRows:
         return np.frombuffer(raw, dtype="<i8")
 
     def lengths(self) -> np.ndarray:
-        """int32 [rows]: each row's length in characters (read whole: the sampler needs every row's)."""
+        """uint16 [rows]: each row's length in characters, at most LENGTH_CAP (read whole: the sampler needs every
+        row's; 2 bytes a row)."""
         path = lengths_path(self.path)
         with path.open("rb") as handle:
-            _, count = _header(handle, path, "int32", self.path)
+            _, count = _header(handle, path, LENGTHS_DTYPE, self.path)
         if count != self.rows:
             raise _rerun(self.path, f"{path.name} has {count} rows, the offsets {self.rows}")
         return np.load(path)

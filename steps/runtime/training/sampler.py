@@ -8,8 +8,8 @@ the same step (no rank waits on another at the all-reduce), and the union of the
 at a step is the same for any world size with the same global batch: 2 processes × b train the
 same steps as 1 process × 2b.
 
-Memory: the lengths as given and one int32 order of the rows per epoch, sorted in place (8 bytes a row with the
-trainer's int32 lengths); each batch is a view into that order.
+Memory: the lengths as given and one int32 order of the rows per epoch, sorted in place (6 bytes a row with the
+trainer's uint16 lengths); iterating yields each batch from that order as it goes, no list of them is built.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class LengthGroupedBatchSampler:
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is outside 0..{num_replicas - 1}")
-        self.lengths = np.asarray(lengths)  # kept as given (the trainer's: int32 from the split index)
+        self.lengths = np.asarray(lengths)  # kept as given (the trainer's: uint16 from the split index)
         self.batch_size = batch_size
         self.num_replicas = num_replicas
         self.rank = rank
@@ -54,21 +54,23 @@ class LengthGroupedBatchSampler:
 
     def global_batches(self) -> list[np.ndarray]:
         """This epoch's global batches (identical on every rank): views into one int32 order of the rows."""
+        return list(self._global_batches())
+
+    def _global_batches(self) -> Iterator[np.ndarray]:
         rng = np.random.default_rng((self.seed, self.epoch))
-        # rng.permutation(n) is arange(n) shuffled: the same draws shuffle an int32 arange, half the memory
         order = np.arange(len(self.lengths), dtype=np.int32)
         rng.shuffle(order)
         span = self.global_batch * self.window
         for start in range(0, len(order), span):  # sorted by length inside each window, in place
             chunk = order[start : start + span]
             chunk[:] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-        count = len(self)
-        batches = np.arange(count, dtype=np.int32)
+        batches = np.arange(len(self), dtype=np.int32)
         rng.shuffle(batches)
-        return [order[b * self.global_batch : (b + 1) * self.global_batch] for b in batches]
+        for b in batches:
+            yield order[b * self.global_batch : (b + 1) * self.global_batch]
 
     def __iter__(self) -> Iterator[list[int]]:
-        for batch in self.global_batches():
+        for batch in self._global_batches():
             # a short last batch still gives every rank at least one example when it can
             per_rank = -(-len(batch) // self.num_replicas)
             part = batch[self.rank * per_rank : (self.rank + 1) * per_rank]

@@ -77,7 +77,7 @@ class TrainData:
         return len(self.rows)
 
     def lengths(self) -> np.ndarray:
-        """int32 [rows]: each row's length in characters (a token each, for Chinese text), at most max_seq_len
+        """uint16 [rows]: each row's length in characters (a token each, for Chinese text), at most max_seq_len
         (the model reads no more; a longer row is one truncated row, or windows of at most that)."""
         lengths = self.rows.lengths()
         return np.minimum(lengths, self.max_seq_len, out=lengths)
