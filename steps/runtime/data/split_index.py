@@ -41,14 +41,6 @@ def lengths_path(split_file: Path) -> Path:
     return split_file.with_suffix(".lengths.npy")
 
 
-def scan(split_file: Path, texts: Texts) -> tuple[np.ndarray, np.ndarray]:
-    """The offsets and lengths of `split_file`'s rows, read line by line (blank lines belong to the row before)."""
-    with tempfile.TemporaryDirectory(prefix="split-index-") as scratch:
-        offsets, lengths = Path(scratch) / "offsets.npy", Path(scratch) / "lengths.npy"
-        _write_index(split_file, texts, offsets, lengths)
-        return np.load(offsets), np.load(lengths)
-
-
 def write(data_dir: Path, texts: Texts, splits: Iterable[str] = SPLITS) -> None:
     """Write the index of every split file in `data_dir` (prepare-data, after the splits are written), streamed to
     disk in chunks: what prepare-data holds does not grow with the split."""
