@@ -1,7 +1,7 @@
 """Rank 0's scoring on the dev split: each epoch's scores, and after training the tag transitions weighed and the
 NER baseline folded in by what scores best on dev. A scoring holds the dev split and its logits in memory while it
-runs (the dev split is a fixed fraction of the data; steps/runtime/training/train_data.py reads it when first
-scored); the counted tag transitions read the train split one row at a time."""
+runs (the dev split is a fixed fraction of the data; steps/runtime/training/train_data.py reads it for each
+scoring); the counted tag transitions read the train split one row at a time."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ class Setup:
     """What a training run works with, built once before the first epoch."""
 
     train: TrainData  # the train split by row number, encoded a batch at a time
-    dev: DevSplit  # the dev split's rows, read when first scored: only rank 0 evaluates
+    dev: DevSplit  # the dev split's rows, read for each scoring: only rank 0 evaluates
     sampler: LengthGroupedBatchSampler
     total_steps: int
     optimizer: Any
