@@ -156,10 +156,20 @@ def requirements(model_dir: Path) -> list[str]:
         ENGINE_PACKAGES[SPECS[v].engine] for v in ranking if SPECS.get(v) and SPECS[v].engine in ENGINE_PACKAGES
     }
     imported.add("mlflow")
-    providers = metadata.packages_distributions()
-    wanted = set()
-    for name in imported - set(sys.stdlib_module_names) - set(keys.PROJECT_PACKAGES):
-        found = providers.get(name, [])
-        # a namespace several distributions fill (mlflow, mlflow-skinny, mlflow-tracing): the one named after it
-        wanted.update([d for d in found if d.lower() == name] or found)
-    return sorted(f"{dist}=={metadata.version(dist)}" for dist in wanted)
+    names = sorted(imported - set(sys.stdlib_module_names) - set(keys.PROJECT_PACKAGES))
+    return sorted(f"{dist}=={metadata.version(dist)}" for name in names for dist in _distributions(name))
+
+
+def _distributions(module: str) -> list[str]:
+    """The installed distributions that provide top-level `module`: the one named after it (numpy, mlflow — not the
+    mlflow-skinny and mlflow-tracing that share its namespace), else those whose `top_level.txt` names it (paddle:
+    paddlepaddle, yaml: PyYAML), else any whose files hold it (`packages_distributions`, which reads every RECORD:
+    slow, so last)."""
+    try:
+        return [metadata.distribution(module).metadata["Name"]]
+    except metadata.PackageNotFoundError:
+        pass
+    found = [
+        d.metadata["Name"] for d in metadata.distributions() if module in (d.read_text("top_level.txt") or "").split()
+    ]
+    return found or metadata.packages_distributions().get(module, [])
