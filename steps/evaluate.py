@@ -36,10 +36,10 @@ from paddle_mlops_core.contracts import CACHE_OUTPUT, ENGINE_FILE  # noqa: E402
 from steps.runtime import runner
 from steps.runtime.caching import keys as cache_keys
 from steps.runtime.caching import reuse
-from steps.runtime.data import evaluation
+from steps.runtime.data import evaluation, tasks
 from steps.runtime.release import gate as gate_rules  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
-from steps.runtime.serving import engine_selection
+from steps.runtime.serving import engine_selection, mlflow_model
 from steps.runtime.serving.engines.variants import RECORD_FILE, SPECS  # noqa: E402
 from steps.runtime.storage import s3, workspace  # noqa: E402
 
@@ -128,9 +128,9 @@ SCORES = "scores.json"  # the cached report (the test metrics, engine table, bas
 
 
 def selection_files() -> set[str]:
-    """The top-level names evaluate writes into `model/` (engine.json, the variants' record and converted files):
-    what its key leaves out of the model train exported."""
-    names = {ENGINE_FILE, RECORD_FILE}
+    """The top-level names evaluate writes into `model/` (engine.json, the variants' record and converted files, the
+    MLflow model files): what its key leaves out of the model train exported."""
+    names = {ENGINE_FILE, RECORD_FILE, *mlflow_model.FILES}
     for spec in SPECS.values():
         if spec.built_from:
             names.update(path.split("/")[0] for path in spec.files)
@@ -190,6 +190,11 @@ def _measure(cfg: PipelineConfig, ws: str, model_dir: Path, data_dir: Path) -> t
     selection = engine_selection.select(cfg, model_dir, data_dir)
     for line in engine_selection.table_lines(selection):
         log.info("%s", line)
+    # The export becomes an MLflow model (its files beside it; the published version is that directory), with the
+    # selected engine and an input example of real test rows.
+    task = tasks.for_config(cfg)
+    examples = task.read_rows(data_dir / "test.jsonl")[: mlflow_model.EXAMPLE_ROWS]
+    mlflow_model.write(model_dir, [task.instance(row) for row in examples])
     # What the selection wrote (new or rebuilt variant files, engine.json) goes where upload publishes the model
     # from, and what it deleted (a variant that is not built any more: int8 after serving.quantization: false, one
     # whose conversion failed) goes from there; in place when the workspace is local.

@@ -220,11 +220,17 @@ def test_an_s3_workspace_gets_back_what_the_selection_wrote(  # type: ignore[no-
         assert after[f"run/model/{ONNX_FILE}"] != keys_before[f"run/model/{ONNX_FILE}"]  # the rebuilt file
         assert cli.get_object(Bucket=bucket, Key=f"run/model/{ONNX_FILE}")["Body"].read() != b"stale"
         assert "run/model/model.int8.onnx" in after and "run/model/variants.json" in after
+        # and the MLflow model files beside the export (#62): the published version is an MLflow model directory
+        assert {"run/model/MLmodel", "run/model/requirements.txt", "run/model/input_example.json"} <= set(after)
+        assert "run/model/code/steps/runtime/serving/mlflow_flavor.py" in after
         # The export itself was only read.
         for name in ("inference.json", "inference.pdiparams", "label_map.json"):
             assert after[f"run/model/{name}"] == keys_before[f"run/model/{name}"]
         stage = ws_io.stage_in(f"s3://{bucket}/run/model", local / "model")
         assert json.loads((stage / "engine.json").read_text())["selected"] == selected
+        import mlflow
+
+        assert mlflow.pyfunc.load_model(str(stage)).metadata.metadata["engine"] == selected
 
         # Rerun with int8 forbidden: the int8 variants' files go from the workspace too, or upload would publish
         # them beside a model that says it has none.
