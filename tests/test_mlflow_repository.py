@@ -214,3 +214,15 @@ def test_the_entry_points_name_the_schemes_and_the_class():
     target = f"{PublishedArtifactRepository.__module__}:{PublishedArtifactRepository.__name__}"
     assert points == {scheme: target for scheme in mlflow_repository.SCHEMES}
     assert not any("+" in scheme for scheme in points)
+
+
+def test_republishing_an_unchanged_mlflow_model_sends_nothing(published, store):
+    """The MLflow files are files of the version like the export's: a rerun, or a new version of the same files,
+    sends 0 bytes and keeps the manifest (tests/test_objectstore.py covers the export alone)."""
+    result, model = published
+    again = objectstore.publish(model, store[0], MODEL, "v1", {"git_sha": "abc"}, endpoint_url=store[1])
+    assert (again.bytes_sent, again.manifest_digest) == (0, result.manifest_digest)
+    other = objectstore.publish(model, store[0], MODEL, "v2", {"git_sha": "abc"}, endpoint_url=store[1])
+    files = [p for p in model.rglob("*") if p.is_file()]
+    assert other.bytes_sent == 0 and other.skipped == len(files)
+    assert {"MLmodel", "python_env.yaml", "requirements.txt"} <= {p.name for p in files}
