@@ -195,7 +195,8 @@ def test_mlflow_image_installs_the_artifact_repository_and_what_it_imports():
     """The tracking server reads registry versions through the project's artifact repository (published-s3://...),
     so images/mlflow installs the project for its entry points, without dependencies and without Paddle. What the
     repository imports must then come from the image: MLflow's own requirements (ghcr.io/mlflow/mlflow is
-    `pip install mlflow==$VERSION`, mlflow/mlflow docker/Dockerfile) or a pin of the Dockerfile, at uv.lock's version."""
+    `pip install mlflow==$VERSION`, mlflow/mlflow docker/Dockerfile) or a pin of the Dockerfile,
+    at uv.lock's version."""
     import json
     import subprocess
     import sys
