@@ -156,3 +156,74 @@ def test_image_installs_the_lock_with_hashes(name: str) -> None:
     assert "--require-hashes" in runs
     # tools wants the lock's CPU wheel; serve keeps its Paddle base image's build
     assert ("--no-emit-package paddlepaddle" in runs) is (name == "serve")
+
+
+def _mlflow_image_pins() -> dict[str, str]:
+    """{canonical distribution name: version} of the `==` pins images/mlflow/Dockerfile installs."""
+    from packaging.utils import canonicalize_name
+
+    text = (ROOT / "images" / "mlflow" / "Dockerfile").read_text(encoding="utf-8")
+    return {canonicalize_name(n): v for n, v in re.findall(r"([A-Za-z0-9_.-]+)(?:\[[\w,]*\])?==([\w.]+)", text)}
+
+
+def _requirement_closure(roots: set[str]) -> set[str]:
+    """The installed distributions `roots` need, transitively (extras left out, markers evaluated here)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def test_mlflow_image_installs_the_artifact_repository_and_what_it_imports():
+    """The tracking server reads registry versions through the project's artifact repository (published-s3://...),
+    so images/mlflow installs the project for its entry points, without dependencies and without Paddle. What the
+    repository imports must then come from the image: MLflow's own requirements (ghcr.io/mlflow/mlflow is
+    `pip install mlflow==$VERSION`, mlflow/mlflow docker/Dockerfile) or a pin of the Dockerfile,
+    at uv.lock's version."""
+    import json
+    import subprocess
+    import sys
+    from importlib.metadata import packages_distributions
+
+    from packaging.utils import canonicalize_name
+
+    runs = " ".join(ins.args for ins in dockerfile("mlflow") if ins.keyword == "RUN")
+    assert "pip install --no-cache-dir --no-deps /opt/paddle-mlops" in runs and "SCHEMES" in runs
+    copied = {ins.args.split()[0] for ins in dockerfile("mlflow") if ins.keyword == "COPY"}
+    assert copied == {"pyproject.toml", "paddle_mlops_core", "steps"}
+    pins = _mlflow_image_pins()
+    for name, version in pins.items():
+        if f'name = "{name}"' in (ROOT / "uv.lock").read_text(encoding="utf-8"):
+            assert _locked_version(name) == version, f"images/mlflow/Dockerfile pins {name}=={version}, uv.lock another"
+
+    def imported(code: str) -> set[str]:
+        line = f"import json, sys; {code}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+        done = subprocess.run([sys.executable, "-W", "ignore", "-c", line], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    # What MLflow imports by itself (with the project hidden, so its entry points load nothing of ours) is the image's.
+    plugin = imported("import steps.runtime.storage.objectstore.mlflow_repository")
+    assert not plugin & {"paddle", "paddlenlp", "hera", "kserve"}
+    modules = plugin - imported("sys.modules['steps'] = None; import mlflow")
+    owners = packages_distributions()
+    needed = {canonicalize_name(d) for m in modules for d in owners.get(m, [])} - {"paddle-mlops"}
+    available = _requirement_closure({"mlflow", *pins})
+    assert needed <= available, f"images/mlflow/Dockerfile lacks {sorted(needed - available)}: pin them there"

@@ -212,7 +212,7 @@ def assert_registry_rows(db: str, name: str, run_id: str, v1: str, v2: str) -> N
     assert query(db, "SELECT name FROM registered_models WHERE name = %s", name) == [(name,)]
     rows = query(db, "SELECT version, source, run_id FROM model_versions WHERE name = %s ORDER BY version", name)
     assert [(str(v), r) for v, _, r in rows] == [(v1, run_id), (v2, run_id)]
-    assert all(src.startswith(f"s3://{MODEL_BUCKET}/models/") for _, src, _ in rows)
+    assert all(src.startswith(f"published-s3://{MODEL_BUCKET}/models/") for _, src, _ in rows)  # read via the plugin
     aliases = dict(query(db, "SELECT alias, version FROM registered_model_aliases WHERE name = %s", name))
     assert {k: str(v) for k, v in aliases.items()} == {CHALLENGER: v2, CHAMPION: v2, PREVIOUS_CHAMPION: v1}
 

@@ -20,6 +20,7 @@ from steps import close_run
 from steps.runtime.release import registry
 from steps.runtime.runner import StepError
 from steps.runtime.serving.processes import stop_group
+from steps.runtime.storage import objectstore
 from tests.s3server import free_port
 
 pytestmark = pytest.mark.slow
@@ -108,13 +109,30 @@ def test_register_is_idempotent_and_tagged(env):
     tags = client.get_model_version(name, v2).tags
     assert tags["manifest_digest"] == "d2" and tags["storage_uri"] == "s3://models/ernie/v2"
     assert tags["git_sha"] == "abc123" and json.loads(tags["data_stats"]) == {"train": 10}
-    assert client.get_model_version(name, v2).source == "s3://models/ernie/v2"
+    # the source MLflow reads the version through (steps/runtime/storage/objectstore/mlflow_repository.py): a real
+    # server's create_model_version accepts it (mlflow/server/handlers.py `_validate_source_run`)
+    assert client.get_model_version(name, v2).source == "published-s3://models/ernie/v2"
 
 
-def test_server_refuses_local_source_with_a_clear_error(env, tmp_path):
+def test_a_local_store_is_registered_and_its_mlmodel_served_by_the_server(env, tmp_path):
+    """A local store's version is registered as `published-file://` (a bare path is refused by the server) and the
+    server reads its files through the repository: the route the UI's model-version page fetches MLmodel from
+    (mlflow/server/handlers.py `get_model_version_artifact_handler`)."""
     cfg, client = env
-    with pytest.raises(StepError, match="refuses model source"):
-        registry.register(cfg, str(tmp_path / "store" / "ernie" / "v1"), None, _tags("d9"), client=client)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "MLmodel").write_text("flavors:\n  python_function: {}\n", encoding="utf-8")
+    published = objectstore.publish(model, str(tmp_path / "store"), "ernie", "v1", {}, progress=False)
+    name = cfg.mlflow.registered_model
+    version = registry.register(cfg, published.model_uri, None, _tags("d9"), client=client)
+    assert client.get_model_version(name, version).source.startswith("published-file:///")
+    answer = httpx.get(
+        f"{client.tracking_uri}/model-versions/get-artifact",
+        params={"name": name, "version": version, "path": "MLmodel"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.content == (model / "MLmodel").read_bytes()
 
 
 def test_promote_moves_champion_and_keeps_the_previous_one(env):

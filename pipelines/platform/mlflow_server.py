@@ -17,8 +17,9 @@ from pipelines.platform.network import endpoint
 
 NAME = "mlflow"
 # Same MLflow version as the client pinned in uv.lock, so server and steps speak the same REST API;
-# built from images/mlflow/Dockerfile, which adds the PostgreSQL driver and boto3 the upstream
-# image lacks (mlflow/mlflow#9513, #8342).
+# built from images/mlflow/Dockerfile, which adds the PostgreSQL driver, boto3 and the project's artifact repository
+# (registry versions are read from their published copy: published-s3://...); the upstream image lacks the driver
+# and boto3 (mlflow/mlflow#9513, #8342).
 IMAGE_TAG = "3.17.2"
 BACKEND_SECRET = {"name": "mlflow-backend", "key": "MLFLOW_BACKEND_STORE_URI"}
 ARTIFACTS_DESTINATION = "s3://mlflow-artifacts"

@@ -22,6 +22,7 @@ from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CHAMPION, PREVIOUS_CHAMPION
 from steps.runtime import config_names
 from steps.runtime.runner import StepError
+from steps.runtime.storage.objectstore import mlflow_repository
 
 # MLflow caps model-version tag values; data stats are a summary, not the whole file.
 _MAX_TAG = 5000
@@ -93,7 +94,7 @@ def register(
     try:
         version = client.create_model_version(
             name,
-            source=model_uri,
+            source=mlflow_repository.source_uri(model_uri),
             run_id=run_id or None,
             tags={"storage_uri": model_uri, "task": cfg.task, "task_type": cfg.model.task, **tags},
         )

@@ -41,15 +41,25 @@ def _download_all(
     for entry in files:
         target = staging / entry["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        key = object_key(entry["sha256"])
-        try:
-            backend.get_file(key, target, advance)
-        except FileNotFoundError:
-            raise IntegrityError(
-                f"{entry['path']} of {model_uri} is missing from the store (expected object {backend.root}/{key}, "
-                f"sha256 {entry['sha256']}); republish the model"
-            ) from None
+        fetch_file(backend, entry, target, model_uri, advance)
+
+
+def fetch_file(backend: Backend, entry: dict[str, Any], target: Path, model_uri: str, advance: Callback) -> None:
+    """One manifest entry's content-addressed object into `target`, checked against the entry; IntegrityError when
+    the object is missing or its bytes differ (`target` is then removed)."""
+    key = object_key(entry["sha256"])
+    try:
+        backend.get_file(key, target, advance)
+    except FileNotFoundError:
+        raise IntegrityError(
+            f"{entry['path']} of {model_uri} is missing from the store (expected object {backend.root}/{key}, "
+            f"sha256 {entry['sha256']}); republish the model"
+        ) from None
+    try:
         manifest.verify_file(target, entry, model_uri)
+    except IntegrityError:
+        target.unlink(missing_ok=True)
+        raise
 
 
 def _replace_dir(staging: Path, dest: Path) -> None:
