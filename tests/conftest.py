@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,16 @@ def private_stores(
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv(HOME_ENV, str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def import_path() -> Iterator[None]:
+    """`sys.path` as it was before the test. Loading an MLflow model whose MLmodel has `code` puts that `code/` first on
+    `sys.path` for the rest of the process (mlflow/utils/model_utils.py `_add_code_to_system_path`): left there, a
+    later test's process started by multiprocessing's spawn imports `steps` from a test's deleted, partial copy."""
+    before = list(sys.path)
+    yield
+    sys.path[:] = before
 
 
 @pytest.fixture

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,7 @@ FILES = ("MLmodel", "requirements.txt", "python_env.yaml", "conda.yaml", "input_
 EXAMPLE_ROWS = 3
 # A fixed creation time (2000-01-01T00:00:00Z): MLmodel's bytes depend on the export only.
 CREATED = 946684800.0
+UV_FILES = "MLFLOW_LOG_UV_FILES"
 # Imported by the closure's modules but not when a model is loaded and run: building engines, preparing data.
 ENGINE_PACKAGES = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 
@@ -79,7 +82,7 @@ def write(model_dir: Path, instances: Sequence[Any]) -> list[str]:
         model_uuid=uuid.UUID(bytes=hashlib.sha256(keys.dir_digest(model_dir).encode()).digest()[:16]).hex,
         metadata={"task": wrapper.model.task_type, "engine": wrapper.model.engine_name},
     )
-    with tempfile.TemporaryDirectory(prefix="mlflow-model-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mlflow-model-") as tmp, _saving():
         staged = Path(tmp) / "model"
         mlflow.pyfunc.save_model(
             str(staged),
@@ -97,6 +100,21 @@ def write(model_dir: Path, instances: Sequence[Any]) -> list[str]:
             if (staged / name).exists():
                 shutil.move(str(staged / name), str(model_dir / name))
     return sorted(name for name in FILES if (model_dir / name).exists())
+
+
+@contextmanager
+def _saving() -> Iterator[None]:
+    """Around `save_model`: no uv project files (MLflow copies the checkout's uv.lock and pyproject.toml, about
+    470 KB, by default: mlflow/utils/uv_utils.py; `FILES` leaves them behind anyway)."""
+    before = os.environ.get(UV_FILES)
+    os.environ[UV_FILES] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(UV_FILES, None)
+        else:
+            os.environ[UV_FILES] = before
 
 
 # An entity of a token-classification answer (steps/runtime/serving/model_server/shapes.py): what the signature
