@@ -15,9 +15,10 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from steps.runtime.release import gate as gate_rules
+if TYPE_CHECKING:
+    from steps.runtime.release import gate as gate_rules
 
 log = logging.getLogger("steps.evaluate")
 
