@@ -239,3 +239,13 @@ def test_a_logged_model_of_another_tracking_server_is_kept_as_a_tag_not_linked(t
     client = registry.connect(load_config(env="local"))
     tags = client.get_model_version("ernie-sentiment", (out / "model-version").read_text()).tags
     assert tags["source_model_id"] == "m-elsewhere"
+
+
+def test_the_card_links_the_run_in_the_model_training_view():
+    """MLflow 3.17's UI lays an experiment out by the `workflowType` URL parameter (contracts.MLFLOW_UI_VIEW): a
+    link without it may open the GenAI overview."""
+    from steps.runtime.release import model_card
+
+    link = model_card.run_link("http://mlflow.example:5000", "7", "abc")
+    assert link == "[abc](http://mlflow.example:5000/#/experiments/7/runs/abc?workflowType=machine_learning)"
+    assert model_card.run_link("sqlite:///x/mlflow.db", "7", "abc") == "`abc`"
