@@ -8,7 +8,8 @@ the model, says which figure ranked them; steps/runtime/serving/engine_selection
 variant answers, so the gate judges what clients will get. Beside it the cheap baseline of the task (TF-IDF +
 logistic regression, pair features for matching, a CRF for NER; steps/runtime/data/baselines/) is fitted on the same
 train split and scored on the same test split: both figures, the difference with its confidence interval and a
-paired test go to metrics.json, MLflow (`baseline_*` metrics of the same run) and the published manifest. The
+paired test go to metrics.json, MLflow (`baseline_*` metrics of the same run and of the model's LoggedModel:
+steps/runtime/training/model_tracking.py) and the published manifest. The
 gate: the configured metric must reach `gate.threshold`, beat the baseline by `gate.baseline_margin` (under
 `gate.baseline: require`), AND be no worse than the current champion (MLflow registered-model alias `champion`) by
 more than `gate.tolerance`. A failed gate is a result, not an error: the step exits 0 and writes `false`, and the
@@ -22,7 +23,6 @@ import json
 import logging
 import sys
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,85 +33,22 @@ if not __package__:  # run as a script path: make `steps` importable
 
 from paddle_mlops_core.config import PipelineConfig  # noqa: E402
 from paddle_mlops_core.contracts import CACHE_OUTPUT, ENGINE_FILE  # noqa: E402
-from steps.runtime import runner
+from steps.runtime import config_names, runner
 from steps.runtime.caching import keys as cache_keys
 from steps.runtime.caching import reuse
 from steps.runtime.data import evaluation, tasks
 from steps.runtime.release import gate as gate_rules  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
 from steps.runtime.serving import engine_selection, mlflow_model
-from steps.runtime.serving.engines.variants import RECORD_FILE, SPECS  # noqa: E402
+from steps.runtime.serving.engines.variants import PADDLE_MODEL, PADDLE_PARAMS, RECORD_FILE, SPECS  # noqa: E402
 from steps.runtime.storage import s3, workspace  # noqa: E402
+from steps.runtime.training import model_tracking
 
 log = logging.getLogger("steps.evaluate")
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", required=True, help="per-run workspace (local path or s3:// URI)")
-
-
-def log_to_mlflow(
-    client: Any, run_id: str, metrics: dict[str, Any], gate: gate_rules.GateDecision, metrics_file: Path
-) -> None:
-    """Test metrics and the gate decision go into the training run, so one run tells the whole story."""
-    from mlflow.entities import Metric, RunTag
-
-    from paddle_mlops_core.config.tasks import spec
-
-    now = int(time.time() * 1000)
-    values = {f"test_{name}": metrics[name] for name in spec(metrics["task_type"]).metrics}
-    values |= {f"test_latency_{k}": v for k, v in metrics["latency"].items() if k.endswith("_ms")}
-    for name, scores in metrics["per_class"].items():
-        values |= {f"test_{name}_{k}": v for k, v in scores.items() if k != "support"}
-    tags = {
-        "gate.passed": str(gate.passed).lower(),
-        "gate.reason": gate.reason,
-        "gate.champion_version": gate.champion_version or "",
-    }
-    engine = metrics.get("engine") or {}
-    for variant, row in (engine.get("variants") or {}).items():
-        for key in ("metric", "batch1_p50_ms", "batch_texts_per_s", "served_texts_per_s"):
-            if row.get(key) is not None:
-                values[f"engine_{variant}_{key}"] = row[key]
-    tags |= {"engine.selected": engine.get("selected", ""), "engine.served": engine.get("served", ""),
-             "engine.reason": engine.get("reason", ""), "engine.ranked_by": engine.get("ranked_by", "")}  # fmt: skip
-    baseline_values, baseline_tags = baseline_to_mlflow(metrics.get("baseline"))
-    values |= baseline_values
-    tags |= baseline_tags | {"gate.baseline": gate.baseline_mode}
-    client.log_batch(
-        run_id,
-        metrics=[Metric(_mlflow_key(k), float(v), now, 0) for k, v in values.items()],
-        tags=[RunTag(k, v) for k, v in tags.items()],
-    )
-    client.log_artifact(run_id, str(metrics_file), artifact_path="evaluation")
-    from steps.runtime import plots  # matplotlib: loaded only when there is something to plot
-
-    folder = metrics_file.parent / plots.PLOTS_DIR
-    labels = list(metrics["per_class"])
-    images = [plots.plot_per_class(metrics["per_class"], folder / plots.PER_CLASS_PNG)]
-    if "confusion_matrix" in metrics:  # label tasks; entity scores have no confusion matrix
-        images.append(plots.plot_confusion_matrix(metrics["confusion_matrix"], labels, folder / plots.CONFUSION_PNG))
-    for image in images:
-        client.log_artifact(run_id, str(image), artifact_path=plots.PLOTS_DIR)
-
-
-def baseline_to_mlflow(figures: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, str]]:
-    """The baseline in the model's own run, as `baseline_*` metrics beside `test_*` (one run tells the whole story,
-    and MLflow's run comparison charts them side by side) and `baseline.*` tags."""
-    if not figures:
-        return {}, {}
-    values = {f"baseline_test_{name}": v for name, v in figures["metrics"].items()}
-    values |= {f"baseline_{key}": figures[key] for key in ("difference", "ci_low", "ci_high", "seconds")}
-    values["baseline_p_value"] = figures["test"]["p_value"]
-    tags = {"baseline.kind": figures["kind"], "baseline.description": figures["description"],
-            "baseline.metric": figures["metric"], "baseline.test": figures["test"]["name"],
-            "baseline.key": figures["key"]}  # fmt: skip
-    return values, tags
-
-
-def _mlflow_key(name: str) -> str:
-    """Label names are user data; MLflow keys allow only a restricted character set."""
-    return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in name)
 
 
 def _modified(directory: Path) -> dict[str, int]:
@@ -131,9 +68,8 @@ def selection_files() -> set[str]:
     """The top-level names evaluate writes into `model/` (engine.json, the variants' record and converted files, the
     MLflow model files): what its key leaves out of the model train exported."""
     names = {ENGINE_FILE, RECORD_FILE, *mlflow_model.FILES}
-    for spec in SPECS.values():
-        if spec.built_from:
-            names.update(path.split("/")[0] for path in spec.files)
+    for spec in SPECS.values():  # every variant's files but the Paddle export's own (ONNX fp32 is converted here too)
+        names.update(path.split("/")[0] for path in spec.files if path not in (PADDLE_MODEL, PADDLE_PARAMS))
     return names
 
 
@@ -169,18 +105,21 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         data_dir = workspace.stage_in(workspace.join(ws, "data"), endpoint_url=cfg.storage.endpoint_url)
     except FileNotFoundError as exc:
         raise StepError(f"{exc}; run prepare-data and train into workspace {ws} first.") from None
-    cached = reuse.begin(args, cache_key(cfg, model_dir, data_dir), cfg.storage.endpoint_url)
+    key = cache_key(cfg, model_dir, data_dir)
+    cached = reuse.begin(args, key, cfg.storage.endpoint_url)
+    export = str(key.parts["model"])  # the LoggedModel's identity beside its run
     eval_dir = Path(tempfile.mkdtemp(prefix="evaluate-")) if s3.is_s3(ws) else Path(ws) / "eval"
     restored = cached.restore({"model": workspace.join(ws, "model"), "eval": workspace.join(ws, "eval")})
     if restored is not None:
         eval_dir = workspace.stage_in(workspace.join(ws, "eval"), endpoint_url=cfg.storage.endpoint_url)
         model_dir = workspace.stage_in(workspace.join(ws, "model"), endpoint_url=cfg.storage.endpoint_url)
         metrics = json.loads((eval_dir / SCORES).read_text(encoding="utf-8"))
-        return _decide(cfg, ws, eval_dir, metrics, _run_id(model_dir)) | {CACHE_OUTPUT: restored[CACHE_OUTPUT]}
+        outputs = _decide(cfg, ws, eval_dir, metrics, _run_id(model_dir), export)
+        return outputs | {CACHE_OUTPUT: restored[CACHE_OUTPUT]}
     metrics, run_id = _measure(cfg, ws, model_dir, data_dir)
     eval_dir.mkdir(parents=True, exist_ok=True)
     (eval_dir / SCORES).write_text(json.dumps(metrics, ensure_ascii=False, indent=2), encoding="utf-8")
-    outputs = _decide(cfg, ws, eval_dir, metrics, run_id)
+    outputs = _decide(cfg, ws, eval_dir, metrics, run_id, export)
     return cached.record({"model": model_dir, "eval": _scores_only(eval_dir)}, {}) | outputs
 
 
@@ -212,10 +151,10 @@ def _measure(cfg: PipelineConfig, ws: str, model_dir: Path, data_dir: Path) -> t
 
 
 def _decide(
-    cfg: PipelineConfig, ws: str, eval_dir: Path, metrics: dict[str, Any], run_id: str | None
+    cfg: PipelineConfig, ws: str, eval_dir: Path, metrics: dict[str, Any], run_id: str | None, export: str
 ) -> dict[str, str]:
-    """The gate against the current champion (taken on every run, a reused report included), `metrics.json` and the
-    training run's MLflow record; the step's outputs."""
+    """The gate against the current champion (taken on every run, a reused report included), `metrics.json`, the
+    training run's MLflow record and its LoggedModel (`logged_model.json`); the step's outputs."""
     from mlflow import MlflowClient
 
     from steps.runtime.release import registry
@@ -225,11 +164,16 @@ def _decide(
     metrics = metrics | {"gate": asdict(gate), "mlflow_run_id": run_id}
     text = json.dumps(metrics, ensure_ascii=False, indent=2)
     (eval_dir / "metrics.json").write_text(text, encoding="utf-8")
-    workspace.stage_out(eval_dir, workspace.join(ws, "eval"), cfg.storage.endpoint_url)
     if run_id:
-        log_to_mlflow(client, run_id, metrics, gate, eval_dir / "metrics.json")
+        known = model_tracking.read_record(eval_dir)
+        model_id = model_tracking.log_evaluation(
+            client, run_id, metrics, gate, eval_dir / "metrics.json", name=config_names.registered_model(cfg),
+            export_digest=export, known_model_id=known,
+        )  # fmt: skip
+        model_tracking.write_record(eval_dir, model_id)
     else:
         log.warning("the model has no mlflow_run_id in training.json; test metrics are not logged to MLflow")
+    workspace.stage_out(eval_dir, workspace.join(ws, "eval"), cfg.storage.endpoint_url)
     _log_summary(metrics)
     print(f"gate {'PASSED' if gate.passed else 'FAILED'}: {gate.reason}")
     return {"metrics": text, "gate-passed": "true" if gate.passed else "false", "mlflow-run-id": run_id or ""}
@@ -246,7 +190,9 @@ def _run_id(model_dir: Path) -> str | None:
 def _scores_only(eval_dir: Path) -> Path:
     """A folder holding just the report before the gate: what is cached of `eval/` (plots are drawn again)."""
     keep = Path(tempfile.mkdtemp(prefix="evaluate-scores-"))
-    (keep / SCORES).write_bytes((eval_dir / SCORES).read_bytes())
+    for name in (SCORES, model_tracking.RECORD):  # the LoggedModel's id: a restore reuses it while it exists
+        if (eval_dir / name).is_file():
+            (keep / name).write_bytes((eval_dir / name).read_bytes())
     return keep
 
 

@@ -3,7 +3,9 @@
 Never registers an unpublished model: the manifest must exist and hash to `--manifest-digest`. A model that
 passed validation becomes `challenger`; a refused one is registered too, tagged with the reason, and no alias
 points at it, so it is never served. Registering the same manifest again returns the same version (a retry or
-a redeploy), with the new verdict.
+a redeploy), with the new verdict. The version links to its training run and LoggedModel (evaluate's, named in
+the manifest as `mlflow_model_id`) when they are on this tracking server, and its description is a Markdown model
+card (steps/runtime/release/model_card.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.contracts import CHALLENGER
 from steps.runtime import config_names, runner
-from steps.runtime.release import registry
+from steps.runtime.release import model_card, registry
 from steps.runtime.runner import StepError
 from steps.runtime.storage import objectstore
 
@@ -65,9 +67,7 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         "manifest_digest": digest,
         "storage_uri": args.model_uri,
         "published_version": str(manifest["version"]),
-        "data_stats": registry.compact_json(manifest.get("data_stats")),
-        "metrics": registry.compact_json(manifest.get("metrics")),
-    }
+    } | model_card.short_tags(manifest)
     # pretrained, pretrained_digest, pretrained_paddlenlp_version (...): the weights it was fine-tuned from
     tags |= {k: str(v) for k, v in (manifest.get("pretrained") or {}).items()}
     client = registry.connect(cfg)
@@ -75,7 +75,12 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
     run_id = args.run_id if registry.known_run(args.run_id, client) else None
     if args.run_id and run_id is None:
         tags["source_run_id"] = args.run_id  # trained elsewhere: kept for the record, not linked
-    version = registry.register(cfg, args.model_uri, run_id, tags, client=client)
+    model_id = str(manifest.get("mlflow_model_id") or "") or None
+    if model_id and not registry.known_logged_model(model_id, client):
+        tags["source_model_id"], model_id = model_id, None  # a LoggedModel of another tracking server
+    experiment = client.get_run(run_id).info.experiment_id if run_id else None
+    card = model_card.render(manifest, model_card.run_link(client.tracking_uri, experiment, args.run_id or "?"))
+    version = registry.register(cfg, args.model_uri, run_id, tags, client=client, model_id=model_id, description=card)
     registry.set_tags(name, version, validation_tags(args), client=client)
     if args.verdict != "passed":
         print(f"registered {name} version {version} ({args.model_uri}) as REFUSED: {args.reason}")

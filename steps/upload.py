@@ -25,6 +25,7 @@ from steps.runtime.caching import reuse
 from steps.runtime.runner import StepError
 from steps.runtime.storage import objectstore, workspace
 from steps.runtime.storage.objectstore.backends import resolve_root
+from steps.runtime.training import model_tracking
 
 log = logging.getLogger("steps.upload")
 PUBLISHED = "published.json"
@@ -119,6 +120,8 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> dict[str, str]:
         # Which pretrained weights the model was fine-tuned from (name, staged digest, PaddleNLP version).
         "pretrained": pretrained_provenance(_read_json(model_dir / "model_config.json")),
         "serve_image_digest": _serve_image(args),
+        # evaluate's MLflow LoggedModel of this model: metadata that register links, not identity (the files are).
+        "mlflow_model_id": model_tracking.read_record(ws / "eval"),
     }
     version = args.version or default_version(args.git_sha, args.run_id)
     result = objectstore.publish(

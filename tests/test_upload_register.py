@@ -43,7 +43,12 @@ def make_workspace(path: Path) -> Path:
     (path / "eval").mkdir()
     (path / "eval" / "metrics.json").write_text(json.dumps({"accuracy": 0.9, "macro_f1": 0.88}))
     (path / "data").mkdir()
-    (path / "data" / "stats.json").write_text(json.dumps({"train": 80, "dev": 10, "test": 10}))
+    splits = {"train": 80, "dev": 10, "test": 10}
+    stats = {
+        "splits": {k: {"total": n} for k, n in splits.items()},
+        "sha256": {f"{k}.jsonl": k[0] * 64 for k in splits},
+    }
+    (path / "data" / "stats.json").write_text(json.dumps(stats))
     return path
 
 
@@ -65,7 +70,7 @@ def run_upload(ws: str, out: Path, *extra: str) -> int:
     )
 
 
-def run_register(model_uri: str, digest: str, out: Path) -> int:
+def run_register(model_uri: str, digest: str, out: Path, run_id: str = "") -> int:
     return register.main(
         [
             "--env",
@@ -77,7 +82,7 @@ def run_register(model_uri: str, digest: str, out: Path) -> int:
             "--manifest-digest",
             digest,
             "--run-id",
-            "",
+            run_id,
             "--outputs-dir",
             str(out),
         ]
@@ -93,7 +98,7 @@ def test_upload_then_register_locally(tmp_path, home, capsys):
     files = objectstore.manifest.file_entries(ws / "model")
     assert model_uri == f"{home}/store/ernie-sentiment/{GIT_SHA[:12]}-{RUN_ID[:8]}-{content_digest(files)[:8]}"
     manifest = objectstore.read_manifest(model_uri)
-    assert manifest["metrics"]["accuracy"] == 0.9 and manifest["data_stats"]["train"] == 80
+    assert manifest["metrics"]["accuracy"] == 0.9 and manifest["data_stats"]["splits"]["train"]["total"] == 80
     assert manifest["git_sha"] == GIT_SHA
     assert "bytes sent" in capsys.readouterr().out
 
@@ -108,7 +113,7 @@ def test_upload_then_register_locally(tmp_path, home, capsys):
     assert registry.get_alias_version("ernie-sentiment", CHALLENGER, client) == version
     tags = client.get_model_version("ernie-sentiment", version).tags
     assert tags["manifest_digest"] == digest and tags["git_sha"] == GIT_SHA
-    assert json.loads(tags["data_stats"])["test"] == 10 and tags["storage_uri"] == model_uri
+    assert tags["data.test_rows"] == "10" and tags["data.test_sha256"] == "t" * 16 and tags["storage_uri"] == model_uri
     assert run_register(model_uri, digest, out) == 0
     assert (out / "model-version").read_text() == version
 
@@ -175,3 +180,72 @@ def test_upload_from_s3_workspace_to_s3_store(tmp_path, home, s3_endpoint, monke
     fetched = objectstore.fetch(model_uri, tmp_path / "fetched")
     assert (fetched / "inference.pdiparams").read_bytes() == b"\x00\x01" * 2048
     assert run_register(model_uri, (out / "manifest-digest").read_text(), out) == 0
+
+
+def test_the_version_is_linked_to_its_logged_model_and_described_by_a_model_card(tmp_path, home):
+    """upload names evaluate's LoggedModel in the manifest (`mlflow_model_id`); register passes it as `model_id=` and
+    the LoggedModel lists the version (`mlflow.modelVersions`, as mlflow/server/handlers.py `_create_model_version`
+    records it); the description is a Markdown card and no tag is a JSON document."""
+    import mlflow
+
+    from steps.runtime.training import model_tracking
+
+    ws = make_workspace(tmp_path / "ws")
+    test = {"name": "McNemar exact", "p_value": 0.01}
+    baseline = {"kind": "tfidf-logreg", "metric": "accuracy", "model": 0.9, "baseline": 0.8, "difference": 0.1,
+                "ci_low": 0.02, "ci_high": 0.18, "confidence": 0.95, "test": test}  # fmt: skip
+    report = {"task_type": "text-classification", "accuracy": 0.9, "macro_f1": 0.88, "examples": 10,
+              "baseline": baseline, "engine": {"selected": "onnx-int8"}, "per_class": {"a": {"f1": 0.9}}}  # fmt: skip
+    (ws / "eval" / "metrics.json").write_text(json.dumps(report))
+    client = registry.connect(load_config(env="local"))
+    experiment = client.create_experiment("ernie-sentiment")
+    run = client.create_run(experiment)
+    model_id = model_tracking.ensure_logged_model(client, client.get_run(run.info.run_id), "ernie-sentiment",
+                                                  "text-classification", "d" * 64)  # fmt: skip
+    model_tracking.write_record(ws / "eval", model_id)
+    out = tmp_path / "outputs"
+    assert run_upload(str(ws), out) == 0
+    model_uri, digest = (out / "model-uri").read_text(), (out / "manifest-digest").read_text()
+    assert objectstore.read_manifest(model_uri)["mlflow_model_id"] == model_id
+    assert run_register(model_uri, digest, out, run.info.run_id) == 0
+    version = client.get_model_version("ernie-sentiment", (out / "model-version").read_text())
+    assert version.run_id == run.info.run_id
+    linked = client.get_logged_model(model_id)
+    assert json.loads(linked.tags["mlflow.modelVersions"]) == [{"name": "ernie-sentiment", "version": 1}]
+    assert linked.tags["published_uri"] == model_uri
+    card = version.description
+    assert (
+        card.startswith("### sentiment (text-classification)")
+        and "| test accuracy | **0.9000** on 10 examples |" in card
+    )
+    assert "0.8000: difference 0.1000 [0.0200, 0.1800] (95 % CI; McNemar exact p=0.0100)" in card
+    assert (
+        "onnx-int8" in card and f"`{GIT_SHA[:12]}`" in card and run.info.run_id in card and "`tttttttttttttttt`" in card
+    )
+    assert all(len(v) <= 250 or not v.lstrip().startswith(("{", "[")) for v in version.tags.values())
+    assert "data_stats" not in version.tags and "metrics" not in version.tags
+    # Registered again (a retry): the same version, linked once.
+    assert run_register(model_uri, digest, out, run.info.run_id) == 0
+    assert len(json.loads(client.get_logged_model(model_id).tags["mlflow.modelVersions"])) == 1
+    assert mlflow.search_logged_models(experiment_ids=[experiment], output_format="list")[0].model_id == model_id
+
+
+def test_a_logged_model_of_another_tracking_server_is_kept_as_a_tag_not_linked(tmp_path, home):
+    ws = make_workspace(tmp_path / "ws")
+    (ws / "eval" / "logged_model.json").write_text(json.dumps({"model_id": "m-elsewhere"}))
+    out = tmp_path / "outputs"
+    assert run_upload(str(ws), out) == 0
+    assert run_register((out / "model-uri").read_text(), (out / "manifest-digest").read_text(), out) == 0
+    client = registry.connect(load_config(env="local"))
+    tags = client.get_model_version("ernie-sentiment", (out / "model-version").read_text()).tags
+    assert tags["source_model_id"] == "m-elsewhere"
+
+
+def test_the_card_links_the_run_in_the_model_training_view():
+    """MLflow 3.17's UI lays an experiment out by the `workflowType` URL parameter (contracts.MLFLOW_UI_VIEW): a
+    link without it may open the GenAI overview."""
+    from steps.runtime.release import model_card
+
+    link = model_card.run_link("http://mlflow.example:5000", "7", "abc")
+    assert link == "[abc](http://mlflow.example:5000/#/experiments/7/runs/abc?workflowType=machine_learning)"
+    assert model_card.run_link("sqlite:///x/mlflow.db", "7", "abc") == "`abc`"

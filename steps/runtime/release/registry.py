@@ -1,16 +1,16 @@
 """The MLflow model registry as the pipeline uses it: versions, aliases, and closing stray runs.
 
 Aliases carry the deployment state: `challenger` (registered, not yet serving), `champion` (serving
-100%), `previous-champion` (what a rollback returns to). Every version carries the tags git_sha,
-data_stats, storage_uri, manifest_digest, task and task_type, and links to its training run when that run is
-on this tracking server, so a version can be traced to its code, data, bytes and task.
+100%), `previous-champion` (what a rollback returns to). Every version carries short tags (git_sha, the split
+digests, storage_uri, manifest_digest, task and task_type; steps/runtime/release/model_card.py), a Markdown model
+card as its description, and links to its training run and its LoggedModel when they are on this tracking server, so
+a version can be traced to its code, data, bytes and task.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 import mlflow
 from mlflow.entities import RunStatus
@@ -24,7 +24,7 @@ from steps.runtime import config_names
 from steps.runtime.runner import StepError
 from steps.runtime.storage.objectstore import mlflow_repository
 
-# MLflow caps model-version tag values; data stats are a summary, not the whole file.
+# MLflow caps model-version tag values (a validation reason can be long).
 _MAX_TAG = 5000
 # What the rollout's validate step decided about a version (passed | refused) and why; a version with a verdict
 # has been judged, so another notification for it is a duplicate.
@@ -47,11 +47,6 @@ def connect(cfg: PipelineConfig) -> MlflowClient:
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def compact_json(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text if len(text) <= _MAX_TAG else text[: _MAX_TAG - 3] + "..."
-
-
 def _client(client: MlflowClient | None) -> MlflowClient:
     return client or MlflowClient()
 
@@ -68,8 +63,11 @@ def register(
     run_id: str | None,
     tags: dict[str, str],
     client: MlflowClient | None = None,
+    model_id: str | None = None,
+    description: str | None = None,
 ) -> str:
-    """Create (once) the version of `cfg.mlflow.registered_model` for the published `model_uri`.
+    """Create (once) the version of `cfg.mlflow.registered_model` for the published `model_uri`, linked to the
+    LoggedModel `model_id` (one of this tracking server's: `known_logged_model`) and described by `description`.
 
     Idempotent: a version already tagged with the same `manifest_digest` is returned as is.
     """
@@ -90,6 +88,8 @@ def register(
         )
     existing = find_version_by_digest(name, digest, client)
     if existing is not None:
+        if model_id:
+            link_logged_model(name, existing, model_id, model_uri, client)
         return existing
     try:
         version = client.create_model_version(
@@ -97,6 +97,8 @@ def register(
             source=mlflow_repository.source_uri(model_uri),
             run_id=run_id or None,
             tags={"storage_uri": model_uri, "task": cfg.task, "task_type": cfg.model.task, **tags},
+            description=description,
+            model_id=model_id or None,
         )
     except MlflowException as exc:
         if exc.error_code == "INVALID_PARAMETER_VALUE" and "source" in exc.message:
@@ -106,7 +108,35 @@ def register(
                 "Use an s3:// storage.uri with a remote tracking server, or the embedded SQLite tracking locally."
             ) from None
         raise
+    if model_id:
+        link_logged_model(name, str(version.version), model_id, model_uri, client)
     return str(version.version)
+
+
+def known_logged_model(model_id: str | None, client: MlflowClient | None = None) -> bool:
+    """Whether `model_id` is a LoggedModel of this tracking server (a model trained elsewhere names a foreign one)."""
+    if not model_id:
+        return False
+    try:
+        _client(client).get_logged_model(model_id)
+    except MlflowException:
+        return False
+    return True
+
+
+def link_logged_model(name: str, version: str, model_id: str, model_uri: str, client: MlflowClient) -> None:
+    """The LoggedModel names its registered versions (`mlflow.modelVersions`, what its UI page lists) and the
+    published version its bytes are. MLflow's server sets the first on create_model_version with a model_id
+    (mlflow/server/handlers.py `_create_model_version`); an embedded store does not, so it is set here, once."""
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    model = client.get_logged_model(model_id)
+    linked = json.loads(model.tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    entry = {"name": name, "version": int(version)}  # as MLflow's server writes it
+    tags = {"published_uri": model_uri}
+    if not any(str(e.get("name")) == name and str(e.get("version")) == str(version) for e in linked):
+        tags[MLFLOW_MODEL_VERSIONS] = json.dumps([*linked, entry])
+    client.set_logged_model_tags(model_id, tags)
 
 
 def set_tags(name: str, version: str, tags: dict[str, str], client: MlflowClient | None = None) -> None:
