@@ -132,7 +132,7 @@ def _measure(cfg: PipelineConfig, ws: str, model_dir: Path, data_dir: Path) -> t
     # The export becomes an MLflow model (its files beside it; the published version is that directory), with the
     # selected engine and an input example of real test rows.
     task = tasks.for_config(cfg)
-    examples = task.read_rows(data_dir / "test.jsonl")[: mlflow_model.EXAMPLE_ROWS]
+    examples = task.read_rows(data_dir / "test.jsonl", limit=mlflow_model.EXAMPLE_ROWS)
     mlflow_model.write(model_dir, [task.instance(row) for row in examples])
     # What the selection wrote (new or rebuilt variant files, engine.json) goes where upload publishes the model
     # from, and what it deleted (a variant that is not built any more: int8 after serving.quantization: false, one

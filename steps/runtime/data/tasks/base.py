@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,12 +83,15 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum(axis=-1, keepdims=True)
 
 
-def read_jsonl_rows(path: Path, keys: Sequence[str]) -> list[dict[str, Any]]:
-    """The rows of a split file prepare-data wrote; each must have `keys`."""
+def read_jsonl_rows(path: Path, keys: Sequence[str], limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of a split file prepare-data wrote (the first `limit`, read no further); each must have `keys`."""
     if not path.is_file():
         raise StepError(f"{path} does not exist; run prepare-data into this workspace first.")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    rows: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8").splitlines() if limit is None else _lines(path)
+    for number, line in enumerate(lines, start=1):
+        if limit is not None and len(rows) >= limit:
+            break
         if not line.strip():
             continue
         try:
@@ -100,6 +103,11 @@ def read_jsonl_rows(path: Path, keys: Sequence[str]) -> list[dict[str, Any]]:
             raise StepError(f"{path} line {number} is not a {shape} object; rerun prepare-data.")
         rows.append(row)
     return rows
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with path.open(encoding="utf-8") as handle:
+        yield from handle
 
 
 class Task(ABC):
@@ -114,8 +122,8 @@ class Task(ABC):
     def prepare(self, cfg: PipelineConfig, out: Path) -> dict[str, Any]:
         """Read the configured data, split it deterministically, write the data area into `out`; the stats."""
 
-    def read_rows(self, path: Path) -> list[dict[str, Any]]:
-        return read_jsonl_rows(path, self.row_keys)
+    def read_rows(self, path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+        return read_jsonl_rows(path, self.row_keys, limit)
 
     @abstractmethod
     def instance(self, row: dict[str, Any]) -> Instance:
