@@ -190,6 +190,13 @@ def workflow_run_name() -> str:
     return os.environ.get(RUN_ENV) or os.environ.get(ARGO_WORKFLOW_ENV) or ""
 
 
+# finetune-batch's MLflow runs (steps/batch_run.py): the batch's parent run, whose id its step outputs as
+# BATCH_PARENT_PARAMETER and every branch's train step takes, and its tasks' training runs as children, all in
+# BATCH_EXPERIMENT (MLflow's UI nests a child under its parent only within one experiment).
+BATCH_EXPERIMENT = "finetune-batch"
+BATCH_PARENT_PARAMETER = "parent-run-id"
+
+
 # The step cache (steps/runtime/caching/store.py): the output parameter every cacheable step reports its use of the
 # cache in, the `rerun` value that computes every step, and the task that looks training up in the cache before
 # the training job would start (its name is the train task's plus this suffix).

@@ -1,14 +1,16 @@
 """WorkflowTemplate `finetune-batch`: many fine-tunes submitted as one workflow, one parallel branch per task.
 
 `tasks` is a JSON list of `{"task": NAME, "overrides": ["a.b=c", …]}` (configs/tasks/NAME.yaml plus its own
-overrides). build-image builds the commit once; then `finetune` fans out over the list (`withParam`): each
-branch is the train-deploy chain (prepare-data → train → evaluate → upload when its gate passed) built from the
-same step templates, reading its task and overrides from its inputs and working in `<workspace>/<run>/<task>`
-(pipelines/run_scope.py). Each branch creates its own training job (its own worker group, labelled with the
-task, under the mutex of its training run: pipelines/train_step.py) and publishes under its own model name, whose
-bucket notification starts that task's `rollout` (validate → register → rollout). A failing branch cancels nothing:
-the DAG is not fail-fast and `summary` runs after every branch has ended, lists each task's outcome and fails the
-workflow if a task failed.
+overrides). build-image builds the commit once; `batch-run` opens the batch's parent MLflow run (steps/batch_run.py)
+in the `finetune-batch` experiment; then `finetune` fans out over the list (`withParam`): each branch is the
+train-deploy chain (prepare-data → train → evaluate → upload when its gate passed) built from the same step
+templates, reading its task and overrides from its inputs and working in `<workspace>/<run>/<task>`
+(pipelines/run_scope.py), its training run a child of the parent run. Each branch creates its own training job (its
+own worker group, labelled with the task, under the mutex of its training run: pipelines/train_step.py) and
+publishes under its own model name, whose bucket notification starts that task's `rollout` (validate → register →
+rollout). A failing branch cancels nothing: the DAG is not fail-fast and `summary` runs after every branch has
+ended, lists each task's outcome, ends the parent run with it (FAILED when a task failed) and fails the workflow if
+a task failed.
 
 A training image no canary has passed on trains in the first region first (pipelines/training_canary.py, TrainJob
 backend), before the fan-out: training-image → (new) prepare-canary-data, prepull-canary → train-canary →
@@ -26,6 +28,7 @@ from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
 from paddle_mlops_core.config.loader import known_tasks
+from paddle_mlops_core.contracts import BATCH_PARENT_PARAMETER
 from pipelines import resource_templates, templates, train_step, training_canary, workflow_spec
 from pipelines.dag_task import dag_task
 from pipelines.run_scope import BRANCH
@@ -33,8 +36,10 @@ from pipelines.run_scope import BRANCH
 NAME = "finetune-batch"
 BRANCH_TEMPLATE = "finetune-task"
 FAN_OUT = "finetune"
-# A branch's inputs: its task and overrides (the item), and what build-image made for all of them.
-BRANCH_INPUTS = ("task", "overrides", "git-sha", "image-digest", "serve-image-digest")
+PARENT_RUN = "batch-run"
+# A branch's inputs: its task and overrides (the item), what build-image made for all of them, and the batch's parent
+# MLflow run (batch-run), which its train step's run is a child of.
+BRANCH_INPUTS = ("task", "overrides", "git-sha", "image-digest", "serve-image-digest", BATCH_PARENT_PARAMETER)
 # Every way a branch group can end; `summary` runs after any of them.
 ENDED = " || ".join(f"{FAN_OUT}.{state}" for state in ("Succeeded", "Failed", "Errored"))
 
@@ -72,7 +77,8 @@ def _branch(cfg: PipelineConfig) -> DAG:
         given = {name: f"{{{{inputs.parameters.{name}}}}}" for name in BRANCH_INPUTS}
         task = {name: given[name] for name in ("git-sha", *BRANCH.inputs)}
         steps = (prepare_data, train_cache, train, evaluate, upload)
-        templates.chain(steps, task, given["image-digest"], given["serve-image-digest"])
+        parent = {BATCH_PARENT_PARAMETER: given[BATCH_PARENT_PARAMETER]}
+        templates.chain(steps, task, given["image-digest"], given["serve-image-digest"], parent)
     return branch
 
 
@@ -81,6 +87,7 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
     with workflow_spec.workflow_template(cfg, NAME, parameters(cfg)) as wt:
         build_image = templates.build_image(cfg)
         branch = _branch(cfg)
+        parent_run = templates.batch_run(cfg)
         summary = templates.batch_summary(cfg)
         warm = training_canary.applies(cfg)  # the TrainJob backend: pre-pulls, and a new image's canary
         if warm:
@@ -96,14 +103,18 @@ def build(cfg: PipelineConfig) -> WorkflowTemplate:
                 "image-digest": t_build.get_parameter("image-digest"),
                 "serve-image-digest": t_build.get_parameter("serve-image-digest"),
             }
+            # The batch's parent MLflow run, beside the canary: every branch's training run is its child.
+            t_parent = dag_task(parent_run, name=PARENT_RUN, arguments={"git-sha": built["git-sha"]})
+            parent = {BATCH_PARENT_PARAMETER: t_parent.get_parameter(BATCH_PARENT_PARAMETER)}
             t_fan = dag_task(
                 branch,
                 name=FAN_OUT,
                 with_param="{{workflow.parameters.tasks}}",
-                arguments={"task": "{{item.task}}", "overrides": "{{item.overrides}}", **built},
+                arguments={"task": "{{item.task}}", "overrides": "{{item.overrides}}", **built, **parent},
             )
-            t_build >> t_fan
-            dag_task(summary, name="summary", depends=ENDED, arguments={"git-sha": built["git-sha"]})
+            t_build >> t_parent
+            t_parent >> t_fan
+            dag_task(summary, name="summary", depends=ENDED, arguments={"git-sha": built["git-sha"], **parent})
             if warm:
                 digest = {"image-digest": built["image-digest"]}
                 # A training image no canary has passed on trains in the first region first; every branch trains,

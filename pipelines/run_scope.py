@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paddle_mlops_core.contracts import TRAIN_RUNS
+from paddle_mlops_core.contracts import BATCH_PARENT_PARAMETER, TRAIN_RUNS
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,9 @@ class RunScope:
     # The training job's name: fixed per workflow and task, so that every attempt of the train step finds the job an
     # earlier one created (steps/runtime/cluster/train_job.py); its checkpoints follow the run id, not this name.
     job_name: str = "{{workflow.name}}-train"
+    # The MLflow run the training run is a child of (the train step's input, passed to steps/train.py as
+    # --parent-run-id): finetune-batch's parent run; empty: none, the task's own run.
+    parent_run: str = ""
 
 
 WORKFLOW = RunScope(
@@ -37,6 +40,7 @@ BRANCH = RunScope(
     workspace="{{workflow.parameters.workspace}}/{{workflow.name}}/{{inputs.parameters.task}}",
     inputs=("task", "overrides"),
     job_name="{{workflow.name}}-train-{{inputs.parameters.task}}",
+    parent_run=f"{{{{inputs.parameters.{BATCH_PARENT_PARAMETER}}}}}",
 )
 
 # Where every train step keeps its runs' checkpoints (the step adds `<task>/<run id>/checkpoints/`), and the run id

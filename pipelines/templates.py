@@ -15,7 +15,7 @@ from hera.workflows import DAG, Container, Parameter, Resource, SecretVolume, St
 from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
-from paddle_mlops_core.contracts import CACHE_LOOKUP_SUFFIX, image_repository
+from paddle_mlops_core.contracts import BATCH_PARENT_PARAMETER, CACHE_LOOKUP_SUFFIX, image_repository
 from pipelines import k8s, resource_templates, train_step
 from pipelines.dag_task import dag_task
 from pipelines.platform import buildkit
@@ -154,10 +154,12 @@ def chain(
     given: dict[str, Any],
     image_digest: Any,
     serve_image_digest: Any,
+    train_given: dict[str, Any] | None = None,
 ) -> list[Task]:
     """prepare-data → train-cache → train (unless the cache held it) → evaluate → upload (only when the gate passed),
     inside the DAG being built: the chain train-deploy runs once and finetune-batch once per task. `steps` are the five
-    templates; `given` the arguments every step takes (the built commit, and a branch's task and overrides)."""
+    templates; `given` the arguments every step takes (the built commit, and a branch's task and overrides);
+    `train_given` what the train step takes besides (a branch's parent MLflow run)."""
     prepare_data, find_trained, train_job, evaluate_model, upload_model = steps
     t_data = dag_task(prepare_data, name="prepare-data", arguments=given)
     t_cache = dag_task(
@@ -172,6 +174,7 @@ def chain(
             "image-digest": image_digest,
             "train-key": t_cache.get_parameter("key"),
             TRAIN_RUN_INPUT: t_cache.get_parameter("run"),
+            **(train_given or {}),
         },
     )
     t_eval = dag_task(evaluate_model, name="evaluate", arguments=given)
@@ -192,13 +195,34 @@ def chain(
     return tasks
 
 
+def batch_run(cfg: PipelineConfig) -> Container:
+    """finetune-batch's parent MLflow run, opened before the fan-out (steps/batch_run.py): its `parent-run-id`."""
+    return step_container(
+        cfg,
+        "batch-run",
+        "batch_run",
+        args=["--tasks", "{{workflow.parameters.tasks}}", "--workflow-name", "{{workflow.name}}"],
+        outputs=[BATCH_PARENT_PARAMETER],
+        resources=k8s.EXIT_RESOURCES,
+    )
+
+
 def batch_summary(cfg: PipelineConfig) -> Container:
-    """finetune-batch's last step: each task's outcome from the branches' workspaces (steps/batch_summary.py)."""
+    """finetune-batch's last step: each task's outcome from the branches' workspaces, which ends the batch's parent
+    MLflow run (steps/batch_summary.py)."""
     return step_container(
         cfg,
         "summary",
         "batch_summary",
-        args=["--tasks", "{{workflow.parameters.tasks}}", "--workspace", WORKFLOW.workspace],
+        args=[
+            "--tasks",
+            "{{workflow.parameters.tasks}}",
+            "--workspace",
+            WORKFLOW.workspace,
+            "--parent-run-id",
+            f"{{{{inputs.parameters.{BATCH_PARENT_PARAMETER}}}}}",
+        ],
+        inputs=[BATCH_PARENT_PARAMETER],
         outputs=["summary"],
         resources=k8s.EXIT_RESOURCES,
     )

@@ -40,6 +40,8 @@ def train_script_args(scope: RunScope = WORKFLOW) -> list[str]:
         # the model is recorded in the step cache under the key train-cache computed (docs/caching.md)
         "--step-cache", f"{{{{workflow.parameters.{STEP_CACHE_PARAMETER}}}}}",
         "--train-key", "{{inputs.parameters.train-key}}",
+        # finetune-batch: the task's training run is a child of the batch's parent run (run_scope.py)
+        *(["--parent-run-id", scope.parent_run] if scope.parent_run else []),
     ]  # fmt: skip
 
 

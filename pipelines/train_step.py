@@ -33,7 +33,7 @@ from hera.workflows import Container, RetryStrategy
 from hera.workflows import models as m
 
 from paddle_mlops_core.config import PipelineConfig
-from paddle_mlops_core.contracts import CLUSTER_ONLY_ANNOTATION, TRAINING_JOB_ENV
+from paddle_mlops_core.contracts import BATCH_PARENT_PARAMETER, CLUSTER_ONLY_ANNOTATION, TRAINING_JOB_ENV
 from pipelines import k8s
 from pipelines.run_scope import WORKFLOW, RunScope
 from pipelines.step_container import CACHE_ARGS, step_container
@@ -116,7 +116,9 @@ def train(cfg: PipelineConfig, scope: RunScope = WORKFLOW) -> Container:
     """The run's `train` step: its training job (TrainJob or legacy PaddleJob, training_backend.py), under the
     run's mutex."""
     manifest = training_job(cfg, scope).manifest
-    return train_job_step(cfg, "train", manifest, ("image-digest", "train-key", TRAIN_RUN_INPUT), scope)
+    # finetune-batch's branches also take the batch's parent MLflow run (run_scope.py `parent_run`)
+    parent = (BATCH_PARENT_PARAMETER,) if scope.parent_run else ()
+    return train_job_step(cfg, "train", manifest, ("image-digest", "train-key", TRAIN_RUN_INPUT, *parent), scope)
 
 
 RELEASE_TRAIN_JOBS = "release-train-jobs"

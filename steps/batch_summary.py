@@ -4,7 +4,8 @@ Runs after every branch ended, however it ended. A task's outcome is the furthes
 (the model is in the store; its rollout follows from the bucket notification), `gate-failed` (trained and
 evaluated, not good enough: a result, not an error), or `failed` at the first step that left nothing behind.
 Exit 1 when any task failed, so the workflow fails and this step's log says which; the `summary` output is the
-JSON list of outcomes either way.
+JSON list of outcomes either way. The batch's parent MLflow run (`--parent-run-id`, steps/batch_run.py) is ended here
+with the outcomes: FINISHED when no task failed, FAILED otherwise (steps/runtime/training/batch_parent.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 
 from paddle_mlops_core.config import PipelineConfig
 from steps.runtime import runner
-from steps.runtime.runner import StepError
+from steps.runtime.runner import StepError, StepFailed
 from steps.runtime.storage import workspace
+from steps.runtime.training import batch_parent
 
 PUBLISHED, GATE_FAILED, FAILED = "published", "gate-failed", "failed"
 # What each step leaves in a branch's workspace, in DAG order.
@@ -31,6 +33,10 @@ EVIDENCE = (
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", required=True, help='the batch: JSON list of {"task": NAME, "overrides": [...]}')
     parser.add_argument("--workspace", required=True, help="the run's workspace; each task's is <workspace>/<task>")
+    parser.add_argument(
+        "--parent-run-id", default="",
+        help="the batch's parent MLflow run (steps/batch_run.py), ended here; empty: none",
+    )  # fmt: skip
 
 
 def parse_tasks(text: str) -> list[dict[str, Any]]:
@@ -79,6 +85,12 @@ def run(cfg: PipelineConfig, args: argparse.Namespace) -> runner.Finished:
     failed = [r["task"] for r in outcomes if r["outcome"] == FAILED]
     if failed:
         print(f"{len(failed)} of {len(outcomes)} tasks failed: {', '.join(failed)}", file=sys.stderr)
+    if args.parent_run_id:
+        try:
+            status = batch_parent.end_parent(cfg, args.parent_run_id, outcomes, bool(failed))
+        except Exception as exc:  # noqa: BLE001 - any failure to reach MLflow is reported the same way (and retried)
+            raise StepFailed(f"could not end the batch's MLflow run {args.parent_run_id}: {exc}") from None
+        print(f"parent MLflow run {args.parent_run_id} ended {status}")
     return runner.Finished({"summary": json.dumps(outcomes, ensure_ascii=False)}, 1 if failed else 0)
 
 

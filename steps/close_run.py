@@ -1,6 +1,7 @@
 """Workflow exit handler: close the MLflow runs a workflow left RUNNING with its true status.
 
-Every experiment is searched: a `finetune-batch` workflow has a run in each of its tasks' experiments.
+Every experiment is searched: a workflow's runs may be in several (a `finetune-batch` workflow's parent run and its
+tasks' training runs are in `finetune-batch`, its rollouts' in their tasks' own).
 
 A step killed mid-run (OOM, preemption, SIGKILL) never ends its MLflow run; this runs whatever the
 outcome, so the tracking server never shows a dead workflow as still running.

@@ -64,6 +64,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--train-key", default="", help="the content key train-cache computed (docs/caching.md)")
     parser.add_argument(
+        "--parent-run-id", default="",
+        help="finetune-batch's parent MLflow run (steps/batch_run.py): the training run starts as its child, in its "
+        "experiment; empty: the task's own run in the task's experiment",
+    )  # fmt: skip
+    parser.add_argument(
         "--dump-params", type=Path, default=None, metavar="NPZ",
         help="also save the final (not best-on-dev) parameters to this .npz file (rank 0; for comparing runs)",
     )  # fmt: skip
@@ -97,7 +102,8 @@ def _train(cfg: PipelineConfig, args: argparse.Namespace) -> None:
     # key, so every restart, retry and resubmission of the same inputs resumes the same run (docs/caching.md).
     run_id = args.run_id or args.train_key
     trainer = Trainer(cfg, data_dir, local, git_sha=args.git_sha, dump_params=args.dump_params, data_uri=data_uri,
-                      checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=run_id)  # fmt: skip
+                      checkpoint_root=root or workspace.join(ws, TRAIN_RUNS), explicit_run_id=run_id,
+                      parent_run_id=args.parent_run_id if not args.canary_steps else "")  # fmt: skip
     runner.set_log_fields(run_id=trainer.run_id)
     if not args.canary_steps:
         _keep_worker_logs(cfg, trainer, ws)

@@ -6,10 +6,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mlflow
 import pytest
+from mlflow.tracking import MlflowClient
 
-from steps import batch_summary
+from paddle_mlops_core.config import load_config
+from paddle_mlops_core.contracts import BATCH_PARENT_PARAMETER
+from steps import batch_run, batch_summary
+from steps.runtime.release import registry
 from tests.fixtures_ernie import CONFIG
+
+
+@pytest.fixture(autouse=True)
+def own_mlflow(isolated_home: Path) -> Path:
+    """Each test its own MLflow store (the steps set MLFLOW_TRACKING_URI for the process: monkeypatch restores it)."""
+    return isolated_home
 
 
 def _write(path: Path, doc: dict) -> None:
@@ -28,16 +39,17 @@ def _branch(root: Path, task: str, last: str, gate: bool = True) -> None:
             _write(ws / "model" / "training.json", {"best_epoch": 1})
         elif step == "evaluate":
             reason = "micro_f1 0.7000 ≥ threshold 0.6000" if gate else "accuracy 0.5000 < threshold 0.8000"
-            metrics = {"task_type": "text-classification", "accuracy": 0.5, "gate": {"passed": gate, "reason": reason}}
+            metrics = {"task_type": "text-classification", "accuracy": 0.5, "macro_f1": 0.25,
+                       "gate": {"passed": gate, "reason": reason}}  # fmt: skip
             _write(ws / "eval" / "metrics.json", metrics)
         else:
             _write(ws / "upload" / "published.json", {"model_uri": f"s3://m/ernie-{task}/v1", "manifest_digest": "d"})
 
 
-def _run(tmp_path: Path, tasks: list[str], capsys: pytest.CaptureFixture) -> tuple[int, list[dict], str]:
+def _run(tmp_path: Path, tasks: list[str], capsys: pytest.CaptureFixture, *extra: str) -> tuple[int, list[dict], str]:
     out = tmp_path / "out"
     argv = ["--config", CONFIG, "--env", "local", "--tasks", json.dumps([{"task": t, "overrides": []} for t in tasks])]
-    code = batch_summary.main([*argv, "--workspace", str(tmp_path / "ws"), "--outputs-dir", str(out)])
+    code = batch_summary.main([*argv, "--workspace", str(tmp_path / "ws"), "--outputs-dir", str(out), *extra])
     summary = json.loads((out / "summary").read_text()) if (out / "summary").is_file() else []
     captured = capsys.readouterr()
     return code, summary, captured.out + captured.err
@@ -73,3 +85,42 @@ def test_a_malformed_task_list_is_a_clear_error(tmp_path: Path, capsys: pytest.C
     argv = ["--config", CONFIG, "--tasks", "[{'task': 1}]", "--workspace", str(tmp_path)]
     assert batch_summary.main(argv) == 2
     assert "--tasks is not JSON" in capsys.readouterr().err
+
+
+def _parent(tmp_path: Path, tasks: list[str]) -> str:
+    """The batch's parent MLflow run, as batch-run opens it."""
+    out = tmp_path / "parent"
+    items = json.dumps([{"task": t, "overrides": []} for t in tasks])
+    argv = ["--config", CONFIG, "--env", "local", "--tasks", items, "--workflow-name", "batch-1"]
+    assert batch_run.main([*argv, "--outputs-dir", str(out)]) == 0
+    return (out / BATCH_PARENT_PARAMETER).read_text()
+
+
+def test_the_summary_ends_the_parent_run_finished_with_each_task_s_outcome(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """(#62 item 4) Every task published or refused by its gate: the batch's parent run ends FINISHED, with a tag per
+    task's outcome, a metric per task's test metric and the summary as an artifact."""
+    parent = _parent(tmp_path, ["sentiment", "ner"])
+    _branch(tmp_path / "ws", "sentiment", "upload")
+    _branch(tmp_path / "ws", "ner", "evaluate", gate=False)
+    code, summary, output = _run(tmp_path, ["sentiment", "ner"], capsys, "--parent-run-id", parent)
+    assert code == 0 and f"parent MLflow run {parent} ended FINISHED" in output
+    run = MlflowClient(registry.tracking_uri(load_config(CONFIG, "local"))).get_run(parent)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["outcome.sentiment"] == "published" and run.data.tags["outcome.ner"] == "gate-failed"
+    assert run.data.metrics == {"sentiment.accuracy": 0.5, "sentiment.macro_f1": 0.25, "ner.accuracy": 0.5,
+                                "ner.macro_f1": 0.25}  # fmt: skip
+    logged = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/batch/summary.json")
+    assert logged == summary
+
+
+def test_a_failed_task_ends_the_parent_run_failed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    parent = _parent(tmp_path, ["sentiment", "text-matching"])
+    _branch(tmp_path / "ws", "sentiment", "upload")
+    _branch(tmp_path / "ws", "text-matching", "prepare-data")
+    code, _, _ = _run(tmp_path, ["sentiment", "text-matching"], capsys, "--parent-run-id", parent)
+    assert code == 1
+    run = MlflowClient(registry.tracking_uri(load_config(CONFIG, "local"))).get_run(parent)
+    assert run.info.status == "FAILED" and run.data.tags["outcome.text-matching"] == "failed"
+    assert "text-matching.accuracy" not in run.data.metrics

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from mlflow.tracking import MlflowClient
 
-from paddle_mlops_core.contracts import CHAMPION
+from paddle_mlops_core.contracts import BATCH_EXPERIMENT, CHAMPION
 from tests.fixtures_ernie import pairs_tsv
 from tests.test_e2e import TINY as E2E_TINY
 
@@ -130,6 +130,16 @@ def test_a_batch_runs_every_task_and_a_failing_one_stops_no_other(tmp_path: Path
         client = _client(tmp_path)
         for task in ("sentiment", "text-matching"):
             assert client.get_model_version_by_alias(f"ernie-{task}", CHAMPION).tags["task"] == task
+        # (#62 item 4) One parent MLflow run for the batch, ended FAILED (ner failed), each trained task's run its
+        # child in the parent's experiment; ner, which failed before training, has none.
+        experiment = client.get_experiment_by_name(BATCH_EXPERIMENT)
+        (parent,) = client.search_runs([experiment.experiment_id], "tags.batch = 'parent'")
+        assert parent.data.tags["workflow"] == summary["workflows"][0] and parent.info.status == "FAILED"
+        assert parent.data.tags["outcome.sentiment"] == "published" and parent.data.tags["outcome.ner"] == "failed"
+        assert "sentiment.accuracy" in parent.data.metrics
+        children = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+        assert sorted(run.data.tags["task"] for run in children) == ["sentiment", "text-matching"]
+        assert all(run.info.status == "FINISHED" for run in children)
         answer = httpx.post(
             f"{tasks['sentiment']['serving_url']}/v1/models/ernie-sentiment:predict",
             json={"instances": ["手机很好"]},

@@ -23,7 +23,7 @@ from paddle_mlops.batch import batch_items, task_overrides
 from paddle_mlops.local import fanout
 from paddle_mlops.local.dag import Scope, container_command, dag_tasks, depends_met, load_workflow, task_inputs
 from paddle_mlops_core.config import ConfigError, load_config
-from paddle_mlops_core.contracts import TRAIN_RUN_LABEL, train_run_name
+from paddle_mlops_core.contracts import BATCH_PARENT_PARAMETER, TRAIN_RUN_LABEL, train_run_name
 from pipelines import finetune_batch
 from pipelines.labels import TASK_LABEL
 from pipelines.train_step import placed_manifest
@@ -57,6 +57,7 @@ def _branches(doc: dict[str, Any], items: list[dict[str, Any]]) -> list[dict[str
     fan = next(t for t in workflow.tasks if t.name == finetune_batch.FAN_OUT)
     outer = Scope("finetune-batch-x", {**workflow.parameters, "tasks": json.dumps(items)})
     outer.task_outputs["build-image"] = {"git-sha": "abc", "image-digest": "sha256:1", "serve-image-digest": "sha256:2"}
+    outer.task_outputs[finetune_batch.PARENT_RUN] = {"parent-run-id": "parent-1"}
     out = []
     for item in fanout.items(fan, outer):
         inputs = task_inputs(fan, Scope(outer.workflow_name, outer.parameters, outer.task_outputs, item=item))
@@ -174,3 +175,28 @@ def test_the_per_task_set_form_is_offered_only_where_a_run_has_several_tasks() -
 
     assert "NAME:a.b=c" in set_help(True)
     assert "NAME:" not in set_help(False)  # config, compile, preflight, publish: one configuration
+
+
+def test_every_branch_s_training_run_is_a_child_of_the_batch_s_parent_run(doc: dict[str, Any]) -> None:
+    """`batch-run` opens the parent MLflow run after build-image, beside the canary, and before the fan-out; its
+    `parent-run-id` reaches every branch's training node as `--parent-run-id` (steps/train.py starts the task's run
+    as its child) and the summary, which ends it. train-deploy's training run has no parent."""
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    tasks = {t["name"]: t for t in templates["main"]["dag"]["tasks"]}
+    parent = tasks[finetune_batch.PARENT_RUN]
+    assert templates[parent["template"]]["container"]["command"] == ["python", "-m", "steps.batch_run"]
+    assert _arg(templates[parent["template"]]["container"]["args"], "--workflow-name") == "{{workflow.name}}"
+    assert depends_met(parent["depends"], {"build-image": "Succeeded"}, ())
+    assert not depends_met(tasks["finetune"]["depends"], {"build-image": "Succeeded"}, ())
+    assert finetune_batch.PARENT_RUN in tasks["finetune"]["depends"]
+    output = f"{{{{tasks.{finetune_batch.PARENT_RUN}.outputs.parameters.{BATCH_PARENT_PARAMETER}}}}}"
+    for name in ("finetune", "summary"):
+        given = {p["name"]: p["value"] for p in tasks[name]["arguments"]["parameters"]}
+        assert given[BATCH_PARENT_PARAMETER] == output
+    summary_args = templates["summary"]["container"]["args"]
+    assert _arg(summary_args, "--parent-run-id") == f"{{{{inputs.parameters.{BATCH_PARENT_PARAMETER}}}}}"
+    branches = _branches(doc, THREE)
+    for branch in branches:
+        assert _arg(branch["commands"]["train"]["spec"]["trainer"]["command"], "--parent-run-id") == "parent-1"
+    (single,) = yaml.safe_load_all((ARGO / "train-deploy.yaml").read_text(encoding="utf-8"))
+    assert "--parent-run-id" not in json.dumps(single)

@@ -197,7 +197,9 @@ def test_finetune_batch_trains_no_branch_before_the_canary_allowed_the_image(cfg
     for an image allowed before, run after the canary passed in the first region for a new one."""
     doc = finetune_batch.build(cfg).to_dict()
     tasks = _main_tasks(doc)
-    assert tasks[finetune_batch.FAN_OUT]["depends"] == "build-image && allow-training-image"
+    # batch-run (the batch's parent MLflow run, after build-image) runs beside the canary, adding no wait
+    assert tasks[finetune_batch.FAN_OUT]["depends"] == f"{finetune_batch.PARENT_RUN} && allow-training-image"
+    assert tasks[finetune_batch.PARENT_RUN]["depends"] == "build-image"
     assert tasks["prepull-image"]["depends"] == "allow-training-image"
     allow(cfg, OLD)
     assert check(cfg, OLD, tmp_path) == "true"
@@ -222,6 +224,9 @@ def test_a_failing_canary_keeps_the_old_training_image_for_the_batch(cfg: Any, t
         omitted = ("allow-training-image", finetune_batch.FAN_OUT, "prepull-image", "summary")
         assert {n: statuses[n] for n in omitted} == dict.fromkeys(omitted, "Omitted"), failed
         assert "release-prepull" not in statuses and _exit_tasks(doc) >= {"release-prepull"}  # the exit handler's
+        # the batch's parent MLflow run was opened: the exit handler's close-runs ends it FAILED by its workflow tag
+        # (tests/test_batch_run.py::test_the_exit_handler_closes_a_parent_the_workflow_left_running)
+        assert statuses[finetune_batch.PARENT_RUN] == "Succeeded" and _exit_tasks(doc) >= {"close-runs"}
         assert dag_phase(doc, statuses) == "Failed"  # the batch stops: the omitted summary takes the canary's phase
     assert check(cfg, NEW, tmp_path) == "false" and check(cfg, OLD, tmp_path) == "true"
     assert [d["image_digest"] for d in training_images.allowed_images(cfg)] == [OLD]

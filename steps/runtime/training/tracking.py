@@ -58,33 +58,43 @@ def start_run(
     provenance: dict[str, Any] | None = None,
     resume_run_id: str | None = None,
     resumed_from: int = 0,
+    parent_run_id: str | None = None,
 ) -> Iterator[str]:
     """An MLflow run with the configuration and data statistics as parameters and the splits in `data_dir`
     (published at `data_uri`) as dataset inputs; yields its run id. `provenance`: the pretrained weights trained
     from (name, staged digest, PaddleNLP version), logged as `pretrained.*` params. `resume_run_id`: the run a
     checkpoint was taken in (resumed at step `resumed_from`): continued, not started again, so its metrics go on at
     the right steps and there is no second run. A run stopped by SIGTERM ends KILLED; the attempt that resumes
-    it sets it RUNNING again."""
+    it sets it RUNNING again. `parent_run_id`: the finetune-batch run this task trains in (steps/batch_run.py): the
+    run is its child, in its experiment (contracts.BATCH_EXPERIMENT), named `<workflow>-<task>`; without it, the
+    run is the task's own, in the task's experiment (`mlflow.experiment`)."""
     import mlflow
 
     from steps.runtime.release import registry
 
     uri = registry.tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    experiment = open_experiment(config_names.experiment(cfg), uri)
-    if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
-        mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    resumed = _resumable(resume_run_id)
+    if resumed is not None:
+        # A resumed run goes on in the experiment it was started in (MLflow refuses another active experiment).
+        mlflow.set_experiment(experiment_id=resumed.info.experiment_id)
+    else:
+        open_training_experiment(contracts.BATCH_EXPERIMENT if parent_run_id else config_names.experiment(cfg), uri)
     tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
             "task_type": cfg.model.task}  # fmt: skip
-    resumed = _resumable(resume_run_id)
     # The context manager ends the run FINISHED, or FAILED when an exception escapes.
     with (
-        mlflow.start_run(run_id=resumed, tags=tags) if resumed else mlflow.start_run(run_name=run_name(), tags=tags)
+        mlflow.start_run(run_id=resumed.info.run_id, tags=tags)
+        if resumed
+        else mlflow.start_run(
+            run_name=_child_name(cfg) if parent_run_id else run_name(), tags=tags, parent_run_id=parent_run_id or None
+        )
     ) as active:
         try:
             if resumed:
                 # The exit handler closes the runs its workflow left RUNNING, by this tag: now this workflow's.
-                mlflow.set_tags({"resumed_from_step": str(resumed_from), "workflow": run_name() or ""})
+                mlflow.set_tags({"resumed_from_step": str(resumed_from), "workflow": run_name() or "",
+                                 **_adopted_by(resumed, parent_run_id)})  # fmt: skip
             else:
                 _log_inputs(cfg, world, stats, data_dir, data_uri, provenance)
             yield active.info.run_id
@@ -93,19 +103,40 @@ def start_run(
             raise
 
 
-def _resumable(run_id: str | None) -> str | None:
-    """`run_id` when the tracking server still has it, else None (and a warning: a new run starts)."""
+def _child_name(cfg: PipelineConfig) -> str:
+    """A batch's child run is named by its workflow and task: its siblings share the workflow."""
+    return f"{run_name()}-{cfg.task}" if run_name() else cfg.task
+
+
+def _adopted_by(resumed: Any, parent_run_id: str | None) -> dict[str, str]:
+    """The parent tag a resumed run takes: the batch that now trains it, when the run is in that batch's experiment
+    (a resumed child stays a child, of the batch that finishes it); none otherwise (MLflow nests within one
+    experiment only, so a run a single-task workflow started stays where it is)."""
+    if not parent_run_id:
+        return {}
+    import mlflow
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    parent = mlflow.MlflowClient().get_run(parent_run_id)
+    if parent.info.experiment_id != resumed.info.experiment_id:
+        log.warning("resumed MLflow run %s is not in the batch's experiment %s: it is not nested under run %s",
+                    resumed.info.run_id, contracts.BATCH_EXPERIMENT, parent_run_id)  # fmt: skip
+        return {}
+    return {MLFLOW_PARENT_RUN_ID: parent_run_id}
+
+
+def _resumable(run_id: str | None) -> Any:
+    """The MLflow run `run_id` when the tracking server still has it, else None (and a warning: a new run starts)."""
     if not run_id:
         return None
     import mlflow
     from mlflow.exceptions import MlflowException
 
     try:
-        mlflow.MlflowClient().get_run(run_id)
+        return mlflow.MlflowClient().get_run(run_id)
     except MlflowException:
         log.warning("MLflow run %s of the checkpoint is gone from the tracking server; starting a new run", run_id)
         return None
-    return run_id
 
 
 def _log_inputs(
@@ -129,6 +160,16 @@ def _log_inputs(
     mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
     if data_dir is not None:
         log_datasets(data_dir, data_uri or str(data_dir), stats, tasks.for_config(cfg))
+
+
+def open_training_experiment(name: str, uri: str) -> Any:
+    """`open_experiment`, marked as a model-training experiment (EXPERIMENT_KIND_TAG) when it is not yet."""
+    import mlflow
+
+    experiment = open_experiment(name, uri)
+    if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING:
+        mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    return experiment
 
 
 def open_experiment(name: str, uri: str) -> Any:

@@ -51,17 +51,19 @@ class Trainer:
         data_uri: str | None = None,
         checkpoint_root: str | None = None,
         explicit_run_id: str | None = None,
+        parent_run_id: str = "",
     ) -> None:
         """`data_uri`: where `data_dir` was staged from (the workspace data/): the splits' source in MLflow.
         `checkpoint_root`: where runs keep their checkpoints (`<root>/<task>/<run id>/checkpoints/`; default
-        `<out_dir>/train`); `explicit_run_id`: the `run-id` parameter (empty: the training inputs' digest)."""
+        `<out_dir>/train`); `explicit_run_id`: the `run-id` parameter (empty: the training inputs' digest);
+        `parent_run_id`: finetune-batch's parent MLflow run, the training run's parent (tracking.start_run)."""
         import paddle
         import paddle.distributed as dist
 
         from steps.runtime.weights import ernie
 
         self.cfg, self.data_dir, self.out_dir, self.git_sha = cfg, data_dir, out_dir, git_sha
-        self.dump_params, self.data_uri = dump_params, data_uri
+        self.dump_params, self.data_uri, self.parent_run_id = dump_params, data_uri, parent_run_id
         self.ernie = ernie
         self.task = tasks.for_config(cfg)
         self.world = dist.get_world_size()
@@ -139,7 +141,7 @@ class Trainer:
         mlflow_run = resume.meta.get("mlflow_run_id") if resume else None
         with train_tracking.start_run(
             self.cfg, self.git_sha, self.world, self.stats, self.data_dir, self.data_uri, self.provenance,
-            resume_run_id=mlflow_run, resumed_from=resume.step if resume else 0,
+            resume_run_id=mlflow_run, resumed_from=resume.step if resume else 0, parent_run_id=self.parent_run_id,
         ) as tracked:  # fmt: skip
             return self._train(tracked, resume)
 
