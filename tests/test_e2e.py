@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -24,7 +25,9 @@ from paddle_mlops_core.contracts import (
     TRAIN_SAMPLES_PER_SECOND,
     TRAIN_STEP,
 )
+from tests.browser import chromium, keep_screenshot, mlflow_ui, require_browser
 from tests.fixtures_ernie import TINY_MODEL
+from tests.mlflow_checks import champion_answers_like_the_server
 from tests.s3server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -158,6 +161,59 @@ def test_mlflow_has_the_run_and_the_champion(first_run: dict) -> None:
     assert champion.run_id == run.info.run_id and champion.tags["storage_uri"] == summary["model_uri"]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
     assert {"plots/curves.png", "plots/confusion_matrix.png", "plots/per_class.png"} <= artifacts
+
+
+def test_the_champion_is_an_mlflow_model_answering_as_the_server_does(first_run: dict) -> None:
+    """#62: `models:/ernie-sentiment@champion` loads with mlflow.pyfunc from the published copy and answers what the
+    model server answers; the training run's LoggedModel has the test metrics; the version has a signature, a card."""
+    workdir, summary = first_run["workdir"], first_run["summary"]
+    texts = ["这个手机质量很好，非常满意", "太差了，用了两天就坏了", "物流很快"]
+    loaded = champion_answers_like_the_server(
+        workdir, "ernie-sentiment", summary["serving_url"], texts, pd.DataFrame({"id": [1, 2, 3], "text": texts})
+    )
+    assert loaded.metadata.signature is not None and loaded.metadata.signature.inputs.input_names() == ["text"]
+    assert loaded.metadata.metadata["engine"] == summary["engine"]["served"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    version = client.get_model_version_by_alias("ernie-sentiment", CHAMPION)
+    assert version.source == "published-file://" + str(Path(summary["model_uri"]).resolve())
+    assert version.description.startswith("### sentiment (text-classification)")
+    run = client.get_run(summary["mlflow_run_id"])
+    models = client.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")
+    assert len(models) == 1
+    model = models[0]
+    metrics = {m.key: m for m in model.metrics or []}
+    assert metrics["test_accuracy"].value == summary["metrics"]["accuracy"]
+    assert metrics["test_accuracy"].dataset_name and metrics["test_accuracy"].dataset_digest
+    assert {"name": "ernie-sentiment", "version": int(version.version)} in json.loads(
+        model.tags["mlflow.modelVersions"]
+    )
+
+
+@pytest.mark.browser
+def test_the_mlflow_ui_shows_the_logged_model_and_the_version_s_card_and_signature(
+    first_run: dict, tmp_path: Path
+) -> None:
+    """The run page lists its logged model; the version page shows the card and the schema (MLflow reads MLmodel
+    through the published-file repository). Screenshots: docs/img/mlflow-run.png and mlflow-model-version.png."""
+    browser = require_browser()
+    workdir, summary = first_run["workdir"], first_run["summary"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    run = client.get_run(summary["mlflow_run_id"])
+    version = client.get_model_version_by_alias("ernie-sentiment", CHAMPION).version
+    with mlflow_ui(workdir, tmp_path / "ui.out") as base:
+        profile = tmp_path / "chromium-profile"
+        # the model-training view, as the card's link and `paddle-mlops ui` open it (MLflow 3 opens GenAI's otherwise)
+        run_page = f"{base}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning"
+        dom = chromium(browser, profile, "--dump-dom", run_page)
+        assert "Logged models" in dom and "ernie-sentiment" in dom
+        version_page = f"{base}/#/models/ernie-sentiment/versions/{version}"
+        dom = chromium(browser, profile, "--dump-dom", version_page)
+        assert "sentiment (text-classification)" in dom and "pretrained weights" in dom  # the card
+        assert "Inputs (1)" in dom and "Outputs (2)" in dom  # the signature: text -> label, probabilities
+        for page, name in ((run_page, "mlflow-run.png"), (version_page, "mlflow-model-version.png")):
+            shot = tmp_path / name
+            chromium(browser, profile, f"--screenshot={shot}", page)
+            keep_screenshot(shot, name)
 
 
 def test_plots_are_real_images(first_run: dict, tmp_path: Path) -> None:

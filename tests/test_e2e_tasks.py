@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
 from paddle_mlops_core.contracts import BATCH_EXPERIMENT, CHAMPION
 from tests.fixtures_ernie import pairs_tsv
+from tests.mlflow_checks import champion_answers_like_the_server
 from tests.test_e2e import TINY as E2E_TINY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -61,6 +63,12 @@ def test_ner_runs_end_to_end_and_serves_entities(tmp_path: Path) -> None:
         assert response.status_code == 200, response.text
         for entity in response.json()["predictions"][0]["entities"]:
             assert text[entity["start"] : entity["end"]] == entity["text"]
+        # the registered champion, loaded as MLflow users load it, finds the same entities (#62)
+        texts = [text, "李鹏在北京会见了外宾"]
+        loaded = champion_answers_like_the_server(
+            tmp_path, "ernie-ner", summary["serving_url"], texts, pd.DataFrame({"text": texts})
+        )
+        assert loaded.metadata.signature.outputs.input_names() == ["entities"]
         client = _client(tmp_path)
         version = client.get_model_version_by_alias("ernie-ner", CHAMPION)
         assert version.tags["task"] == "ner" and version.tags["task_type"] == "token-classification"
@@ -93,6 +101,11 @@ def test_text_matching_runs_end_to_end_on_the_user_s_pairs(tmp_path: Path) -> No
         pair = {"text_a": "花呗怎么还款", "text_b": "花呗如何还钱"}
         response = httpx.post(url, json={"instances": [pair]}, timeout=30)
         assert response.status_code == 200 and response.json()["predictions"][0]["label"] in ("0", "1")
+        pairs = [pair, {"text_a": "借呗能提前还吗", "text_b": "花呗逾期了怎么办"}]
+        loaded = champion_answers_like_the_server(
+            tmp_path, "ernie-text-matching", summary["serving_url"], pairs, pd.DataFrame(pairs)
+        )
+        assert loaded.metadata.signature.inputs.input_names() == ["text_a", "text_b"]
     finally:
         _stop(tmp_path)
     # Without data the run refuses to start, naming the key to set.
