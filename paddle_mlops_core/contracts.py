@@ -127,6 +127,11 @@ EXPORTED_FILES = ("inference.json", "inference.pdiparams", "label_map.json", "mo
 # Which engine variant serves the export, and why (steps/runtime/serving/engine_selection.py writes it beside the export
 # at evaluate; the predictor reads it). A model without one is served by Paddle fp32.
 ENGINE_FILE = "engine.json"
+# The MLflow model files evaluate writes at the root of the export (steps/runtime/serving/mlflow_model.py), so a
+# published version is an MLflow model directory: `code/` holds the loader module's import closure.
+MLFLOW_CODE_DIR = "code"
+MLFLOW_MODEL_FILES = ("MLmodel", "requirements.txt", "python_env.yaml", "conda.yaml", "input_example.json",
+                      "serving_input_example.json", MLFLOW_CODE_DIR)  # fmt: skip
 LOCAL_BUCKET = "local"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # model and version names: never need escaping in a key
 # Argo Events' minio EventSource dispatches a notification's records under this key (the Sensor reads

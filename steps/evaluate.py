@@ -32,14 +32,14 @@ if not __package__:  # run as a script path: make `steps` importable
 
 
 from paddle_mlops_core.config import PipelineConfig  # noqa: E402
-from paddle_mlops_core.contracts import CACHE_OUTPUT, ENGINE_FILE  # noqa: E402
+from paddle_mlops_core.contracts import CACHE_OUTPUT, ENGINE_FILE, MLFLOW_MODEL_FILES  # noqa: E402
 from steps.runtime import config_names, runner
 from steps.runtime.caching import keys as cache_keys
 from steps.runtime.caching import reuse
 from steps.runtime.data import evaluation, tasks
 from steps.runtime.release import gate as gate_rules  # noqa: E402
 from steps.runtime.runner import StepError  # noqa: E402
-from steps.runtime.serving import engine_selection, mlflow_model
+from steps.runtime.serving import engine_selection
 from steps.runtime.serving.engines.variants import PADDLE_MODEL, PADDLE_PARAMS, RECORD_FILE, SPECS  # noqa: E402
 from steps.runtime.storage import s3, workspace  # noqa: E402
 from steps.runtime.training import model_tracking
@@ -67,7 +67,7 @@ SCORES = "scores.json"  # the cached report (the test metrics, engine table, bas
 def selection_files() -> set[str]:
     """The top-level names evaluate writes into `model/` (engine.json, the variants' record and converted files, the
     MLflow model files): what its key leaves out of the model train exported."""
-    names = {ENGINE_FILE, RECORD_FILE, *mlflow_model.FILES}
+    names = {ENGINE_FILE, RECORD_FILE, *MLFLOW_MODEL_FILES}
     for spec in SPECS.values():  # every variant's files but the Paddle export's own (ONNX fp32 is converted here too)
         names.update(path.split("/")[0] for path in spec.files if path not in (PADDLE_MODEL, PADDLE_PARAMS))
     return names
@@ -131,6 +131,8 @@ def _measure(cfg: PipelineConfig, ws: str, model_dir: Path, data_dir: Path) -> t
         log.info("%s", line)
     # The export becomes an MLflow model (its files beside it; the published version is that directory), with the
     # selected engine and an input example of real test rows.
+    from steps.runtime.serving import mlflow_model  # paddlenlp and mlflow.pyfunc: seconds a reused evaluate saves
+
     task = tasks.for_config(cfg)
     examples = task.read_rows(data_dir / "test.jsonl", limit=mlflow_model.EXAMPLE_ROWS)
     mlflow_model.write(model_dir, [task.instance(row) for row in examples])

@@ -49,17 +49,15 @@ from mlflow.models import Model, ModelSignature, infer_signature
 from mlflow.types.schema import Array, ColSpec, Object, Property, Schema
 
 from paddle_mlops_core.config.tasks import TOKEN_CLASSIFICATION
-from paddle_mlops_core.contracts import ENGINE_FILE
+from paddle_mlops_core.contracts import ENGINE_FILE, MLFLOW_CODE_DIR, MLFLOW_MODEL_FILES
 from steps.runtime.caching import keys
 from steps.runtime.serving import mlflow_flavor
 from steps.runtime.serving.engines.variants import SPECS
 from steps.runtime.weights.ernie import engine_record
 
 LOADER_MODULE = "steps.runtime.serving.mlflow_flavor"
-CODE_DIR = "code"
-# What this module writes at the root of the export: left out of evaluate's cache key (steps/evaluate.py).
-FILES = ("MLmodel", "requirements.txt", "python_env.yaml", "conda.yaml", "input_example.json",
-         "serving_input_example.json", CODE_DIR)  # fmt: skip
+CODE_DIR = MLFLOW_CODE_DIR
+FILES = MLFLOW_MODEL_FILES  # left out of evaluate's cache key (steps/evaluate.py)
 EXAMPLE_ROWS = 3
 # A fixed creation time (2000-01-01T00:00:00Z): MLmodel's bytes depend on the export only.
 CREATED = 946684800.0
