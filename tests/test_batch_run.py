@@ -90,6 +90,23 @@ def test_a_training_run_given_a_parent_is_its_child_in_the_parent_s_experiment(
     assert MLFLOW_PARENT_RUN_ID not in own.data.tags and own.info.run_name == "finetune-batch-abc"
 
 
+def test_a_child_trained_where_no_workflow_name_is_set_takes_the_parent_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TrainJob's pods are no Argo pods, and Argo 3.6/3.7 sets ARGO_WORKFLOW_NAME only in its own init and wait
+    containers (argoproj/argo-workflows workflow/controller/workflowpod.go, `createEnvVars` for `newExecContainer`):
+    the child takes the workflow from its parent, so it is named `<workflow>-<task>` and the exit handler, which
+    closes runs by the `workflow` tag (steps/close_run.py), finds it."""
+    monkeypatch.setenv("PADDLE_MLOPS_RUN", "finetune-batch-xyz")
+    parent = _open(tmp_path, "finetune-batch-xyz")
+    monkeypatch.delenv("PADDLE_MLOPS_RUN")
+    monkeypatch.delenv("ARGO_WORKFLOW_NAME", raising=False)
+    with pytest.raises(StepStopped), tracking.start_run(_cfg("ner"), "abc", 1, {}, parent_run_id=parent) as child_id:
+        raise StepStopped
+    child = _client().get_run(child_id)
+    assert child.info.run_name == "finetune-batch-xyz-ner" and child.data.tags["workflow"] == "finetune-batch-xyz"
+
+
 def test_a_resumed_child_stays_a_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint's run resumed by a retried train step (or the next batch of the same inputs) goes on in its
     experiment, under the batch that now trains it; a run a single-task workflow started is resumed where it is."""

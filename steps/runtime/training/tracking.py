@@ -80,20 +80,23 @@ def start_run(
         mlflow.set_experiment(experiment_id=resumed.info.experiment_id)
     else:
         open_training_experiment(contracts.BATCH_EXPERIMENT if parent_run_id else config_names.experiment(cfg), uri)
-    tags = {"git_sha": git_sha, "workflow": run_name() or "", "world_size": str(world), "task": cfg.task,
+    workflow = run_name() or _parent_workflow(parent_run_id)
+    tags = {"git_sha": git_sha, "workflow": workflow, "world_size": str(world), "task": cfg.task,
             "task_type": cfg.model.task}  # fmt: skip
     # The context manager ends the run FINISHED, or FAILED when an exception escapes.
     with (
         mlflow.start_run(run_id=resumed.info.run_id, tags=tags)
         if resumed
         else mlflow.start_run(
-            run_name=_child_name(cfg) if parent_run_id else run_name(), tags=tags, parent_run_id=parent_run_id or None
+            run_name=_child_name(cfg, workflow) if parent_run_id else run_name(),
+            tags=tags,
+            parent_run_id=parent_run_id or None,
         )
     ) as active:
         try:
             if resumed:
                 # The exit handler closes the runs its workflow left RUNNING, by this tag: now this workflow's.
-                mlflow.set_tags({"resumed_from_step": str(resumed_from), "workflow": run_name() or "",
+                mlflow.set_tags({"resumed_from_step": str(resumed_from), "workflow": workflow,
                                  **_adopted_by(resumed, parent_run_id)})  # fmt: skip
             else:
                 _log_inputs(cfg, world, stats, data_dir, data_uri, provenance)
@@ -103,9 +106,21 @@ def start_run(
             raise
 
 
-def _child_name(cfg: PipelineConfig) -> str:
+def _child_name(cfg: PipelineConfig, workflow: str) -> str:
     """A batch's child run is named by its workflow and task: its siblings share the workflow."""
-    return f"{run_name()}-{cfg.task}" if run_name() else cfg.task
+    return f"{workflow}-{cfg.task}" if workflow else cfg.task
+
+
+def _parent_workflow(parent_run_id: str | None) -> str:
+    """The workflow the batch's parent run was opened by (its `workflow` tag, steps/batch_run.py), for a training
+    process that does not know it: a TrainJob's pods are no Argo pods, and Argo 3.6/3.7 sets ARGO_WORKFLOW_NAME in
+    its own init and wait containers only (argoproj/argo-workflows workflow/controller/workflowpod.go). The exit
+    handler closes the runs a workflow left RUNNING by this tag (steps/close_run.py)."""
+    if not parent_run_id:
+        return ""
+    import mlflow
+
+    return str(mlflow.MlflowClient().get_run(parent_run_id).data.tags.get("workflow") or "")
 
 
 def _adopted_by(resumed: Any, parent_run_id: str | None) -> dict[str, str]:
