@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 import mlflow
 from mlflow.entities import RunStatus
@@ -115,13 +116,7 @@ def register(
 
 def known_logged_model(model_id: str | None, client: MlflowClient | None = None) -> bool:
     """Whether `model_id` is a LoggedModel of this tracking server (a model trained elsewhere names a foreign one)."""
-    if not model_id:
-        return False
-    try:
-        _client(client).get_logged_model(model_id)
-    except MlflowException:
-        return False
-    return True
+    return bool(model_id) and _found(_client(client).get_logged_model, str(model_id))
 
 
 def link_logged_model(name: str, version: str, model_id: str, model_uri: str, client: MlflowClient) -> None:
@@ -149,10 +144,13 @@ def set_tags(name: str, version: str, tags: dict[str, str], client: MlflowClient
 
 def known_run(run_id: str, client: MlflowClient | None = None) -> bool:
     """Whether `run_id` is a run of this tracking server (a model trained elsewhere names a foreign one)."""
-    if not run_id:
-        return False
+    return bool(run_id) and _found(_client(client).get_run, run_id)
+
+
+def _found(get: Callable[[str], object], key: str) -> bool:
+    """Whether the tracking server answers `get(key)` (an MLflow error: it has no such entity)."""
     try:
-        _client(client).get_run(run_id)
+        get(key)
     except MlflowException:
         return False
     return True
