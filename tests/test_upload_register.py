@@ -198,7 +198,9 @@ def test_the_version_is_linked_to_its_logged_model_and_described_by_a_model_card
               "baseline": baseline, "engine": {"selected": "onnx-int8"}, "per_class": {"a": {"f1": 0.9}}}  # fmt: skip
     (ws / "eval" / "metrics.json").write_text(json.dumps(report))
     client = registry.connect(load_config(env="local"))
-    experiment = client.create_experiment("ernie-sentiment")
+    # artifacts under the test's home: MLflow's default root is ./mlruns in the checkout (the external model's
+    # placeholder MLmodel lands there)
+    experiment = client.create_experiment("ernie-sentiment", artifact_location=(home / "mlruns").as_uri())
     run = client.create_run(experiment)
     model_id = model_tracking.ensure_logged_model(client, client.get_run(run.info.run_id), "ernie-sentiment",
                                                   "text-classification", "d" * 64)  # fmt: skip
